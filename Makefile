@@ -1,0 +1,38 @@
+# Two commands: `make run` (set up, start the all-in-one gateway with the echo agent) and
+# `make test` (set up, install the system test peers where possible, run the whole suite).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test lint peers bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	mkdir -p $(VENV)/typeshim && ln -sfn $(CURDIR)/codecs $(VENV)/typeshim/telcodecs
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/gateway run
+
+peers:
+	bash deploy/install-peers.sh
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: setup peers lint
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/gateway bench codecs
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,93 @@
+"""The frame contract: 24 kHz, mono, int16, 480 samples = 20 ms, with a monotonically increasing index.
+
+Every part of the gateway that carries call audio (media, session, providers) uses this one type.
+Providers that need another rate convert inside their adapter with :mod:`telcodecs.resample`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+SAMPLE_RATE = 24_000
+FRAME_MS = 20
+FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000  # 480
+FRAME_BYTES = FRAME_SAMPLES * 2  # 960: PCM16 little-endian
+
+Pcm = npt.NDArray[np.int16]
+
+_SILENCE = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+_SILENCE.flags.writeable = False
+
+
+class FrameError(ValueError):
+    """A buffer does not hold exactly one 20 ms, 24 kHz, mono PCM16 frame."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frame:
+    """One 20 ms frame of 24 kHz mono PCM16 audio.
+
+    ``index`` counts frames of one direction of one call from 0 and never goes backwards.
+    ``pcm`` is a read-only int16 array of exactly :data:`FRAME_SAMPLES` samples.
+    """
+
+    index: int
+    pcm: Pcm
+
+    def __post_init__(self) -> None:
+        if self.pcm.dtype != np.int16 or self.pcm.shape != (FRAME_SAMPLES,):
+            raise FrameError(
+                f"frame needs int16[{FRAME_SAMPLES}], got {self.pcm.dtype}{list(self.pcm.shape)}"
+            )
+        if self.index < 0:
+            raise FrameError(f"frame index must be >= 0, got {self.index}")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, index: int) -> Frame:
+        """Build a frame from 960 bytes of PCM16 little-endian."""
+        if len(data) != FRAME_BYTES:
+            raise FrameError(f"frame needs {FRAME_BYTES} bytes, got {len(data)}")
+        pcm = np.frombuffer(data, dtype="<i2").astype(np.int16, copy=False)
+        return cls(index=index, pcm=pcm)
+
+    def to_bytes(self) -> bytes:
+        """PCM16 little-endian, 960 bytes."""
+        return self.pcm.astype("<i2", copy=False).tobytes()
+
+    @property
+    def level_dbfs(self) -> float:
+        return dbfs(self.pcm)
+
+    @property
+    def is_silent(self) -> bool:
+        return not self.pcm.any()
+
+
+def silence(*, index: int) -> Frame:
+    """A frame of digital silence (shares one read-only buffer)."""
+    return Frame(index=index, pcm=_SILENCE)
+
+
+def dbfs(pcm: npt.NDArray[np.int16]) -> float:
+    """RMS level relative to full scale (32768); -inf for digital silence."""
+    if pcm.size == 0:
+        return float("-inf")
+    rms = float(np.sqrt(np.mean(np.square(pcm.astype(np.float64)))))
+    if rms == 0.0:
+        return float("-inf")
+    return 20.0 * float(np.log10(rms / 32768.0))
+
+
+def split_frames(pcm: npt.NDArray[np.int16], *, first_index: int = 0) -> tuple[list[Frame], Pcm]:
+    """Cut a 24 kHz int16 signal into whole frames; returns the frames and the leftover samples."""
+    whole = pcm.shape[0] // FRAME_SAMPLES
+    frames = [
+        Frame(
+            index=first_index + i, pcm=np.ascontiguousarray(pcm[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES])
+        )
+        for i in range(whole)
+    ]
+    return frames, pcm[whole * FRAME_SAMPLES :]

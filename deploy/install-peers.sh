@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the real third-party peers the end-to-end tests use (see docs/testing.md).
+# Where apt is missing or we are not root, it says what is missing; the tests that need a missing
+# peer then skip with that reason -- except under CI=true, where a missing peer fails the run.
+set -uo pipefail
+
+declare -A PKG=(
+  [baresip]="baresip baresip-core"
+  [kamailio]="kamailio"
+  [redis-server]="redis-server"
+  [espeak-ng]="espeak-ng"
+  [sox]="sox libsox-fmt-all"
+  [chromium]="chromium chromium-driver"
+  [ip]="iproute2"
+  [unshare]="util-linux"
+)
+
+missing=()
+for bin in "${!PKG[@]}"; do
+  command -v "$bin" >/dev/null 2>&1 || missing+=("$bin")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-peers: all system peers present"
+  exit 0
+fi
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  pkgs=()
+  for bin in "${missing[@]}"; do pkgs+=(${PKG[$bin]}); done
+  echo "install-peers: installing ${pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+else
+  echo "install-peers: not root or no apt-get; missing: ${missing[*]} (tests needing them will skip)"
+fi
+
+still=()
+for bin in "${missing[@]}"; do
+  command -v "$bin" >/dev/null 2>&1 || still+=("$bin")
+done
+if [ ${#still[@]} -gt 0 ]; then
+  echo "install-peers: still missing: ${still[*]}"
+  if [ "${CI:-}" = "true" ]; then
+    echo "install-peers: CI=true and a system peer is missing: failing" >&2
+    exit 1
+  fi
+fi
+exit 0

@@ -1,0 +1,1 @@
+"""Command-line subcommands of the `gateway` console script."""

@@ -1,0 +1,1 @@
+"""Control plane: FastAPI ops API, call placement, worker registry, dashboard, WebRTC offers."""

@@ -1,0 +1,1 @@
+"""Synthetic-RTP SIP load generator (`gateway loadtest`)."""

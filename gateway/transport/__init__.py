@@ -1,0 +1,1 @@
+"""Transport: the only owners of sockets (SIP UDP/TCP glue, RTP port pool, aiortc glue)."""
