@@ -1,0 +1,1 @@
+"""Fleet: the contract between the control plane and media workers (models, links, internal API)."""

@@ -1,0 +1,76 @@
+"""Prometheus metrics shared by every part of a gateway process.
+
+Defined once here (the lowest layer that may use prometheus-client) so the media tick, the SIP glue, the
+session core and the control plane all count into the same registry, which ``GET /metrics`` serves.
+Names follow Prometheus conventions: ``_total`` counters, ``_seconds`` histograms, base units.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+ACTIVE_CALLS = Gauge("gateway_active_calls", "Calls currently up on this process", ["worker"], registry=REGISTRY)
+CALLS_TOTAL = Counter("gateway_calls_total", "Calls ended, by end reason", ["worker", "end_reason"], registry=REGISTRY)
+CALL_SETUP_SECONDS = Histogram(
+    "gateway_call_setup_seconds",
+    "INVITE received -> 200 OK sent",
+    ["worker"],
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+    registry=REGISTRY,
+)
+RTP_PACKETS_TOTAL = Counter(
+    "gateway_rtp_packets_total", "RTP packets by direction", ["worker", "direction"], registry=REGISTRY
+)
+RTP_DROPPED_TOTAL = Counter(
+    "gateway_rtp_dropped_total", "RTP packets dropped, by reason", ["worker", "reason"], registry=REGISTRY
+)
+RTP_LOST_TOTAL = Counter("gateway_rtp_lost_total", "Inbound RTP packets lost", ["worker"], registry=REGISTRY)
+RTP_JITTER_MS = Histogram(
+    "gateway_rtp_jitter_ms",
+    "Inbound interarrival jitter (RFC 3550 A.8) sampled per call",
+    ["worker"],
+    buckets=(1, 2, 5, 10, 20, 30, 50, 80, 120, 200),
+    registry=REGISTRY,
+)
+SIP_MESSAGES_TOTAL = Counter(
+    "gateway_sip_messages_total", "SIP messages received, by kind", ["worker", "kind"], registry=REGISTRY
+)
+SIP_REJECTED_TOTAL = Counter(
+    "gateway_sip_rejected_total", "SIP input rejected or dropped, by reason", ["worker", "reason"], registry=REGISTRY
+)
+PROVIDER_LATENCY_SECONDS = Histogram(
+    "gateway_provider_latency_seconds",
+    "Caller speech end -> first agent audio sent to the caller",
+    ["worker", "provider"],
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0),
+    registry=REGISTRY,
+)
+PROVIDER_RESUMES_TOTAL = Counter(
+    "gateway_provider_resumes_total", "Provider reconnects, by outcome", ["worker", "outcome"], registry=REGISTRY
+)
+BARGE_INS_TOTAL = Counter(
+    "gateway_barge_ins_total", "Caller interruptions of agent audio", ["worker"], registry=REGISTRY
+)
+TOOL_CALLS_TOTAL = Counter(
+    "gateway_tool_calls_total", "Tool calls, by tool and outcome", ["worker", "tool", "outcome"], registry=REGISTRY
+)
+TICK_SECONDS = Histogram(
+    "gateway_tick_seconds",
+    "Work done in one 20 ms media tick",
+    ["worker"],
+    buckets=(0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.04),
+    registry=REGISTRY,
+)
+TICK_OVERRUNS_TOTAL = Counter(
+    "gateway_tick_overruns_total", "Ticks that started after their deadline had passed", ["worker"], registry=REGISTRY
+)
+LOOP_LAG_SECONDS = Histogram(
+    "gateway_event_loop_lag_seconds",
+    "How late the event loop ran a timer",
+    ["worker"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5),
+    registry=REGISTRY,
+)
+WORKERS = Gauge("gateway_workers", "Workers known to the control plane, by status", ["status"], registry=REGISTRY)
