@@ -1,0 +1,108 @@
+"""Media worker settings, read once at start-up from the environment (``GATEWAY_*``) and CLI flags."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """One media worker: where it listens for SIP and RTP, what it offers, and how hard it works."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True, extra="ignore")
+
+    worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-w1")
+    sip_host: str = "127.0.0.1"
+    sip_port: int = Field(default=5060, ge=1, le=65535)
+    sip_transports: Annotated[tuple[str, ...], NoDecode] = ("udp", "tcp")
+    # Address written into Contact, Via and SDP c= lines (the host's public address behind NAT).
+    advertised_host: str | None = None
+    advertised_sip_port: int | None = Field(default=None, ge=1, le=65535)
+    rtp_host: str | None = None  # defaults to sip_host
+    rtp_ports: str = "20000-29999"
+    codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
+    capacity: int = Field(default=400, ge=1)
+    rtp_timeout_s: float = Field(default=30.0, gt=0)
+    # Symmetric RTP: latch only to packets from the IP the SDP named (False: latch to any source).
+    rtp_strict_source: bool = True
+    sip_allow: Annotated[tuple[str, ...], NoDecode] = ()  # CIDRs; empty = any source
+    sip_auth_realm: str = "gateway"
+    sip_auth_user: str | None = None
+    sip_auth_password: str | None = None
+    sip_rate_limit_per_s: float = Field(default=50.0, gt=0)
+    session_expires_s: int = Field(default=1800, ge=90)
+    user_agent: str = "voice-gateway/0.1"
+
+    @field_validator("sip_transports", "codecs", "sip_allow", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("sip_transports")
+    @classmethod
+    def _known_transports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        lowered = tuple(v.lower() for v in value)
+        bad = [v for v in lowered if v not in ("udp", "tcp")]
+        if bad or not lowered:
+            raise ValueError(f"sip_transports must be udp and/or tcp, got {value!r}")
+        return lowered
+
+    @field_validator("codecs")
+    @classmethod
+    def _known_codecs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        names = {"pcmu": "PCMU", "pcma": "PCMA", "opus": "opus"}
+        out = []
+        for v in value:
+            if v.lower() not in names:
+                raise ValueError(f"unknown codec {v!r}; choose from PCMU, PCMA, opus")
+            out.append(names[v.lower()])
+        if not out:
+            raise ValueError("at least one codec is needed")
+        return tuple(out)
+
+    @field_validator("sip_allow")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            ipaddress.ip_network(cidr, strict=False)
+        return value
+
+    @field_validator("rtp_ports")
+    @classmethod
+    def _port_range(cls, value: str) -> str:
+        first, sep, last = value.partition("-")
+        if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+            raise ValueError(f"rtp_ports must look like 20000-29999, got {value!r}")
+        lo, hi = int(first), int(last)
+        if not (1024 <= lo < hi <= 65535) or hi - lo < 3:
+            raise ValueError(f"rtp_ports range {value!r} is not within 1024-65535 or too small")
+        return value
+
+    @model_validator(mode="after")
+    def _auth_pair(self) -> WorkerSettings:
+        if (self.sip_auth_user is None) != (self.sip_auth_password is None):
+            raise ValueError("set both sip_auth_user and sip_auth_password, or neither")
+        return self
+
+    @property
+    def rtp_port_bounds(self) -> tuple[int, int]:
+        first, _, last = self.rtp_ports.partition("-")
+        return int(first), int(last)
+
+    @property
+    def media_host(self) -> str:
+        return self.rtp_host or self.sip_host
+
+    @property
+    def public_host(self) -> str:
+        return self.advertised_host or self.sip_host
+
+    @property
+    def public_sip_port(self) -> int:
+        return self.advertised_sip_port or self.sip_port
