@@ -1,0 +1,192 @@
+"""Audio and RTP analysis for the load tester: round-trip markers, echo correlation, receive statistics.
+
+The marker is a short linear chirp mixed into the sent audio at a known media time. A matched filter
+finds it in the returned audio; the distance between where it was sent and where it came back is the
+audio round-trip latency (caller -> gateway -> agent -> gateway -> caller), measured in media samples so
+that neither clock skew nor scheduling noise of the load generator enters the figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import signal
+
+Pcm = npt.NDArray[np.int16]
+
+
+def chirp(rate: int, *, ms: int = 60, f0: float = 600.0, f1: float = 3000.0, level_dbfs: float = -6.0) -> Pcm:
+    """A linear chirp with raised-cosine edges; survives G.711 and resampling to 8 kHz."""
+    n = rate * ms // 1000
+    t = np.arange(n) / rate
+    x = signal.chirp(t, f0=f0, t1=t[-1], f1=f1, method="linear")
+    edge = max(1, n // 10)
+    window = np.ones(n)
+    ramp = 0.5 - 0.5 * np.cos(np.linspace(0, math.pi, edge))
+    window[:edge] = ramp
+    window[-edge:] = ramp[::-1]
+    amp = 32767 * 10 ** (level_dbfs / 20)
+    return np.round(x * window * amp).astype(np.int16)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkerMatch:
+    offset: int  # sample index in the searched signal where the marker starts
+    score: float  # normalized peak of the matched filter, 0..1
+
+
+def find_marker(received: Pcm, marker: Pcm, *, min_score: float = 0.5) -> MarkerMatch | None:
+    """Where ``marker`` starts in ``received`` (normalized matched filter), or None when not clearly there."""
+    if received.size < marker.size or marker.size == 0:
+        return None
+    x = received.astype(np.float64)
+    m = marker.astype(np.float64)
+    corr = signal.correlate(x, m, mode="valid", method="fft")
+    # local energy of the received signal under the template, for a normalized score
+    energy = np.convolve(x * x, np.ones(m.size), mode="valid")
+    norm = np.sqrt(np.maximum(energy, 1e-9) * float(np.dot(m, m)))
+    score = corr / norm
+    best = int(np.argmax(score))
+    if score[best] < min_score:
+        return None
+    return MarkerMatch(offset=best, score=float(score[best]))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EchoMatch:
+    correlation: float  # Pearson correlation of the aligned overlap
+    lag: int  # received[lag + i] ~ sent[i]
+
+
+def echo_correlation(sent: Pcm, received: Pcm, *, max_lag: int | None = None) -> EchoMatch:
+    """Align ``received`` to ``sent`` by cross-correlation and return the correlation of the overlap."""
+    a = sent.astype(np.float64)
+    b = received.astype(np.float64)
+    if a.size == 0 or b.size == 0 or not a.any() or not b.any():
+        return EchoMatch(correlation=0.0, lag=0)
+    full = signal.correlate(b, a, mode="full", method="fft")
+    lags = signal.correlation_lags(b.size, a.size, mode="full")
+    if max_lag is not None:
+        keep = (lags >= 0) & (lags <= max_lag)
+        full, lags = full[keep], lags[keep]
+    lag = int(lags[int(np.argmax(full))])
+    if lag >= 0:
+        n = min(a.size, b.size - lag)
+        x, y = a[:n], b[lag : lag + n]
+    else:
+        n = min(a.size + lag, b.size)
+        x, y = a[-lag : -lag + n], b[:n]
+    if n < 2 or not x.std() or not y.std():
+        return EchoMatch(correlation=0.0, lag=lag)
+    return EchoMatch(correlation=float(np.corrcoef(x, y)[0, 1]), lag=lag)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary:
+    count: int
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "count": self.count,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "max": self.max,
+            "mean": self.mean,
+        }
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    if not values:
+        nan = float("nan")
+        return Summary(count=0, p50=nan, p90=nan, p99=nan, max=nan, mean=nan)
+    arr = np.asarray(values, dtype=np.float64)
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return Summary(
+        count=int(arr.size),
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        max=float(arr.max()),
+        mean=float(arr.mean()),
+    )
+
+
+class ReceiveStats:
+    """RFC 3550 receive statistics for one RTP stream: loss, duplicates, sequence errors, A.8 jitter."""
+
+    __slots__ = (
+        "_base_seq",
+        "_clock_rate",
+        "_cycles",
+        "_last_transit",
+        "_max_seq",
+        "_seen",
+        "duplicates",
+        "jitter",
+        "received",
+        "sequence_errors",
+    )
+
+    def __init__(self, clock_rate: int) -> None:
+        self._clock_rate = clock_rate
+        self._base_seq: int | None = None
+        self._max_seq = 0
+        self._cycles = 0
+        self._last_transit: float | None = None
+        self._seen: set[int] = set()
+        self.received = 0
+        self.duplicates = 0
+        self.sequence_errors = 0  # jumps backwards or forwards by more than 100
+        self.jitter = 0.0  # in timestamp units
+
+    def packet(self, seq: int, timestamp: int, arrival_s: float) -> None:
+        if self._base_seq is None:
+            self._base_seq = seq
+            self._max_seq = seq
+        else:
+            delta = (seq - self._max_seq) & 0xFFFF
+            if delta == 0:
+                pass
+            elif delta < 0x8000:
+                if delta > 100:
+                    self.sequence_errors += 1
+                if seq < self._max_seq:
+                    self._cycles += 0x10000
+                self._max_seq = seq
+            elif (0x10000 - delta) > 100:
+                self.sequence_errors += 1
+        extended = self._cycles + seq if seq <= self._max_seq or self._cycles == 0 else self._cycles - 0x10000 + seq
+        if extended in self._seen:
+            self.duplicates += 1
+            return
+        self._seen.add(extended)
+        self.received += 1
+        transit = arrival_s * self._clock_rate - timestamp
+        if self._last_transit is not None:
+            d = abs(transit - self._last_transit)
+            self.jitter += (d - self.jitter) / 16.0
+        self._last_transit = transit
+
+    @property
+    def expected(self) -> int:
+        if self._base_seq is None:
+            return 0
+        return self._cycles + self._max_seq - self._base_seq + 1
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.expected - self.received)
+
+    @property
+    def jitter_ms(self) -> float:
+        return 1000.0 * self.jitter / self._clock_rate
