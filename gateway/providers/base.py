@@ -9,7 +9,8 @@ Error tree (see also :mod:`gateway.providers.errors`)::
     ProviderError(retryable: bool)
      ├── ProviderConnectError      connecting or the setup handshake failed
      ├── ProviderClosedError       the connection is gone (send after close, remote close)
-     └── ProviderProtocolError     the provider sent something we cannot interpret
+     ├── ProviderProtocolError     the provider sent something we cannot interpret
+     └── ProviderConfigError       the provider cannot be built from the configuration
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 # ---------------------------------------------------------------------------------------------- profile
+
+# Appended after a replayed transcript when a call continues on a fresh provider session (history non-empty
+# and no server-side resumption): without it models greet the caller a second time.
+RESUME_NOTE = (
+    "The call was briefly interrupted by a technical reconnection and continues now. The conversation so far "
+    "is above. Do not greet the caller again and do not mention the reconnection; continue where you left off."
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +63,8 @@ class AgentProfile:
     max_duration_s: float = 3600.0
     # "pcm24k" (the frame contract) or "pcmu"/"pcma" passthrough where the provider accepts G.711.
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
+    # System text an adapter adds after replaying ``history`` into a fresh session ("" disables it).
+    resume_note: str = RESUME_NOTE
 
 
 # ------------------------------------------------------------------------------------------ history

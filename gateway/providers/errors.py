@@ -1,4 +1,16 @@
-"""Provider errors. The tree is drawn in :mod:`gateway.providers.base`."""
+"""Provider errors.
+
+::
+
+    ProviderError(retryable: bool)
+     ├── ProviderConnectError      connecting or the setup handshake failed
+     ├── ProviderClosedError       the connection is gone (send after close, remote close)
+     ├── ProviderProtocolError     the provider sent something we cannot interpret
+     └── ProviderConfigError       the provider cannot be built from the configuration (missing key, bad name)
+
+Third-party exceptions (``websockets``, ``OSError``, timeouts) are translated into this tree where the adapters
+touch the network; nothing else escapes an adapter's public methods.
+"""
 
 from __future__ import annotations
 
@@ -27,3 +39,10 @@ class ProviderProtocolError(ProviderError):
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message, retryable=retryable)
+
+
+class ProviderConfigError(ProviderError):
+    """The provider cannot be built: unknown name, missing API key, malformed URL. Never retryable."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)

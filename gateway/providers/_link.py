@@ -1,0 +1,217 @@
+"""One websocket to a realtime provider: a serialized send path and one receive task feeding a bounded queue.
+
+The OpenAI and Gemini adapters compose a :class:`ProviderLink` (livekit's send/receive pair): every write goes
+through :meth:`ProviderLink.send` under one lock, one named task reads the socket, turns each JSON message into
+:class:`~gateway.providers.base.ProviderEvent` values with the adapter's translator and puts them on a bounded
+queue that :meth:`ProviderLink.events` drains. The queue bound is back-pressure: a reader that falls behind
+stops the receive task, which stops reading the socket, which lets TCP slow the provider down.
+
+The last event is always :class:`~gateway.providers.base.ProviderDisconnected`; it is delivered even when the
+queue is full (the oldest queued event makes room) so a consumer never waits forever. ``websockets`` exceptions
+are translated here into :mod:`gateway.providers.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from gateway.providers.base import ProviderDisconnected, ProviderErrored, ProviderEvent
+from gateway.providers.errors import ProviderClosedError, ProviderConnectError
+
+log = logging.getLogger(__name__)
+
+Translate = Callable[[Mapping[str, Any]], Sequence[ProviderEvent]]
+Disconnected = Callable[[int | None, str], ProviderDisconnected]
+
+# Close codes after which a new connection may continue the call: normal end, going away (OpenAI session
+# expiry, Gemini goAway), abnormal drop (no close frame), server error, restart, try again later, bad gateway.
+RETRYABLE_CLOSE_CODES = frozenset({1000, 1001, 1006, 1011, 1012, 1013, 1014})
+
+
+def close_is_retryable(code: int | None) -> bool:
+    """A missing close code means the TCP connection dropped: retryable."""
+    return code is None or code in RETRYABLE_CLOSE_CODES
+
+
+def is_loopback_url(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def open_websocket(url: str, headers: Mapping[str, str], *, open_timeout: float) -> ClientConnection:
+    """Connect, translating every failure into :class:`ProviderConnectError` (retryable unless auth/4xx)."""
+    try:
+        return await connect(
+            url,
+            additional_headers=dict(headers),
+            open_timeout=open_timeout,
+            close_timeout=2.0,
+            # Provider messages carry base64 audio of whole responses at times; 16 MiB is ample.
+            max_size=16 * 1024 * 1024,
+            # permessage-deflate costs more CPU per call than base64 audio saves in bandwidth.
+            compression=None,
+            # Loopback endpoints (the fake server, tests) must never go through an environment proxy.
+            proxy=None if is_loopback_url(url) else True,
+        )
+    except InvalidStatus as exc:
+        status = exc.response.status_code
+        retryable = status >= 500 or status == 429
+        raise ProviderConnectError(f"{url}: handshake rejected with HTTP {status}", retryable=retryable) from exc
+    except InvalidURI as exc:
+        raise ProviderConnectError(f"invalid provider URL {url!r}", retryable=False) from exc
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        raise ProviderConnectError(f"{url}: {type(exc).__name__}: {exc}", retryable=True) from exc
+
+
+async def receive_json(ws: ClientConnection, *, wait_s: float, during: str) -> dict[str, Any]:
+    """Read one JSON object during a setup handshake (before :meth:`ProviderLink.start`)."""
+    try:
+        async with asyncio.timeout(wait_s):
+            raw = await ws.recv()
+    except TimeoutError as exc:
+        raise ProviderConnectError(f"no answer within {wait_s:g} s during {during}", retryable=True) from exc
+    except ConnectionClosed as exc:
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        raise ProviderConnectError(
+            f"connection closed during {during} (code {code}: {reason})", retryable=close_is_retryable(code)
+        ) from exc
+    try:
+        message = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ProviderConnectError(f"malformed JSON during {during}", retryable=False) from exc
+    if not isinstance(message, dict):
+        raise ProviderConnectError(f"expected a JSON object during {during}", retryable=False)
+    return message
+
+
+async def send_during_setup(ws: ClientConnection, message: Mapping[str, Any], *, during: str) -> None:
+    try:
+        await ws.send(orjson.dumps(message), text=True)
+    except ConnectionClosed as exc:
+        raise ProviderConnectError(f"connection closed during {during}", retryable=True) from exc
+
+
+class ProviderLink:
+    """Owns one open websocket after its handshake: the send lock, the receive task and the event queue."""
+
+    def __init__(
+        self,
+        ws: ClientConnection,
+        *,
+        name: str,
+        translate: Translate,
+        disconnected: Disconnected,
+        queue_size: int = 256,
+    ) -> None:
+        self._ws = ws
+        self._name = name
+        self._translate = translate
+        self._disconnected = disconnected
+        self._queue: asyncio.Queue[ProviderEvent] = asyncio.Queue(maxsize=queue_size)
+        self._send_lock = asyncio.Lock()
+        self._recv_task: asyncio.Task[None] | None = None
+        self._closing_by_client = False
+        self._finished = False
+
+    @property
+    def is_open(self) -> bool:
+        return not (self._finished or self._closing_by_client)
+
+    def start(self, first_events: Sequence[ProviderEvent] = ()) -> None:
+        for event in first_events:
+            self._queue.put_nowait(event)
+        self._recv_task = asyncio.create_task(self._receive_loop(), name=f"{self._name}-receive")
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        """Serialize and write one JSON message; raises ProviderClosedError once the connection is gone."""
+        if not self.is_open:
+            raise ProviderClosedError(f"{self._name}: connection is closed")
+        data = orjson.dumps(message)
+        async with self._send_lock:
+            try:
+                await self._ws.send(data, text=True)
+            except ConnectionClosed as exc:
+                code = exc.rcvd.code if exc.rcvd is not None else None
+                raise ProviderClosedError(
+                    f"{self._name}: connection closed (code {code})", retryable=close_is_retryable(code)
+                ) from exc
+
+    async def events(self) -> AsyncIterator[ProviderEvent]:
+        while True:
+            event = await self._queue.get()
+            yield event
+            if isinstance(event, ProviderDisconnected):
+                return
+
+    async def aclose(self) -> None:
+        """Close the socket, stop the receive task and wait for it. Idempotent."""
+        self._closing_by_client = True
+        # Stop the receive task first: it may be parked on a full queue, and a parked reader would leave the
+        # peer's close frame unread until close_timeout.
+        task, self._recv_task = self._recv_task, None
+        if task is not None:
+            if not task.done():
+                task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+        with contextlib.suppress(ConnectionClosed, OSError):
+            await self._ws.close()
+
+    async def _receive_loop(self) -> None:
+        final: ProviderDisconnected | None = None
+        try:
+            async for raw in self._ws:
+                for event in self._events_of(raw):
+                    await self._queue.put(event)
+                    if isinstance(event, ProviderErrored) and event.fatal:
+                        # The connection is unusable (session expired, state lost): end it from our side
+                        # too, so the consumer gets ProviderDisconnected promptly even if the peer lingers.
+                        await self._ws.close(code=1000, reason=event.code)
+        except ConnectionClosed:
+            pass  # the close code is read below either way
+        finally:
+            self._finished = True
+            if self._closing_by_client:
+                final = ProviderDisconnected(reason="closed by client", retryable=False)
+            else:
+                final = self._disconnected(self._ws.close_code, self._ws.close_reason or "")
+            self._deliver_last(final)
+
+    def _events_of(self, raw: str | bytes) -> Sequence[ProviderEvent]:
+        try:
+            message = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return (ProviderErrored(code="malformed_json", message="provider sent malformed JSON", fatal=False),)
+        if not isinstance(message, dict):
+            return (ProviderErrored(code="malformed_message", message="expected a JSON object", fatal=False),)
+        try:
+            return self._translate(message)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # The peer broke its protocol; one bad message must not end the call.
+            log.warning("%s: cannot interpret %s: %r", self._name, message.get("type", "?"), exc)
+            return (ProviderErrored(code="protocol_error", message=f"cannot interpret message: {exc}", fatal=False),)
+
+    def _deliver_last(self, event: ProviderDisconnected) -> None:
+        while self._queue.full():
+            self._queue.get_nowait()
+        self._queue.put_nowait(event)
