@@ -1,0 +1,234 @@
+"""The fleet contract over HTTP: HttpControlLink (worker -> plane) and HttpWorkerCommands (plane -> worker).
+
+Both send ``Authorization: Bearer <GATEWAY_API_TOKEN>`` and JSON bodies of the models in
+:mod:`gateway.fleet.models`. Errors come back as ``{"error": {"code", "message"}}`` and are translated here
+into :mod:`gateway.fleet.errors`, so no httpx exception leaves this module. Retries are bounded: connect
+errors, timeouts and 5xx answers are retried with exponential backoff; 4xx answers never are.
+
+Endpoints (all under ``/internal/v1``)::
+
+    control plane: POST workers/register, POST workers/{id}/heartbeat, POST admit, POST events
+    worker:        POST calls/{id}/hangup|transfer|dtmf, POST originate, POST drain, GET calls
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+import httpx
+from pydantic import TypeAdapter, ValidationError
+
+from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkAuthError, LinkError, WorkerNotFoundError
+from gateway.fleet.models import (
+    AdmissionDecision,
+    AdmissionRequest,
+    CallSnapshot,
+    DrainRequest,
+    DtmfRequest,
+    HangupRequest,
+    HeartbeatRequest,
+    OriginateCommand,
+    OriginateRequest,
+    ReportRequest,
+    TransferRequest,
+    WorkerEvent,
+    WorkerInfo,
+)
+
+log = logging.getLogger(__name__)
+
+INTERNAL_PREFIX = "/internal/v1"
+_SNAPSHOTS = TypeAdapter(list[CallSnapshot])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Bounded retries: at most ``attempts`` tries, sleeping base * 2**n (capped) between them."""
+
+    attempts: int = 4
+    base_delay_s: float = 0.1
+    max_delay_s: float = 2.0
+    timeout_s: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay_s, self.base_delay_s * (2**attempt)))
+
+
+class _JsonClient:
+    """One httpx.AsyncClient, the bearer token, the retry loop and the error translation."""
+
+    def __init__(self, base_url: str, token: str | None, policy: RetryPolicy, client: httpx.AsyncClient | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=policy.timeout_s)
+        self._base_url = base_url.rstrip("/") + INTERNAL_PREFIX
+        self._headers = headers
+        self._policy = policy
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        url = self._base_url + path
+        last_error: LinkError | None = None
+        for attempt in range(max(1, self._policy.attempts)):
+            if attempt:
+                await asyncio.sleep(self._policy.delay(attempt - 1))
+            try:
+                response = await self._client.request(
+                    method, url, json=body, headers=self._headers, timeout=self._policy.timeout_s
+                )
+            except httpx.HTTPError as exc:  # connect, read, timeout, protocol
+                last_error = LinkError(f"{method} {url}: {type(exc).__name__}: {exc}")
+                log.debug("fleet link attempt %d failed: %s", attempt + 1, last_error)
+                continue
+            if response.status_code >= 500:
+                last_error = LinkError(f"{method} {url}: HTTP {response.status_code}: {_message(response)}")
+                log.debug("fleet link attempt %d failed: %s", attempt + 1, last_error)
+                continue
+            return self._decode(method, url, response)
+        assert last_error is not None
+        raise last_error
+
+    def _decode(self, method: str, url: str, response: httpx.Response) -> Any:
+        status = response.status_code
+        if status == 204:
+            return None
+        if status == 401:
+            raise LinkAuthError(f"{method} {url}: token rejected (GATEWAY_API_TOKEN differs?)")
+        if status == 404:
+            code = _code(response)
+            if code == "call_not_found":
+                raise CallNotFoundError(_detail(response, "call_id"))
+            if code == "worker_not_found":
+                raise WorkerNotFoundError(_detail(response, "worker_id"))
+            raise LinkError(f"{method} {url}: HTTP 404: {_message(response)}")
+        if status == 409:
+            raise CommandRejectedError(_message(response))
+        if status >= 400:
+            raise LinkError(f"{method} {url}: HTTP {status}: {_message(response)}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise LinkError(f"{method} {url}: answer is not JSON") from exc
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _error_body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def _code(response: httpx.Response) -> str:
+    return str(_error_body(response).get("code", ""))
+
+
+def _message(response: httpx.Response) -> str:
+    return str(_error_body(response).get("message", response.text[:200]))
+
+
+def _detail(response: httpx.Response, key: str) -> str:
+    return str(_error_body(response).get(key, ""))
+
+
+def _parse(model: Any, data: Any, what: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise LinkError(f"{what}: malformed answer: {exc.error_count()} validation errors") from exc
+
+
+class HttpControlLink:
+    """ControlLink over HTTP to the control plane's ``/internal/v1`` endpoints (``gateway worker --control``)."""
+
+    def __init__(
+        self,
+        control_url: str,
+        token: str | None,
+        *,
+        policy: RetryPolicy | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._http = _JsonClient(control_url, token, policy or RetryPolicy(), client)
+
+    async def register(self, info: WorkerInfo) -> WorkerInfo:
+        data = await self._http.request("POST", "/workers/register", info.model_dump(mode="json"))
+        return _parse(WorkerInfo, data, "register")  # type: ignore[no-any-return]
+
+    async def heartbeat(self, info: WorkerInfo, calls: Sequence[CallSnapshot]) -> WorkerInfo:
+        body = HeartbeatRequest(info=info, calls=list(calls)).model_dump(mode="json", by_alias=True)
+        data = await self._http.request("POST", f"/workers/{info.id}/heartbeat", body)
+        return _parse(WorkerInfo, data, "heartbeat")  # type: ignore[no-any-return]
+
+    async def admit(self, request: AdmissionRequest) -> AdmissionDecision:
+        if request.call_id is None:
+            # A fixed id makes the retried request idempotent on the plane.
+            request = request.model_copy(update={"call_id": f"c-{uuid4().hex[:16]}"})
+        data = await self._http.request("POST", "/admit", request.model_dump(mode="json"))
+        return _parse(AdmissionDecision, data, "admit")  # type: ignore[no-any-return]
+
+    async def report(self, events: Sequence[WorkerEvent]) -> None:
+        if not events:
+            return
+        body = ReportRequest(events=list(events)).model_dump(mode="json", by_alias=True)
+        await self._http.request("POST", "/events", body)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class HttpWorkerCommands:
+    """WorkerCommands forwarded over HTTP to a worker's :func:`gateway.fleet.worker_api` router.
+
+    Commands are tried once by default (an operator retries a hang-up; a duplicated originate would
+    ring twice); pass a RetryPolicy to change that.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        policy: RetryPolicy | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = url
+        self._http = _JsonClient(url, token, policy or RetryPolicy(attempts=1, timeout_s=5.0), client)
+
+    async def hang_up(self, call_id: str, reason: str) -> None:
+        await self._http.request("POST", f"/calls/{call_id}/hangup", HangupRequest(reason=reason).model_dump())
+
+    async def transfer(self, call_id: str, target: str) -> None:
+        await self._http.request("POST", f"/calls/{call_id}/transfer", TransferRequest(target=target).model_dump())
+
+    async def send_dtmf(self, call_id: str, digits: str) -> None:
+        await self._http.request("POST", f"/calls/{call_id}/dtmf", DtmfRequest(digits=digits).model_dump())
+
+    async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
+        body = OriginateCommand(request=request, admission=admission).model_dump(mode="json")
+        data = await self._http.request("POST", "/originate", body)
+        if not isinstance(data, dict) or not isinstance(data.get("call_id"), str):
+            raise LinkError("originate: malformed answer")
+        return str(data["call_id"])
+
+    async def drain(self, exit_when_empty: bool) -> None:
+        await self._http.request("POST", "/drain", DrainRequest(exit_when_empty=exit_when_empty).model_dump())
+
+    async def snapshot(self) -> list[CallSnapshot]:
+        data = await self._http.request("GET", "/calls")
+        try:
+            return _SNAPSHOTS.validate_python(data)
+        except ValidationError as exc:
+            raise LinkError(f"snapshot: malformed answer: {exc.error_count()} validation errors") from exc
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

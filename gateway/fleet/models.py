@@ -1,0 +1,363 @@
+"""Wire models shared by the control plane and the media workers (the fleet contract).
+
+Everything that crosses the control-plane/worker boundary — in-process or over HTTP — is one of these
+pydantic models, so both halves validate the same shapes and the ops API documents them in OpenAPI.
+Times are Unix epoch seconds (floats) read from the sender's clock; the control plane stamps its own
+``last_heartbeat`` so liveness never depends on worker clocks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.providers.base import AgentProfile, ToolSpec, TurnDetection
+
+WorkerStatus = Literal["up", "draining", "lost", "gone"]
+CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
+CallDirection = Literal["inbound", "outbound"]
+CallKind = Literal["sip", "webrtc"]
+
+# The event types the control plane publishes on GET /v1/events.
+EventType = Literal[
+    "call.started",
+    "call.updated",
+    "call.ended",
+    "worker.registered",
+    "worker.updated",
+    "worker.draining",
+    "worker.lost",
+    "worker.gone",
+]
+# The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
+# except "worker.gone", which a worker sends when it exits after a drain).
+WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone"]
+
+LEVEL_HISTORY_MAX = 120
+DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+class WorkerInfo(_Model):
+    """A media worker as it describes itself (id, url, capacity, load) plus what the plane stamps on it."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "worker-a",
+                    "url": "http://10.0.0.5:8081",
+                    "capacity": 200,
+                    "active_calls": 12,
+                    "load": 0.06,
+                    "draining": False,
+                    "status": "up",
+                    "last_heartbeat": 1767225600.0,
+                    "version": "0.1.0",
+                }
+            ]
+        },
+    )
+
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    url: str = Field(default="", max_length=512, description="Base URL of the worker's internal command API")
+    capacity: int = Field(default=100, ge=0, le=100_000, description="Concurrent calls the worker accepts")
+    active_calls: int = Field(default=0, ge=0)
+    load: float = Field(default=0.0, ge=0.0, description="active_calls / capacity (1.0 = full)")
+    draining: bool = False
+    status: WorkerStatus = "up"
+    last_heartbeat: float = Field(default=0.0, description="Control-plane clock, epoch seconds")
+    version: str = Field(default="", max_length=64)
+
+
+# -------------------------------------------------------------------------------------------- calls
+
+
+class TranscriptLine(_Model):
+    role: Literal["user", "assistant", "system"]
+    text: str
+
+
+class CallStats(_Model):
+    """Media and agent statistics of one call, as the worker measured them."""
+
+    rtp_packets_in: int = Field(default=0, ge=0)
+    rtp_packets_out: int = Field(default=0, ge=0)
+    rtp_lost: int = Field(default=0, ge=0)
+    loss_pct: float = Field(default=0.0, ge=0.0, le=100.0)
+    jitter_ms: float = Field(default=0.0, ge=0.0)
+    late: int = Field(default=0, ge=0, description="Packets that arrived after their playout time")
+    mos: float | None = Field(default=None, ge=1.0, le=5.0, description="E-model estimate (ITU-T G.107)")
+    provider_latency_p50_ms: float | None = Field(default=None, ge=0.0)
+    provider_latency_last_ms: float | None = Field(default=None, ge=0.0)
+    barge_ins: int = Field(default=0, ge=0)
+    resumes: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
+    level_history: list[float] = Field(
+        default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"
+    )
+
+
+class CallSnapshot(_Model):
+    """The state of one call. Workers send these; the plane stores and publishes them."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "c-5f2a9d0e",
+                    "direction": "inbound",
+                    "kind": "sip",
+                    "from": "+15550100",
+                    "to": "+15550199",
+                    "route": "support",
+                    "provider": "openai",
+                    "state": "active",
+                    "worker": "worker-a",
+                    "codec": "PCMU",
+                    "started": 1767225600.0,
+                    "answered": 1767225600.4,
+                    "ended": None,
+                    "duration_s": 42.0,
+                    "end_reason": "",
+                    "stats": {"jitter_ms": 3.1, "loss_pct": 0.2, "mos": 4.3},
+                    "transcript": [{"role": "user", "text": "Hello"}],
+                }
+            ]
+        },
+    )
+
+    id: str = Field(min_length=1, max_length=128)
+    direction: CallDirection = "inbound"
+    kind: CallKind = "sip"
+    from_: str = Field(default="", alias="from", max_length=256)
+    to: str = Field(default="", max_length=256)
+    route: str = ""
+    provider: str = ""
+    state: CallState = "admitted"
+    worker: str = ""
+    codec: str = ""
+    started: float | None = None
+    answered: float | None = None
+    ended: float | None = None
+    duration_s: float = Field(default=0.0, ge=0.0)
+    end_reason: str = ""
+    stats: CallStats = Field(default_factory=CallStats)
+    transcript: list[TranscriptLine] = Field(default_factory=list)
+
+    @property
+    def is_live(self) -> bool:
+        return self.state != "ended"
+
+    def wire(self) -> dict[str, Any]:
+        """JSON-ready dict with the public field names (``from``, not ``from_``)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# ------------------------------------------------------------------------------------------- events
+
+
+class FleetEvent(_Model):
+    """One entry of the control plane's event ring; ``id`` increases by one per event, fleet-wide."""
+
+    id: int = Field(ge=1)
+    type: EventType
+    time: float
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkerEvent(_Model):
+    """What a worker reports (ControlLink.report); the plane turns it into FleetEvents with ids."""
+
+    type: WorkerEventType
+    worker: str
+    time: float
+    call: CallSnapshot | None = None
+
+
+# ----------------------------------------------------------------------------------- agent profile
+
+
+class WebhookSpec(_Model):
+    """Where a webhook tool is executed: an HTTP POST of the JSON arguments to ``url``."""
+
+    url: str = Field(pattern=r"^https?://", max_length=2048)
+    timeout_s: float = Field(default=10.0, gt=0.0, le=300.0)
+    auth_header: str = Field(default="", repr=False, description="Sent as the Authorization header")
+
+
+class ToolModel(_Model):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    webhook: WebhookSpec | None = Field(
+        default=None, description="Absent: a tool built into the worker (e.g. hang_up, transfer)"
+    )
+
+
+class TurnDetectionModel(_Model):
+    kind: Literal["server_vad", "semantic_vad", "none"] = "server_vad"
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(default=300, ge=0, le=5000)
+    silence_duration_ms: int = Field(default=500, ge=0, le=10_000)
+
+
+class ProfileModel(_Model):
+    """The wire form of :class:`gateway.providers.base.AgentProfile`, plus where webhook tools run."""
+
+    name: str = "default"
+    provider: str = "echo"
+    model: str = ""
+    voice: str = ""
+    instructions: str = "You are a helpful voice agent on a phone call. Be brief."
+    greeting: str = ""
+    tools: list[ToolModel] = Field(default_factory=list)
+    turn_detection: TurnDetectionModel = Field(default_factory=TurnDetectionModel)
+    max_duration_s: float = Field(default=3600.0, gt=0.0)
+    audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
+
+    def to_agent_profile(self) -> AgentProfile:
+        td = self.turn_detection
+        return AgentProfile(
+            name=self.name,
+            provider=self.provider,
+            model=self.model,
+            voice=self.voice,
+            instructions=self.instructions,
+            greeting=self.greeting,
+            tools=tuple(ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in self.tools),
+            turn_detection=TurnDetection(
+                kind=td.kind,
+                threshold=td.threshold,
+                prefix_padding_ms=td.prefix_padding_ms,
+                silence_duration_ms=td.silence_duration_ms,
+            ),
+            max_duration_s=self.max_duration_s,
+            audio_format=self.audio_format,
+        )
+
+    def webhook_for(self, tool_name: str) -> WebhookSpec | None:
+        for tool in self.tools:
+            if tool.name == tool_name:
+                return tool.webhook
+        return None
+
+
+# -------------------------------------------------------------------------------------- admission
+
+
+class AdmissionRequest(_Model):
+    """A worker (inbound INVITE), the WebRTC endpoint or the ops API asks to place a call.
+
+    ``call_id`` makes the request idempotent: asking again with the same id returns the same decision,
+    so a link may retry safely. ``route`` names a route directly (WebRTC, originate) instead of matching
+    ``called`` against the DID table. ``public`` marks an unauthenticated browser caller.
+    """
+
+    called: str = Field(default="", max_length=256, description="Dialled number / DID (SIP request-URI user)")
+    caller: str = Field(default="", max_length=256)
+    source: str = Field(default="", max_length=256, description="Signalling source address")
+    kind: CallKind = "sip"
+    direction: CallDirection = "inbound"
+    route: str | None = None
+    worker: str | None = Field(default=None, description="The worker the call arrived on, if any")
+    call_id: str | None = Field(default=None, max_length=128)
+    public: bool = False
+
+
+class AdmissionDecision(_Model):
+    """Accepted: route + profile + call id + worker. Rejected: an HTTP-like status, a reason, a retry hint."""
+
+    accepted: bool
+    call_id: str = ""
+    worker: str = ""
+    route: str = ""
+    profile: ProfileModel | None = None
+    status: Literal[200, 403, 404, 503] = 200
+    reason: str = ""
+    retry_after_s: int | None = None
+
+
+# ---------------------------------------------------------------------------------------- commands
+
+
+class OriginateRequest(_Model):
+    """POST /v1/calls: place an outbound call from an agent to ``to``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "examples": [{"to": "sip:+15550123@trunk.example.net", "caller_id": "+15550199", "route": "support"}]
+        },
+    )
+
+    to: str = Field(min_length=1, max_length=256, description="SIP URI or number to call")
+    caller_id: str = Field(default="", max_length=256, description="From number; also used to pick the route")
+    route: str | None = Field(default=None, max_length=128, description="Route name (default: match caller_id)")
+    worker: str | None = Field(default=None, max_length=128, description="Worker to use (default: least loaded)")
+    ring_timeout_s: float = Field(default=30.0, gt=0.0, le=300.0)
+
+
+class HangupRequest(_Model):
+    reason: str = Field(default="api", max_length=64)
+
+
+class TransferRequest(_Model):
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{"target": "+15550142"}]})
+
+    target: str = Field(min_length=1, max_length=256, description="SIP URI or number (REFER target)")
+
+
+class DtmfRequest(_Model):
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{"digits": "1#"}]})
+
+    digits: str = Field(description="RFC 4733 events: 0-9 * # A-D", examples=["123#"])
+    duration_ms: int = Field(default=160, ge=40, le=2000)
+
+    @field_validator("digits")
+    @classmethod
+    def _valid_digits(cls, value: str) -> str:
+        if not DTMF_DIGITS.fullmatch(value):
+            raise ValueError("digits must be 1-64 of 0-9 * # A-D")
+        return value.upper()
+
+
+class DrainRequest(_Model):
+    exit_when_empty: bool = Field(default=False, description="The worker exits once its last call ends")
+
+
+class OriginateCommand(_Model):
+    """The control plane -> worker originate message: what to dial and the admission that placed it."""
+
+    request: OriginateRequest
+    admission: AdmissionDecision
+
+
+class CallCreated(_Model):
+    id: str
+    worker: str
+    route: str
+
+
+class HeartbeatRequest(_Model):
+    info: WorkerInfo
+    calls: list[CallSnapshot] = Field(default_factory=list)
+
+
+class ReportRequest(_Model):
+    events: list[WorkerEvent] = Field(max_length=1000)

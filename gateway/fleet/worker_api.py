@@ -1,0 +1,89 @@
+"""The worker's internal command API: a FastAPI router serving WorkerCommands under ``/internal/v1``.
+
+``gateway worker --control URL`` mounts ``worker_api(commands, token)`` on its own small HTTP server; the
+control plane reaches it with :class:`gateway.fleet.http.HttpWorkerCommands`. Command errors are answered as
+``{"error": {"code", "message"}}`` directly from the endpoints; mount the router in an app that has
+:func:`gateway.fleet.json_errors.install_json_errors` so 401/422 answers share that shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Response
+from fastapi.responses import JSONResponse
+
+from gateway.fleet.auth import bearer_token, token_matches
+from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, FleetError
+from gateway.fleet.http import INTERNAL_PREFIX
+from gateway.fleet.json_errors import ApiError, error_response
+from gateway.fleet.models import (
+    CallSnapshot,
+    DrainRequest,
+    DtmfRequest,
+    HangupRequest,
+    OriginateCommand,
+    TransferRequest,
+)
+from gateway.fleet.protocols import WorkerCommands
+
+log = logging.getLogger(__name__)
+
+
+async def _run(action: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a command and translate fleet errors into JSON error answers."""
+    try:
+        return await action()
+    except CallNotFoundError as exc:
+        return error_response(404, "call_not_found", str(exc), call_id=exc.call_id)
+    except CommandRejectedError as exc:
+        return error_response(409, "command_rejected", str(exc))
+    except FleetError as exc:
+        log.warning("worker command failed: %s", exc)
+        return error_response(502, "command_failed", str(exc))
+
+
+def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
+    """A router serving ``commands`` (with bearer-token auth when ``token`` is set)."""
+
+    async def require_token(authorization: Annotated[str | None, Header()] = None) -> None:
+        if not token_matches(bearer_token(authorization), token):
+            raise ApiError(401, "unauthorized", "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    router = APIRouter(prefix=INTERNAL_PREFIX, dependencies=[Depends(require_token)], tags=["worker-internal"])
+
+    @router.post("/calls/{call_id}/hangup", status_code=204)
+    async def hang_up(call_id: str, body: HangupRequest) -> Any:
+        result = await _run(lambda: commands.hang_up(call_id, body.reason))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.post("/calls/{call_id}/transfer", status_code=204)
+    async def transfer(call_id: str, body: TransferRequest) -> Any:
+        result = await _run(lambda: commands.transfer(call_id, body.target))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.post("/calls/{call_id}/dtmf", status_code=204)
+    async def send_dtmf(call_id: str, body: DtmfRequest) -> Any:
+        result = await _run(lambda: commands.send_dtmf(call_id, body.digits))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.post("/originate", status_code=201)
+    async def originate(body: OriginateCommand) -> Any:
+        result = await _run(lambda: commands.originate(body.request, body.admission))
+        return result if isinstance(result, Response) else JSONResponse({"call_id": result}, status_code=201)
+
+    @router.post("/drain", status_code=204)
+    async def drain(body: DrainRequest) -> Any:
+        result = await _run(lambda: commands.drain(body.exit_when_empty))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.get("/calls", response_model=list[CallSnapshot])
+    async def snapshot() -> Any:
+        result = await _run(commands.snapshot)
+        if isinstance(result, Response):
+            return result
+        return JSONResponse([call.wire() for call in result])
+
+    return router
