@@ -149,11 +149,11 @@ class BaresipPhone:
         (self.config_dir / "contacts").write_text("")
         return self.config_dir
 
-    async def start(self, *, timeout: float = 10.0) -> BaresipPhone:
+    async def start(self, *, within: float = 10.0) -> BaresipPhone:
         self._write_config()
         argv = ["baresip", "-f", str(self.config_dir), "-n", "127.0.0.1", "-t", str(int(self.lifetime))]
         self.process = await self._procs.start(self.name, argv, lifetime=self.lifetime + 5)
-        await self.process.wait_for_port(self.ctrl_port, timeout=timeout)
+        await self.process.wait_for_port(self.ctrl_port, within=within)
         reader, self._writer = await asyncio.open_connection("127.0.0.1", self.ctrl_port)
         self._reader_task = asyncio.create_task(self._read_ctrl(reader), name=f"{self.name}-ctrl")
         return self
@@ -198,7 +198,7 @@ class BaresipPhone:
                     future.set_exception(BaresipCommandError(f"{self.name}: ctrl_tcp closed; log: {self.log_path}"))
             self._event_added.set()
 
-    async def command(self, command: str, params: str | None = None, *, timeout: float = 5.0) -> str:
+    async def command(self, command: str, params: str | None = None, *, within: float = 5.0) -> str:
         """Run a baresip command over ctrl_tcp; its `data` text, or BaresipCommandError."""
         if self._writer is None:
             raise BaresipCommandError(f"{self.name} is not started")
@@ -211,11 +211,11 @@ class BaresipPhone:
         self._writer.write(_netstring(payload))
         await self._writer.drain()
         try:
-            answer = await asyncio.wait_for(future, timeout=timeout)
+            answer = await asyncio.wait_for(future, timeout=within)
         except TimeoutError:
             self._pending.pop(token, None)
             raise BaresipCommandError(
-                f"{self.name}: no answer to {command!r} in {timeout}s; log: {self.log_path}"
+                f"{self.name}: no answer to {command!r} in {within}s; log: {self.log_path}"
             ) from None
         if not answer.get("ok"):
             raise BaresipCommandError(f"{self.name}: {command} {params or ''} failed: {answer.get('data')!r}")
@@ -238,15 +238,15 @@ class BaresipPhone:
     async def hangup(self) -> None:
         await self.command("hangup")
 
-    async def quit(self, *, timeout: float = 5.0) -> int | None:
+    async def quit(self, *, within: float = 5.0) -> int | None:
         """Ask baresip to exit (finalizing its recordings) and wait for it; its exit code."""
         if self.process is None:
             return None
         if self.process.running:
             with contextlib.suppress(BaresipCommandError, ConnectionError):
-                await self.command("quit", timeout=timeout)
+                await self.command("quit", within=within)
             with contextlib.suppress(TimeoutError):
-                return await self.process.wait(timeout=timeout)
+                return await self.process.wait(within=within)
         return await self.process.terminate()
 
     async def aclose(self) -> None:
@@ -262,9 +262,9 @@ class BaresipPhone:
 
     # -- events -----------------------------------------------------------------------------------------
 
-    async def wait_event(self, event_type: str, *, timeout: float, nth: int = 1) -> BaresipEvent:
-        """The `nth` event of `event_type` since start (already seen ones count), within `timeout`."""
-        deadline = time.monotonic() + timeout
+    async def wait_event(self, event_type: str, *, within: float, nth: int = 1) -> BaresipEvent:
+        """The `nth` event of `event_type` since start (already seen ones count), within `within` s."""
+        deadline = time.monotonic() + within
         while True:
             self._event_added.clear()
             matching = [e for e in self.events if e.type == event_type]
@@ -276,24 +276,24 @@ class BaresipPhone:
             if remaining <= 0:
                 seen = [e.type for e in self.events]
                 raise TimeoutError(
-                    f"{self.name}: no {event_type} #{nth} in {timeout}s (saw {seen}); log: {self.log_path}"
+                    f"{self.name}: no {event_type} #{nth} in {within}s (saw {seen}); log: {self.log_path}"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._event_added.wait(), timeout=remaining)
 
-    async def wait_established(self, *, timeout: float = 10.0, nth: int = 1) -> BaresipEvent:
-        return await self.wait_event("CALL_ESTABLISHED", timeout=timeout, nth=nth)
+    async def wait_established(self, *, within: float = 10.0, nth: int = 1) -> BaresipEvent:
+        return await self.wait_event("CALL_ESTABLISHED", within=within, nth=nth)
 
-    async def wait_closed(self, *, timeout: float = 10.0, nth: int = 1) -> BaresipEvent:
-        return await self.wait_event("CALL_CLOSED", timeout=timeout, nth=nth)
+    async def wait_closed(self, *, within: float = 10.0, nth: int = 1) -> BaresipEvent:
+        return await self.wait_event("CALL_CLOSED", within=within, nth=nth)
 
     def received_dtmf(self) -> str:
         """Digits received so far (one per RFC 4733 event start)."""
         return "".join(e.param or "" for e in self.events if e.type == "CALL_DTMF_START")
 
-    async def wait_dtmf(self, digits: str, *, timeout: float) -> str:
+    async def wait_dtmf(self, digits: str, *, within: float) -> str:
         """Wait until at least `len(digits)` digits arrived; the received digits (compare them yourself)."""
-        await self.wait_event("CALL_DTMF_START", timeout=timeout, nth=len(digits))
+        await self.wait_event("CALL_DTMF_START", within=within, nth=len(digits))
         return self.received_dtmf()
 
     # -- recordings -------------------------------------------------------------------------------------

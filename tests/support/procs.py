@@ -125,10 +125,10 @@ class ManagedProcess:
     def running(self) -> bool:
         return self.returncode is None and self._proc.returncode is None
 
-    async def wait_for_output(self, pattern: str | re.Pattern[str], *, timeout: float) -> re.Match[str]:
+    async def wait_for_output(self, pattern: str | re.Pattern[str], *, within: float) -> re.Match[str]:
         """Wait until the output matches `pattern` (regex); fail if the process exits first."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while True:
             # Clear before looking, so output that arrives while we look wakes the wait below.
             self._changed.clear()
@@ -142,14 +142,14 @@ class ManagedProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ReadinessTimeoutError(
-                    f"{self.name} did not print {regex.pattern!r} in {timeout}s; log: {self.log_path}"
+                    f"{self.name} did not print {regex.pattern!r} in {within}s; log: {self.log_path}"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=remaining)
 
-    async def wait_for_port(self, port: int, *, timeout: float, kind: str = "tcp", host: str = "127.0.0.1") -> None:
+    async def wait_for_port(self, port: int, *, within: float, kind: str = "tcp", host: str = "127.0.0.1") -> None:
         """Wait until `port` is bound on `host` (TCP: accepts a connection; UDP: no longer bindable)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         delay = 0.01
         while True:
             if not self.running:
@@ -170,7 +170,7 @@ class ManagedProcess:
                 return
             if time.monotonic() >= deadline:
                 raise ReadinessTimeoutError(
-                    f"{self.name} did not bind {kind}/{port} in {timeout}s; log: {self.log_path}"
+                    f"{self.name} did not bind {kind}/{port} in {within}s; log: {self.log_path}"
                 )
             # Polling a socket has no event to wait on; back off so a slow start costs little CPU.
             await asyncio.sleep(delay)
@@ -188,12 +188,12 @@ class ManagedProcess:
 
         self._watchdog_task = asyncio.create_task(expire(), name=f"{self.name}-watchdog")
 
-    async def wait(self, *, timeout: float) -> int:
+    async def wait(self, *, within: float) -> int:
         """Wait for the process to exit by itself; its return code."""
         try:
-            await asyncio.wait_for(asyncio.shield(self._reader_task), timeout=timeout)
+            await asyncio.wait_for(asyncio.shield(self._reader_task), timeout=within)
         except TimeoutError:
-            raise ReadinessTimeoutError(f"{self.name} did not exit within {timeout}s; log: {self.log_path}") from None
+            raise ReadinessTimeoutError(f"{self.name} did not exit within {within}s; log: {self.log_path}") from None
         assert self.returncode is not None
         return self.returncode
 

@@ -28,11 +28,11 @@ async def _call_and_compare(
     caller = BaresipPhone(procs, tmp_path, source_wav=wav, name="caller", codecs=codecs)
     async with callee, caller:
         await caller.dial(callee.sip_uri)
-        await caller.wait_established(timeout=10)
-        await callee.wait_established(timeout=10)
+        await caller.wait_established(within=10)
+        await callee.wait_established(within=10)
         # The caller hangs up when its WAV ends; both sides then see the call closed.
-        await caller.wait_closed(timeout=15)
-        await callee.wait_closed(timeout=10)
+        await caller.wait_closed(within=15)
+        await callee.wait_closed(within=10)
     sent = read_wav(wav)
     heard = read_wav(callee.last_recording().decoded)
     assert heard.rate == sent.rate and heard.channels == sent.channels
@@ -61,9 +61,9 @@ async def test_dtmf_reaches_the_other_phone(peer_procs: ProcessGroup, tmp_path: 
     caller = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="caller", tail_silence=10)
     async with callee, caller:
         await caller.dial(callee.sip_uri)
-        await callee.wait_established(timeout=10)
+        await callee.wait_established(within=10)
         await caller.send_dtmf("12#*9")
-        assert await callee.wait_dtmf("12#*9", timeout=10) == "12#*9"
+        assert await callee.wait_dtmf("12#*9", within=10) == "12#*9"
         await caller.hangup()
-        closed = await callee.wait_closed(timeout=10)
+        closed = await callee.wait_closed(within=10)
         assert closed.peer_uri == caller.sip_uri
