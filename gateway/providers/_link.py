@@ -176,6 +176,10 @@ class ProviderLink:
                     raise
         with contextlib.suppress(ConnectionClosed, OSError):
             await self._ws.close()
+        if not self._finished:
+            # Never started, or cancelled before its first step ran: its finally block did not run either.
+            self._finished = True
+            self._deliver_last(ProviderDisconnected(reason="closed by client", retryable=False))
 
     async def _receive_loop(self) -> None:
         final: ProviderDisconnected | None = None
