@@ -1,0 +1,302 @@
+"""Adaptive playout (jitter) buffer for one call, in payload units: one 20 ms frame out per :meth:`pop`.
+
+The buffer keys payload *units* by extended RTP timestamp relative to an anchor (the first packet after a
+(re)synchronisation). A frame is ``units_per_frame`` consecutive units:
+
+- G.711 uses 10 ms units (80 samples = 80 bytes), two per frame, so packets of 10, 20, 30, 40, 60 ms are all
+  re-framed: a packet is cut into 10 ms units. A 20 ms packet that starts on a frame boundary is stored whole
+  (no copy); the rare frame with only one of its halves present plays that half twice.
+- Opus uses one 20 ms unit per frame; the caller must hand in 20 ms packets only (RFC 7587 packets of other
+  durations are counted as unsupported by the caller and concealed). Phones and browsers send 20 ms.
+
+Playout states (``pop`` is called once per 20 ms tick)::
+
+    IDLE ──push──> PREFILL ──buffered >= target──> PLAYING ──frame missing, nothing newer──> REBUFFER
+      ^                ^                              │                                        │
+      └── reset() ─────┴──── discontinuity (push) ────┘<──────────── push (re-anchor) ─────────┘
+
+- In PLAYING a missing frame with newer data buffered is a loss: conceal it and move on. A missing frame with
+  nothing newer is an underrun: the delay was too small (or the sender paused), so playout re-anchors on the
+  next packet and prefills to the target again - this is how the delay grows.
+- A packet whose frame was already played or concealed is *late* and dropped. A packet more than
+  ``horizon_ms`` ahead (or, in sequence order, that far behind) is a timestamp discontinuity: re-anchor.
+- The target delay follows the RFC 3550 A.8 jitter: ``frame + jitter_factor * J`` rounded up to a unit,
+  clamped to [min_delay_ms, max_delay_ms]; ``start_delay_ms`` holds until ``warmup_packets`` have arrived.
+  The delay shrinks by dropping one frame when, over a window of ``shrink_window_frames`` pops, the buffer
+  never fell below the target.
+
+``status`` after ``pop`` is PLAYED, CONCEALED (a gap inside a talkspurt: the caller runs PLC; ``fec_payload``
+holds the next frame's payload if buffered, for Opus in-band FEC) or SILENT (nothing to play: before the first
+packet, or after ``max_conceal_frames`` of a gap, where the sender has evidently paused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.media.errors import LocalMediaError
+
+PLAYED = 0
+CONCEALED = 1
+SILENT = 2
+
+STORED = 0
+LATE = 1
+DUPLICATE = 2
+RESYNCED = 3
+
+_IDLE = 0
+_PREFILL = 1
+_PLAYING = 2
+_REBUFFER = 3
+
+#: Marks the second unit of a whole frame stored in its first unit's slot.
+_COVERED = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JitterConfig:
+    """Playout delay policy (milliseconds)."""
+
+    start_delay_ms: int = 40
+    min_delay_ms: int = 20
+    max_delay_ms: int = 200
+    jitter_factor: float = 3.0
+    warmup_packets: int = 50
+    shrink_window_frames: int = 50
+    max_conceal_frames: int = 10
+    horizon_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if not 20 <= self.min_delay_ms <= self.start_delay_ms <= self.max_delay_ms:
+            raise LocalMediaError("need 20 <= min_delay_ms <= start_delay_ms <= max_delay_ms")
+        if self.horizon_ms < 2 * self.max_delay_ms:
+            raise LocalMediaError("horizon_ms must be at least twice max_delay_ms")
+        if self.jitter_factor < 0 or self.warmup_packets < 0 or self.shrink_window_frames < 1:
+            raise LocalMediaError("jitter_factor and warmup_packets must be >= 0, shrink_window_frames >= 1")
+
+
+class JitterBuffer:
+    """Reorders, de-duplicates and paces one source's payloads; see the module docstring for the rules."""
+
+    __slots__ = (
+        "_anchor",
+        "_frame_bytes",
+        "_gap",
+        "_high",
+        "_min_span",
+        "_next",
+        "_played_end",
+        "_slots",
+        "_state",
+        "_unit_bytes",
+        "_unit_ms",
+        "_unit_samples",
+        "_upf",
+        "_window",
+        "concealed",
+        "config",
+        "discarded",
+        "duplicates",
+        "fec_payload",
+        "late",
+        "played",
+        "resyncs",
+        "status",
+        "target_ms",
+        "underruns",
+    )
+
+    def __init__(
+        self, *, clock_rate: int, unit_samples: int, units_per_frame: int, unit_bytes: int, config: JitterConfig
+    ) -> None:
+        """``unit_bytes`` > 0 re-frames payloads into units of that size; 0 takes each payload as one unit."""
+        if unit_samples * units_per_frame * 50 != clock_rate:
+            raise LocalMediaError("unit_samples * units_per_frame must be 20 ms of the clock rate")
+        self.config = config
+        self._unit_samples = unit_samples
+        self._unit_ms = 20 // units_per_frame
+        self._upf = units_per_frame
+        self._unit_bytes = unit_bytes
+        self._frame_bytes = unit_bytes * units_per_frame
+        self._slots: dict[int, bytes] = {}
+        self.target_ms = config.start_delay_ms
+        self.status = SILENT
+        self.fec_payload: bytes | None = None
+        self.late = self.duplicates = self.concealed = self.played = 0
+        self.discarded = self.resyncs = self.underruns = 0
+        self._gap = config.max_conceal_frames  # not playing yet: gaps are silence, not concealment
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state = _IDLE
+        self._slots.clear()
+        self._anchor = 0
+        self._next = 0
+        self._high = -1
+        self._played_end: int | None = None
+        self._min_span = 1 << 30
+        self._window = 0
+
+    def reset(self) -> None:
+        """Forget the stream (SSRC change or sequence restart); the next push re-anchors playout."""
+        self._reset()
+
+    # --------------------------------------------------------------------------------------------- push
+
+    def push(self, ext_ts: int, payload: bytes, *, in_order: bool = True) -> int:
+        """Store one packet's payload (extended timestamp); returns STORED, LATE, DUPLICATE or RESYNCED."""
+        state = self._state
+        status = STORED
+        if state != _PLAYING:
+            if self._played_end is not None and ext_ts < self._played_end:
+                self.late += 1
+                return LATE
+            if state != _PREFILL:
+                self._anchor_at(ext_ts)
+        rel = ext_ts - self._anchor
+        unit = rel // self._unit_samples
+        unit_bytes = self._unit_bytes
+        count = len(payload) // unit_bytes if unit_bytes else 1
+        nxt = self._next
+        if unit < nxt and self._state == _PREFILL:
+            # Nothing played yet: an earlier packet arriving second extends the buffer backwards.
+            nxt = self._next = unit - unit % self._upf
+        horizon = self.config.horizon_ms // self._unit_ms
+        if unit - nxt > horizon or (in_order and nxt - unit > horizon):
+            self.resyncs += 1
+            self._anchor_at(ext_ts)
+            unit = nxt = 0
+            status = RESYNCED
+        if unit + count <= nxt:
+            self.late += 1
+            return LATE
+        slots = self._slots
+        upf = self._upf
+        if count == upf and unit % upf == 0 and unit not in slots:
+            # The common case: one whole, frame-aligned packet, stored without slicing.
+            slots[unit] = payload
+            for k in range(1, upf):
+                slots.setdefault(unit + k, _COVERED)
+            last = unit + upf - 1
+        else:
+            stored = False
+            for k in range(count):
+                idx = unit + k
+                if idx < nxt or idx in slots:
+                    continue
+                slots[idx] = payload if not unit_bytes else payload[k * unit_bytes : (k + 1) * unit_bytes]
+                stored = True
+            if not stored:
+                self.duplicates += 1
+                return DUPLICATE
+            last = unit + count - 1
+        if last > self._high:
+            self._high = last
+        return status
+
+    def _anchor_at(self, ext_ts: int) -> None:
+        self._slots.clear()
+        self._anchor = ext_ts
+        self._next = 0
+        self._high = -1
+        self._state = _PREFILL
+        self._min_span = 1 << 30
+        self._window = 0
+
+    # ---------------------------------------------------------------------------------------------- pop
+
+    def adapt(self, jitter_ts: float, received: int, clock_rate: int) -> None:
+        """Recompute the target delay from the A.8 jitter estimate (timestamp units)."""
+        cfg = self.config
+        if received < cfg.warmup_packets:
+            target = cfg.start_delay_ms
+        else:
+            wanted = 20.0 + cfg.jitter_factor * jitter_ts * 1000.0 / clock_rate
+            unit_ms = self._unit_ms
+            target = int(-(-wanted // unit_ms)) * unit_ms
+        self.target_ms = min(cfg.max_delay_ms, max(cfg.min_delay_ms, target))
+
+    def pop(self) -> bytes | None:
+        """The next 20 ms frame's payload, or None (see ``status``: CONCEALED or SILENT)."""
+        self.fec_payload = None
+        state = self._state
+        if state == _PREFILL and (self._high + 1 - self._next) * self._unit_ms >= self.target_ms:
+            self._state = state = _PLAYING
+        if state != _PLAYING:
+            return self._gap_frame()
+        slots = self._slots
+        nxt = self._next
+        upf = self._upf
+        first = slots.pop(nxt, None)
+        if upf == 1 or (first is not None and len(first) == self._frame_bytes):
+            payload = first
+            for k in range(1, upf):
+                slots.pop(nxt + k, None)
+        else:
+            parts = [first]
+            parts.extend(slots.pop(nxt + k, None) for k in range(1, upf))
+            payload = _assemble(parts)
+        if payload is None:
+            if self._high >= nxt + upf:
+                self._next = nxt + upf
+                fec = slots.get(nxt + upf)
+                self.fec_payload = fec if fec else None
+            else:
+                self.underruns += 1
+                self._state = _REBUFFER
+            return self._gap_frame()
+        nxt += upf
+        self._next = nxt
+        self._played_end = self._anchor + nxt * self._unit_samples
+        self._gap = 0
+        self.played += 1
+        self.status = PLAYED
+        self._shrink(nxt)
+        return payload
+
+    def _gap_frame(self) -> None:
+        # A gap right after audio is concealed (PLC fades it out); a long one is the sender pausing: silence.
+        if self._gap < self.config.max_conceal_frames:
+            self._gap += 1
+            self.concealed += 1
+            self.status = CONCEALED
+        else:
+            self.status = SILENT
+        return None
+
+    def _shrink(self, nxt: int) -> None:
+        span_ms = (self._high + 1 - nxt) * self._unit_ms
+        if span_ms < self._min_span:
+            self._min_span = span_ms
+        self._window += 1
+        if self._window < self.config.shrink_window_frames:
+            return
+        if self._min_span >= self.target_ms:
+            slots = self._slots
+            for k in range(self._upf):
+                slots.pop(nxt + k, None)
+            self._next = nxt + self._upf
+            self.discarded += 1
+        self._min_span = 1 << 30
+        self._window = 0
+
+    # ---------------------------------------------------------------------------------------- reading
+
+    @property
+    def buffered_ms(self) -> int:
+        """Audio buffered ahead of the playout point (including gaps not yet played)."""
+        return max(0, self._high + 1 - self._next) * self._unit_ms
+
+    @property
+    def playing(self) -> bool:
+        return self._state == _PLAYING
+
+
+def _assemble(parts: list[bytes | None]) -> bytes | None:
+    """Join a frame's units; a missing unit repeats a present neighbour. None if every unit is missing."""
+    present = [p for p in parts if p]
+    if not present:
+        return None
+    filler = present[0]
+    return b"".join(p if p else filler for p in parts)

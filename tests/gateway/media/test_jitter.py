@@ -1,0 +1,270 @@
+"""Jitter buffer and reception statistics: reorder, late, duplicates, wraparound, SSRC change, loss, A.8 jitter."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.media import jitter, reception
+from gateway.media.call import MediaCall, MediaCallConfig
+from gateway.media.errors import LocalMediaError
+from gateway.media.jitter import JitterBuffer, JitterConfig
+from gateway.media.reception import ReceptionStats
+from gateway.media.rtp import RtpPacket
+
+PEER = ("192.0.2.10", 4000)
+
+
+def make_call(**overrides: object) -> MediaCall:
+    fields: dict[str, object] = {
+        "call_id": "c1",
+        "codec": "PCMU",
+        "payload_type": 0,
+        "telephone_event_pt": 101,
+        "remote_rtp": PEER,
+        "ssrc": 1234,
+        "initial_sequence": 100,
+        "initial_timestamp": 5000,
+    }
+    fields.update(overrides)
+    return MediaCall(MediaCallConfig(**fields), now=0.0)  # type: ignore[arg-type]
+
+
+def frame(n: int, size: int = 160) -> bytes:
+    return bytes([n % 256]) * size
+
+
+def send(call: MediaCall, seq: int, ts: int, payload: bytes, now: float, *, ssrc: int = 77, pt: int = 0) -> str | None:
+    packet = RtpPacket(False, pt, seq & 0xFFFF, ts & 0xFFFFFFFF, ssrc, payload)
+    return call.receive(packet, PEER, now)
+
+
+def pops(call: MediaCall, count: int) -> list[tuple[int, bytes | None]]:
+    out = []
+    for _ in range(count):
+        payload = call.jitter_buffer.pop()
+        out.append((call.jitter_buffer.status, payload))
+    return out
+
+
+def test_prefill_then_in_order_playout() -> None:
+    call = make_call()
+    assert send(call, 1, 0, frame(1), 0.0) is None
+    assert pops(call, 1) == [(jitter.SILENT, None)]  # 20 ms buffered < 40 ms start delay
+    send(call, 2, 160, frame(2), 0.02)
+    send(call, 3, 320, frame(3), 0.04)
+    assert [p for _, p in pops(call, 2)] == [frame(1), frame(2)]
+    assert call.jitter_buffer.played == 2 and call.jitter_buffer.concealed == 0
+
+
+def test_reordered_packets_play_in_order() -> None:
+    call = make_call()
+    for seq in (1, 3, 2, 4):
+        assert send(call, seq, (seq - 1) * 160, frame(seq), 0.0) is None
+    assert [p for _, p in pops(call, 4)] == [frame(1), frame(2), frame(3), frame(4)]
+    stats = call.stats(0.1)
+    assert stats.reordered == 1 and stats.lost == 0 and stats.received == 4
+
+
+def test_duplicate_is_dropped_and_counted() -> None:
+    call = make_call()
+    assert send(call, 1, 0, frame(1), 0.0) is None
+    assert send(call, 1, 0, frame(1), 0.001) == "duplicate"
+    send(call, 2, 160, frame(2), 0.02)
+    assert send(call, 1, 0, frame(1), 0.03) == "duplicate"  # reordered duplicate, found in the seen ring
+    assert [p for _, p in pops(call, 2)] == [frame(1), frame(2)]
+    assert call.stats(0.1).duplicates == 2
+
+
+def test_late_packet_after_its_slot_is_dropped() -> None:
+    call = make_call()
+    send(call, 1, 0, frame(1), 0.0)
+    send(call, 2, 160, frame(2), 0.02)
+    send(call, 4, 480, frame(4), 0.06)
+    assert pops(call, 3) == [(jitter.PLAYED, frame(1)), (jitter.PLAYED, frame(2)), (jitter.CONCEALED, None)]
+    assert send(call, 3, 320, frame(3), 0.08) == "late"
+    assert pops(call, 1) == [(jitter.PLAYED, frame(4))]
+    stats = call.stats(0.1)
+    assert stats.late == 1 and stats.concealed == 1 and stats.reordered == 1
+
+
+def test_loss_is_concealed_and_counted_with_fec_peek() -> None:
+    call = make_call()
+    for seq in (1, 2, 4, 5):
+        send(call, seq, (seq - 1) * 160, frame(seq), 0.0)
+    out = []
+    for _ in range(4):
+        payload = call.jitter_buffer.pop()
+        out.append((call.jitter_buffer.status, payload, call.jitter_buffer.fec_payload))
+    assert out[2] == (jitter.CONCEALED, None, frame(4))  # the next frame is offered for FEC recovery
+    assert [p for _, p, _ in out] == [frame(1), frame(2), None, frame(4)]
+    stats = call.stats(0.1)
+    assert stats.lost == 1 and stats.concealed == 1 and stats.received == 4
+
+
+@pytest.mark.parametrize("start_seq", [65530, 65535])
+def test_sequence_and_timestamp_wraparound(start_seq: int) -> None:
+    call = make_call()
+    ts0 = 2**32 - 3 * 160
+    for i in range(10):
+        assert send(call, start_seq + i, ts0 + i * 160, frame(i), i * 0.02) is None
+    assert [p for _, p in pops(call, 10)] == [frame(i) for i in range(10)]
+    stats = call.stats(0.3)
+    assert stats.lost == 0 and stats.late == 0 and stats.reordered == 0
+    _, _, highest, _ = call.reception.report_block()
+    assert highest == start_seq + 9  # the extended highest sequence number counts the cycle
+
+
+def test_reordering_across_the_wrap() -> None:
+    call = make_call()
+    ts0 = 2**32 - 160
+    order = [(65535, 0), (1, 2), (0, 1), (2, 3)]
+    for seq, i in order:
+        assert send(call, seq, ts0 + i * 160, frame(i), 0.0) is None
+    assert [p for _, p in pops(call, 4)] == [frame(i) for i in range(4)]
+    assert call.stats(0.1).lost == 0
+
+
+def test_ssrc_change_resyncs_playout() -> None:
+    call = make_call()
+    for i in range(5):
+        send(call, 10 + i, 1000 + i * 160, frame(i), i * 0.02)
+    assert [p for _, p in pops(call, 3)] == [frame(0), frame(1), frame(2)]
+    # A new source with unrelated sequence and timestamp bases (e.g. after a transfer).
+    for i in range(3):
+        assert send(call, 40000 + i, 9_000_000 + i * 160, frame(100 + i), 0.1 + i * 0.02, ssrc=99) is None
+    played = [p for s, p in pops(call, 4) if s == jitter.PLAYED]
+    assert played == [frame(100), frame(101), frame(102)]
+    stats = call.stats(0.2)
+    assert stats.resyncs >= 1 and stats.lost == 0 and stats.received == 8
+
+
+def test_sequence_restart_needs_two_sequential_packets() -> None:
+    rx = ReceptionStats(8000)
+    assert rx.update(100, 0, 1, 0.0) == reception.SOURCE_CHANGED
+    assert rx.update(101, 160, 1, 0.02) == reception.ACCEPTED
+    assert rx.update(30000, 500, 1, 0.04) == reception.OUT_OF_RANGE
+    assert rx.update(30001, 660, 1, 0.06) == reception.RESTARTED
+    assert rx.update(30002, 820, 1, 0.08) == reception.ACCEPTED
+    assert rx.cumulative_lost == 0
+
+
+def test_rfc3550_a8_jitter_against_hand_computed_value() -> None:
+    # 8 kHz, packets every 160 units. Arrival offsets (ms) from the ideal schedule: 0, 5, 0, 10, 10.
+    # Transit differences D in timestamp units: 40, -40, 80, 0.
+    # J: 0 -> 40/16 = 2.5 -> 2.5 + (40 - 2.5)/16 = 4.84375 -> 4.84375 + (80 - 4.84375)/16 = 9.541015625
+    #    -> 9.541015625 + (0 - 9.541015625)/16 = 8.944702148...
+    rx = ReceptionStats(8000)
+    offsets = [0.0, 0.005, 0.0, 0.010, 0.010]
+    for i, off in enumerate(offsets):
+        rx.update(i, 1234 + i * 160, 7, 1000.0 + i * 0.020 + off)
+    assert rx.jitter == pytest.approx(9.541015625 * 15 / 16, abs=1e-6)
+    assert rx.jitter_ms == pytest.approx(rx.jitter / 8.0)
+    call = make_call()
+    for i, off in enumerate(offsets):
+        send(call, i, 1234 + i * 160, frame(i), 1000.0 + i * 0.020 + off)
+    assert call.stats(1000.2).jitter_ts == pytest.approx(8.9447021484375)
+
+
+def test_telephone_events_do_not_count_as_jitter_or_loss() -> None:
+    call = make_call()
+    send(call, 1, 0, frame(1), 0.0)
+    for k in range(4):  # one DTMF press, same timestamp, sent over 80 ms
+        send(call, 2 + k, 160, bytes([5, 10]) + (160 * (k + 1)).to_bytes(2, "big"), 0.02 + 0.02 * k, pt=101)
+    send(call, 6, 800, frame(6), 0.1)
+    stats = call.stats(0.2)
+    assert stats.lost == 0 and stats.jitter_ts == 0.0 and stats.dtmf_received == 1
+
+
+def test_reframes_10_and_30_ms_packets() -> None:
+    call = make_call()
+    samples = bytes(range(240)) * 2  # 60 ms of distinct codes
+    # 10 ms packets for the first 20 ms, then a 30 ms one, then 10 ms.
+    send(call, 1, 0, samples[0:80], 0.0)
+    send(call, 2, 80, samples[80:160], 0.01)
+    send(call, 3, 160, samples[160:400], 0.04)
+    send(call, 4, 400, samples[400:480], 0.05)
+    assert [p for _, p in pops(call, 3)] == [samples[0:160], samples[160:320], samples[320:480]]
+    assert call.stats(0.1).lost == 0
+
+
+def test_40_ms_packets_make_two_frames() -> None:
+    call = make_call()
+    send(call, 1, 0, frame(1, 320), 0.0)
+    send(call, 2, 320, frame(2, 320), 0.04)
+    assert [p for _, p in pops(call, 4)] == [frame(1), frame(1), frame(2), frame(2)]
+
+
+def test_half_frame_missing_repeats_the_present_half() -> None:
+    call = make_call()
+    send(call, 1, 0, frame(1, 80), 0.0)
+    send(call, 3, 160, frame(3, 160), 0.0)
+    assert pops(call, 1) == [(jitter.PLAYED, frame(1, 160))]
+
+
+def test_underrun_rebuffers_and_gap_ends_in_silence() -> None:
+    call = make_call()
+    send(call, 1, 0, frame(1), 0.0)
+    send(call, 2, 160, frame(2), 0.02)
+    assert [s for s, _ in pops(call, 2)] == [jitter.PLAYED, jitter.PLAYED]
+    statuses = [s for s, _ in pops(call, 15)]
+    assert statuses[:10] == [jitter.CONCEALED] * 10 and statuses[10:] == [jitter.SILENT] * 5
+    # The sender resumes after a pause (silence suppression): the timestamp jumped ahead, playout re-anchors.
+    send(call, 3, 160 + 8000 * 3, frame(3), 3.0)
+    send(call, 4, 320 + 8000 * 3, frame(4), 3.02)
+    assert [p for _, p in pops(call, 2)] == [frame(3), frame(4)]
+    assert call.jitter_buffer.underruns == 1 and call.stats(3.1).late == 0
+
+
+def test_target_delay_adapts_to_jitter_and_is_clamped() -> None:
+    cfg = JitterConfig()
+    jb = JitterBuffer(clock_rate=8000, unit_samples=80, units_per_frame=2, unit_bytes=80, config=cfg)
+    jb.adapt(0.0, 10, 8000)
+    assert jb.target_ms == 40  # warm-up: start delay
+    jb.adapt(0.0, 100, 8000)
+    assert jb.target_ms == 20
+    jb.adapt(80.0, 100, 8000)  # 10 ms jitter -> 20 + 3*10 = 50 ms
+    assert jb.target_ms == 50
+    jb.adapt(8000.0, 100, 8000)  # 1 s jitter -> clamped
+    assert jb.target_ms == 200
+
+
+def test_excess_delay_shrinks_by_one_frame_per_window() -> None:
+    call = make_call(jitter=JitterConfig(shrink_window_frames=10, warmup_packets=0))
+    # A burst fills 200 ms, then packets arrive steadily: the buffer holds far more than the 20 ms target.
+    ts = 0
+    for seq in range(10):
+        send(call, seq, ts, frame(seq), 0.0)
+        ts += 160
+    call.jitter_buffer.adapt(0.0, 100, 8000)
+    played = []
+    for k in range(40):
+        send(call, 10 + k, ts, frame(10 + k), 0.02 * k)
+        ts += 160
+        payload = call.jitter_buffer.pop()
+        if payload is not None:
+            played.append(payload[0])
+    assert call.jitter_buffer.discarded >= 3
+    assert played == sorted(played)  # still in order, frames only skipped
+
+
+def test_config_validation() -> None:
+    with pytest.raises(LocalMediaError):
+        JitterConfig(min_delay_ms=10)
+    with pytest.raises(LocalMediaError):
+        JitterConfig(start_delay_ms=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.permutations(list(range(12))), st.sets(st.integers(0, 11), max_size=4))
+def test_any_arrival_order_plays_frames_in_order_without_repeats(order: list[int], lost: set[int]) -> None:
+    call = make_call(jitter=JitterConfig(start_delay_ms=200, max_delay_ms=200, min_delay_ms=200))
+    base_seq, base_ts = 65530, 2**32 - 800
+    for i in [*order, *range(12, 22)]:  # a shuffled head, then an in-order tail long enough to prefill
+        if i not in lost:
+            send(call, base_seq + i, base_ts + i * 160, frame(i), 0.0)
+    played = [p[0] for s, p in pops(call, 22) if s == jitter.PLAYED and p is not None]
+    first = min(set(range(22)) - lost)
+    assert played == [i for i in range(first, 22) if i not in lost]
+    assert call.stats(0.0).lost == len({i for i in lost if i > first})
