@@ -74,3 +74,10 @@ LOOP_LAG_SECONDS = Histogram(
     registry=REGISTRY,
 )
 WORKERS = Gauge("gateway_workers", "Workers known to the control plane, by status", ["status"], registry=REGISTRY)
+ADMISSIONS_TOTAL = Counter(
+    "gateway_admissions_total",
+    "Control-plane admission decisions, by outcome (accepted, over_capacity, no_route, forbidden, no_worker)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+SSE_CLIENTS = Gauge("gateway_sse_clients", "Open GET /v1/events streams on this process", registry=REGISTRY)

@@ -288,6 +288,9 @@ class AdmissionDecision(_Model):
     route: str = ""
     profile: ProfileModel | None = None
     status: Literal[200, 403, 404, 503] = 200
+    code: str = Field(
+        default="", description="Machine-readable rejection: no_route, forbidden, no_worker, over_capacity"
+    )
     reason: str = ""
     retry_after_s: int | None = None
 

@@ -1,0 +1,213 @@
+"""``create_app``: the control plane as one FastAPI application.
+
+Mounted here: the ops API (``/v1``), SSE (``/v1/events``), the worker endpoints (``/internal/v1``),
+``/metrics``, ``/healthz``, ``/readyz`` and the dashboard (``/dashboard``). Extra routers — the WebRTC
+offer endpoint — are passed as ``routers=`` (or ``app.include_router`` later); they get the plane with
+``Depends(gateway.control.api.get_plane)`` and authenticate with ``Depends(require_api_token)``.
+``startup`` hooks run inside the app's lifespan with the plane (``gateway run`` starts its in-process
+worker there, and registers it through :class:`gateway.fleet.InProcessControlLink`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
+
+from gateway.control import api, events, internal
+from gateway.control.auth import require_api_token
+from gateway.control.config import GatewayConfig, load_config
+from gateway.control.plane import ControlPlane
+from gateway.control.settings import ControlSettings
+from gateway.control.store import MemoryStore, StateStore
+from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkError, WorkerNotFoundError
+from gateway.fleet.json_errors import error_response, install_json_errors
+from gateway.observability import REGISTRY
+
+log = logging.getLogger(__name__)
+
+StartupHook = Callable[[ControlPlane], Awaitable[None]]
+
+STATIC_DIR = resources.files("gateway.control") / "static"
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+class Health(BaseModel):
+    status: str
+    auth_required: bool
+
+
+class Readiness(BaseModel):
+    ready: bool
+    workers_up: int
+    shutting_down: bool
+
+
+def build_store(settings: ControlSettings, config: GatewayConfig) -> StateStore:
+    if settings.redis_url:
+        from gateway.control.redis_store import RedisStore
+
+        return RedisStore(
+            settings.redis_url,
+            ring_size=config.fleet.event_ring_size,
+            ended_retention=config.fleet.ended_call_retention,
+        )
+    return MemoryStore(ring_size=config.fleet.event_ring_size, ended_retention=config.fleet.ended_call_retention)
+
+
+def create_app(
+    settings: ControlSettings | None = None,
+    *,
+    config: GatewayConfig | None = None,
+    store: StateStore | None = None,
+    clock: Callable[[], float] = time.time,
+    routers: Sequence[APIRouter] = (),
+    startup: Sequence[StartupHook] = (),
+    sweeper: bool = True,
+) -> FastAPI:
+    """Build the control-plane app. Config comes from ``settings.config`` (TOML) unless given."""
+    settings = settings or ControlSettings()
+    config = config or load_config(settings.config)
+    owns_store = store is None
+    store = store or build_store(settings, config)
+    plane = ControlPlane(config, store, token=settings.token, clock=clock)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sweeper_task = asyncio.create_task(plane.run_sweeper(), name="control-sweeper") if sweeper else None
+        try:
+            for hook in startup:
+                await hook(plane)
+            yield
+        finally:
+            plane.shutting_down.set()
+            if sweeper_task is not None:
+                sweeper_task.cancel()
+                await asyncio.gather(sweeper_task, return_exceptions=True)
+            await plane.aclose()
+            if owns_store:
+                await store.aclose()
+
+    app = FastAPI(
+        title="Voice gateway control plane",
+        version="0.1.0",
+        description=(
+            "Ops API of the telephony gateway for realtime AI voice agents. Authenticate with "
+            '`Authorization: Bearer <GATEWAY_API_TOKEN>`. Errors are always `{"error": {"code", "message"}}`.'
+        ),
+        lifespan=lifespan,
+    )
+    app.state.plane = plane
+    app.state.settings = settings
+    app.state.token = settings.token
+    app.state.clock = clock
+    install_json_errors(app)
+    _install_fleet_errors(app)
+
+    app.include_router(events.router)
+    app.include_router(api.router)
+    app.include_router(internal.router)
+    for extra in routers:
+        app.include_router(extra)
+    _add_operational_routes(app, settings)
+    _add_dashboard(app)
+    return app
+
+
+def _install_fleet_errors(app: FastAPI) -> None:
+    async def call_not_found(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, CallNotFoundError)
+        return error_response(404, "call_not_found", str(exc), call_id=exc.call_id)
+
+    async def worker_not_found(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, WorkerNotFoundError)
+        return error_response(404, "worker_not_found", str(exc), worker_id=exc.worker_id)
+
+    async def rejected(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(409, "command_rejected", str(exc))
+
+    async def unreachable(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("worker command failed: %s", exc)
+        return error_response(502, "worker_unreachable", str(exc))
+
+    app.add_exception_handler(CallNotFoundError, call_not_found)
+    app.add_exception_handler(WorkerNotFoundError, worker_not_found)
+    app.add_exception_handler(CommandRejectedError, rejected)
+    app.add_exception_handler(LinkError, unreachable)
+
+
+def _add_operational_routes(app: FastAPI, settings: ControlSettings) -> None:
+    metrics_deps: list[Any] = [] if settings.metrics_public else [Depends(require_api_token)]
+
+    @app.get("/healthz", response_model=Health, tags=["ops"])
+    async def healthz(request: Request) -> Any:
+        """Liveness: the process answers. ``auth_required`` tells the dashboard whether to ask for a token."""
+        return Health(status="ok", auth_required=bool(request.app.state.token))
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        tags=["ops"],
+        responses={503: {"model": Readiness, "description": "shutting down, or no worker up"}},
+    )
+    async def readyz(request: Request) -> Any:
+        """Readiness: 200 when at least one worker is up (not draining) and the plane is not shutting down."""
+        plane: ControlPlane = request.app.state.plane
+        workers = await plane.list_workers()
+        body = Readiness(
+            ready=plane.ready(workers),
+            workers_up=sum(1 for w in workers if w.status == "up"),
+            shutting_down=plane.shutting_down.is_set(),
+        )
+        return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
+
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        dependencies=metrics_deps,
+        response_class=Response,
+        responses={
+            200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}},
+            401: {"model": api.ErrorBody},
+        },
+    )
+    async def metrics() -> Response:
+        """Prometheus text exposition of the shared registry (token required unless GATEWAY_METRICS_PUBLIC)."""
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def _add_dashboard(app: FastAPI) -> None:
+    static = STATIC_DIR
+
+    @app.get("/dashboard", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        return FileResponse(
+            str(static / "dashboard.html"), media_type="text/html", headers={"Cache-Control": "no-store"}
+        )
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        if request.url.path.startswith("/dashboard"):
+            response.headers.update(_SECURITY_HEADERS)
+        return response
+
+    app.mount("/dashboard/static", StaticFiles(directory=str(static)), name="dashboard-static")

@@ -1,0 +1,241 @@
+"""Routes, agent profiles and limits: ONE TOML file (``GATEWAY_CONFIG``), validated at start-up.
+
+Routes are tried in file order; the first whose pattern matches the called number (DID) wins:
+
+* ``did = "+15550199"``  exact match
+* ``did = "+1555*"``     prefix (a trailing ``*``; ``"*"`` alone matches every number)
+* ``did_regex = "^\\+44(20|161)"``  Python regular expression, searched in the number (anchor it yourself)
+
+Each route names a profile (``[profiles.<name>]``, the fields of
+:class:`gateway.providers.base.AgentProfile`, plus webhook tools) and may cap its own concurrent calls.
+Every problem is reported as ``<file>: <key>: <problem>``, all of them at once, before anything starts.
+Without ``GATEWAY_CONFIG`` the built-in config routes every number to the ``echo`` profile.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gateway.fleet.models import ProfileModel, ToolModel, TurnDetectionModel, WebhookSpec
+
+DEFAULT_SOURCE = "<built-in config>"
+
+
+class ConfigError(Exception):
+    """The config file is missing, not TOML, or invalid. The message names the file, the key and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsConfig(_Section):
+    max_calls: int = Field(default=100, ge=0, description="Concurrent calls over the whole fleet")
+    retry_after_s: int = Field(default=5, ge=1, le=3600, description="Retry-After sent with 503")
+
+
+class FleetConfig(_Section):
+    heartbeat_interval_s: float = Field(default=2.0, gt=0.0, le=60.0)
+    lost_after_missed: int = Field(default=3, ge=1, le=100, description="Missed heartbeats before 'lost'")
+    forget_after_s: float = Field(default=600.0, gt=0.0, description="Lost/gone workers are dropped after this")
+    admitted_grace_s: float = Field(
+        default=10.0, gt=0.0, description="An admitted call absent from its worker's heartbeats is released after this"
+    )
+    event_ring_size: int = Field(default=2000, ge=10, le=1_000_000)
+    ended_call_retention: int = Field(default=1000, ge=0, le=1_000_000)
+    sse_keepalive_s: float = Field(default=15.0, gt=0.0, le=300.0)
+
+    @property
+    def lost_after_s(self) -> float:
+        return self.heartbeat_interval_s * self.lost_after_missed
+
+
+class ToolConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    url: str | None = Field(default=None, pattern=r"^https?://", description="Webhook URL (absent: built-in tool)")
+    timeout_s: float = Field(default=10.0, gt=0.0, le=300.0)
+    auth_header: str = Field(default="", repr=False)
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError('must be a JSON schema object: {type = "object", properties = {...}}')
+        return value
+
+
+class ProfileConfig(_Section):
+    provider: str = Field(default="echo", min_length=1)
+    model: str = ""
+    voice: str = ""
+    instructions: str = "You are a helpful voice agent on a phone call. Be brief."
+    greeting: str = ""
+    tools: list[ToolConfig] = Field(default_factory=list)
+    turn_detection: TurnDetectionModel = Field(default_factory=TurnDetectionModel)
+    max_duration_s: float = Field(default=3600.0, gt=0.0, le=86_400.0)
+    audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> ProfileConfig:
+        names = [tool.name for tool in self.tools]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        return self
+
+    def to_model(self, name: str) -> ProfileModel:
+        tools = [
+            ToolModel(
+                name=tool.name,
+                description=tool.description,
+                parameters=tool.parameters,
+                webhook=WebhookSpec(url=tool.url, timeout_s=tool.timeout_s, auth_header=tool.auth_header)
+                if tool.url
+                else None,
+            )
+            for tool in self.tools
+        ]
+        return ProfileModel(
+            name=name,
+            provider=self.provider,
+            model=self.model,
+            voice=self.voice,
+            instructions=self.instructions,
+            greeting=self.greeting,
+            tools=tools,
+            turn_detection=self.turn_detection,
+            max_duration_s=self.max_duration_s,
+            audio_format=self.audio_format,
+        )
+
+
+class RouteConfig(_Section):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    did: str | None = Field(default=None, min_length=1, max_length=256)
+    did_regex: str | None = Field(default=None, min_length=1, max_length=1024)
+    profile: str = Field(min_length=1)
+    max_calls: int | None = Field(default=None, ge=0, description="Concurrent calls on this route")
+    webrtc_public: bool = Field(default=False, description="Browsers may call this route without the API token")
+
+    @field_validator("did_regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _one_pattern(self) -> RouteConfig:
+        if (self.did is None) == (self.did_regex is None):
+            raise ValueError("give exactly one of did (exact or prefix*) and did_regex")
+        return self
+
+    def matches(self, number: str) -> bool:
+        if self.did_regex is not None:
+            return re.search(self.did_regex, number) is not None
+        assert self.did is not None
+        if self.did.endswith("*"):
+            return number.startswith(self.did[:-1])
+        return number == self.did
+
+
+class _ConfigFile(_Section):
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    routes: list[RouteConfig] = Field(default_factory=list)
+    profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
+
+
+class GatewayConfig:
+    """The validated config: limits, fleet timing, routes in order, profiles by name (frozen)."""
+
+    def __init__(self, parsed: _ConfigFile, source: str) -> None:
+        self.source = source
+        self.limits = parsed.limits
+        self.fleet = parsed.fleet
+        self.routes: tuple[RouteConfig, ...] = tuple(parsed.routes)
+        self.profiles: dict[str, ProfileModel] = {name: p.to_model(name) for name, p in parsed.profiles.items()}
+        self._routes_by_name = {route.name: route for route in self.routes}
+
+    def resolve(self, called: str) -> RouteConfig | None:
+        """The first route whose pattern matches ``called``."""
+        for route in self.routes:
+            if route.matches(called):
+                return route
+        return None
+
+    def route_named(self, name: str) -> RouteConfig | None:
+        return self._routes_by_name.get(name)
+
+    def profile_for(self, route: RouteConfig) -> ProfileModel:
+        return self.profiles[route.profile]
+
+
+def _key(location: tuple[int | str, ...]) -> str:
+    key = ""
+    for part in location:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key or "(top level)"
+
+
+def _problem(message: str) -> str:
+    return message.removeprefix("Value error, ")
+
+
+def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
+    """Validate a parsed TOML document; raise ConfigError listing every problem."""
+    try:
+        parsed = _ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: {_key(e['loc'])}: {_problem(e['msg'])}" for e in exc.errors()]
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+    problems: list[str] = []
+    if not parsed.routes:
+        problems.append(f"{source}: routes: at least one [[routes]] entry is needed")
+    seen: set[str] = set()
+    for index, route in enumerate(parsed.routes):
+        if route.name in seen:
+            problems.append(f"{source}: routes[{index}].name: duplicate route name {route.name!r}")
+        seen.add(route.name)
+        if route.profile not in parsed.profiles:
+            known = ", ".join(sorted(parsed.profiles)) or "none defined"
+            problems.append(f"{source}: routes[{index}].profile: unknown profile {route.profile!r} (known: {known})")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return GatewayConfig(parsed, source)
+
+
+def load_config(path: str | Path | None) -> GatewayConfig:
+    """Load ``path`` (TOML), or the built-in echo config when ``path`` is None or empty."""
+    if not path:
+        return default_config()
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    return parse_config(data, str(file))
+
+
+def default_config() -> GatewayConfig:
+    return parse_config(
+        {
+            "routes": [{"name": "default", "did": "*", "profile": "echo", "webrtc_public": True}],
+            "profiles": {"echo": {"provider": "echo", "greeting": ""}},
+        },
+        DEFAULT_SOURCE,
+    )

@@ -1,0 +1,434 @@
+"""The control plane's core: worker registry, admission, call tracking, liveness, events, commands.
+
+HTTP-free (the FastAPI routers in :mod:`gateway.control.api` call it), so ``gateway run`` drives it
+in-process through :class:`gateway.fleet.InProcessControlLink` and tests drive it with a fake clock.
+
+Call events are derived from state transitions, not from what a worker says it did: the first time the
+plane learns of a call it publishes ``call.started``, any later change ``call.updated``, and the move to
+state "ended" ``call.ended`` (also when the plane ends calls itself: ``worker_lost``, ``vanished``).
+
+Liveness: a worker whose last heartbeat (plane clock) is older than ``lost_after_missed`` intervals is
+marked lost and its calls end with reason ``worker_lost``; lost and gone workers are forgotten after
+``forget_after_s``. Admitted calls missing from their worker's heartbeats for ``admitted_grace_s`` are
+released (reason ``vanished``), so a lost admit answer or a crashed call cannot leak a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway.control.config import GatewayConfig, RouteConfig
+from gateway.control.store import Reservation, StateStore
+from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, WorkerNotFoundError
+from gateway.fleet.http import HttpWorkerCommands
+from gateway.fleet.models import (
+    AdmissionDecision,
+    AdmissionRequest,
+    CallSnapshot,
+    EventType,
+    FleetEvent,
+    OriginateRequest,
+    WorkerEvent,
+    WorkerInfo,
+)
+from gateway.fleet.protocols import WorkerCommands
+from gateway.observability import ADMISSIONS_TOTAL, WORKERS
+
+log = logging.getLogger(__name__)
+
+_STATUSES = ("up", "draining", "lost", "gone")
+
+
+class ControlPlane:
+    """Implements :class:`gateway.fleet.ControlPlaneApi` plus the operations behind the ops API."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: StateStore,
+        *,
+        token: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self._token = token
+        self._clock = clock
+        self._local_commands: dict[str, WorkerCommands] = {}
+        self._http_commands: dict[str, HttpWorkerCommands] = {}
+        self.shutting_down = asyncio.Event()
+
+    # ------------------------------------------------------------------------------ worker registry
+
+    def _stamp(self, info: WorkerInfo, *, status: str | None = None) -> WorkerInfo:
+        load = info.active_calls / info.capacity if info.capacity else 1.0
+        if status is None:
+            status = "draining" if info.draining else "up"
+        return info.model_copy(update={"status": status, "last_heartbeat": self._clock(), "load": round(load, 4)})
+
+    async def register(self, info: WorkerInfo, *, commands: WorkerCommands | None = None) -> WorkerInfo:
+        if commands is not None:
+            self._local_commands[info.id] = commands
+        stored = self._stamp(info)
+        await self.store.put_worker(stored)
+        await self._publish("worker.registered", stored.model_dump(mode="json"))
+        log.info("worker %s registered (url=%s capacity=%d)", info.id, info.url or "in-process", info.capacity)
+        await self._refresh_worker_gauge()
+        return stored
+
+    async def heartbeat(
+        self, info: WorkerInfo, calls: Sequence[CallSnapshot], *, commands: WorkerCommands | None = None
+    ) -> WorkerInfo:
+        previous = await self.store.get_worker(info.id)
+        if previous is None or previous.status in ("lost", "gone"):
+            # The plane restarted (memory store) or gave the worker up: take it back.
+            stored = await self.register(info, commands=commands)
+        else:
+            stored = self._stamp(info)
+            await self.store.put_worker(stored)
+            if (previous.active_calls, previous.draining, previous.capacity) != (
+                stored.active_calls,
+                stored.draining,
+                stored.capacity,
+            ):
+                await self._publish("worker.updated", stored.model_dump(mode="json"))
+        for call in calls:
+            await self._track(call.model_copy(update={"worker": info.id}))
+        await self._reconcile(info.id, {call.id for call in calls})
+        return stored
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self.store.list_workers()
+
+    async def get_worker(self, worker_id: str) -> WorkerInfo:
+        worker = await self.store.get_worker(worker_id)
+        if worker is None:
+            raise WorkerNotFoundError(worker_id)
+        return worker
+
+    def commands_for(self, worker: WorkerInfo) -> WorkerCommands:
+        local = self._local_commands.get(worker.id)
+        if local is not None:
+            return local
+        cached = self._http_commands.get(worker.id)
+        if cached is None or cached.url != worker.url:
+            cached = HttpWorkerCommands(worker.url, self._token)
+            self._http_commands[worker.id] = cached
+        return cached
+
+    async def drain(self, worker_id: str, exit_when_empty: bool) -> WorkerInfo:
+        worker = await self.get_worker(worker_id)
+        await self.commands_for(worker).drain(exit_when_empty)
+        stored = worker.model_copy(update={"draining": True, "status": "draining"})
+        await self.store.put_worker(stored)
+        await self._publish("worker.draining", {**stored.model_dump(mode="json"), "exit_when_empty": exit_when_empty})
+        await self._refresh_worker_gauge()
+        return stored
+
+    # ------------------------------------------------------------------------------------ admission
+
+    def _reject(self, status: int, reason: str, outcome: str, *, retry: bool = False) -> AdmissionDecision:
+        ADMISSIONS_TOTAL.labels(outcome=outcome).inc()
+        retry_after = self.config.limits.retry_after_s if retry else None
+        return AdmissionDecision(
+            accepted=False,
+            status=status,  # type: ignore[arg-type]
+            code=outcome,
+            reason=reason,
+            retry_after_s=retry_after,
+        )
+
+    def _accept(self, reservation: Reservation, route: RouteConfig) -> AdmissionDecision:
+        return AdmissionDecision(
+            accepted=True,
+            call_id=reservation.call_id,
+            worker=reservation.worker,
+            route=route.name,
+            profile=self.config.profile_for(route),
+        )
+
+    async def admit(self, request: AdmissionRequest) -> AdmissionDecision:
+        if request.call_id:
+            held = await self.store.get_reservation(request.call_id)
+            route = self.config.route_named(held.route) if held else None
+            if held and route:
+                return self._accept(held, route)
+        if request.route is not None:
+            route = self.config.route_named(request.route)
+            if route is None:
+                return self._reject(404, f"no route named {request.route!r}", "no_route")
+        else:
+            route = self.config.resolve(request.called)
+            if route is None:
+                return self._reject(404, f"no route for called number {request.called!r}", "no_route")
+        if request.public and not route.webrtc_public:
+            return self._reject(403, f"route {route.name!r} does not take public WebRTC calls", "forbidden")
+        if self.shutting_down.is_set():
+            return self._reject(503, "control plane is shutting down", "no_worker", retry=True)
+
+        candidates = [w for w in await self.store.list_workers() if w.status == "up" and w.capacity > 0]
+        if request.worker is not None:
+            candidates = [w for w in candidates if w.id == request.worker]
+            if not candidates:
+                return self._reject(503, f"worker {request.worker!r} is not taking calls", "no_worker", retry=True)
+        if not candidates:
+            return self._reject(503, "no worker is up", "no_worker", retry=True)
+        held_by: dict[str, int] = {}
+        for held in await self.store.reservations():
+            held_by[held.worker] = held_by.get(held.worker, 0) + 1
+        candidates.sort(key=lambda w: (held_by.get(w.id, 0) / w.capacity, held_by.get(w.id, 0), w.id))
+
+        call_id = request.call_id or f"c-{uuid.uuid4().hex[:16]}"
+        for worker in candidates:
+            reservation = Reservation(call_id=call_id, route=route.name, worker=worker.id, admitted_at=self._clock())
+            outcome = await self.store.reserve(
+                reservation,
+                max_calls=self.config.limits.max_calls,
+                route_max=route.max_calls,
+                worker_capacity=worker.capacity,
+            )
+            if outcome == "exists":
+                held = await self.store.get_reservation(call_id)
+                if held is not None:
+                    return self._accept(held, route)
+            if outcome == "global":
+                return self._reject(503, "the gateway is at its concurrent call limit", "over_capacity", retry=True)
+            if outcome == "route":
+                return self._reject(
+                    503, f"route {route.name!r} is at its limit of {route.max_calls} calls", "over_capacity", retry=True
+                )
+            if outcome == "ok":
+                ADMISSIONS_TOTAL.labels(outcome="accepted").inc()
+                profile = self.config.profile_for(route)
+                await self._track(
+                    CallSnapshot.model_validate(
+                        {
+                            "id": call_id,
+                            "direction": request.direction,
+                            "kind": request.kind,
+                            "from": request.caller,
+                            "to": request.called,
+                            "route": route.name,
+                            "provider": profile.provider,
+                            "state": "admitted",
+                            "worker": worker.id,
+                            "started": self._clock(),
+                        }
+                    )
+                )
+                return self._accept(reservation, route)
+        return self._reject(503, "every worker is at capacity", "over_capacity", retry=True)
+
+    # ----------------------------------------------------------------------------- call tracking
+
+    async def report(self, events: Sequence[WorkerEvent]) -> None:
+        for event in events:
+            if event.type == "worker.gone":
+                await self._worker_gone(event.worker)
+            elif event.call is not None:
+                await self._track(event.call.model_copy(update={"worker": event.worker}))
+
+    async def _track(self, call: CallSnapshot) -> None:
+        """Store a call snapshot and publish the transition it represents."""
+        previous = await self.store.get_call(call.id)
+        if previous == call:
+            return
+        if previous is not None and previous.state == "ended" and call.state != "ended":
+            log.info("call %s reported live again after it ended (%s)", call.id, previous.end_reason)
+        await self.store.put_call(call)
+        if call.state == "ended":
+            await self.store.release(call.id)
+            if previous is None or previous.state != "ended":
+                await self._publish("call.ended", _event_view(call))
+            return
+        if await self.store.get_reservation(call.id) is None:
+            # A live call the plane holds no slot for (reported after a restart, or never admitted here):
+            # count it so the limits see it; it never fails, the call is already up.
+            await self.store.reserve(
+                Reservation(call_id=call.id, route=call.route, worker=call.worker, admitted_at=self._clock()),
+                max_calls=1 << 62,
+                route_max=None,
+                worker_capacity=1 << 62,
+            )
+        kind: EventType = "call.started" if previous is None or previous.state == "ended" else "call.updated"
+        await self._publish(kind, _event_view(call))
+
+    async def _end_call(self, call_id: str, reason: str) -> None:
+        call = await self.store.get_call(call_id)
+        await self.store.release(call_id)
+        if call is None or call.state == "ended":
+            return
+        now = self._clock()
+        began = call.answered or call.started or now
+        await self._track(
+            call.model_copy(
+                update={"state": "ended", "ended": now, "end_reason": reason, "duration_s": max(0.0, now - began)}
+            )
+        )
+
+    async def _reconcile(self, worker_id: str, reported: set[str]) -> None:
+        grace = self.config.fleet.admitted_grace_s
+        now = self._clock()
+        for held in await self.store.reservations():
+            if held.worker == worker_id and held.call_id not in reported and now - held.admitted_at > grace:
+                log.warning("call %s is not on worker %s any more; releasing its slot", held.call_id, worker_id)
+                await self._end_call(held.call_id, "vanished")
+
+    async def list_calls(self) -> list[CallSnapshot]:
+        return await self.store.list_calls()
+
+    async def get_call(self, call_id: str) -> CallSnapshot:
+        call = await self.store.get_call(call_id)
+        if call is None:
+            raise CallNotFoundError(call_id)
+        return call
+
+    # ------------------------------------------------------------------------------------- liveness
+
+    async def sweep(self) -> None:
+        """Mark silent workers lost (ending their calls), forget long-dead ones, drop orphan slots."""
+        now = self._clock()
+        fleet = self.config.fleet
+        workers = await self.store.list_workers()
+        for worker in workers:
+            silent_for = now - worker.last_heartbeat
+            if worker.status in ("up", "draining") and silent_for > fleet.lost_after_s:
+                lost = worker.model_copy(update={"status": "lost"})
+                await self.store.put_worker(lost)
+                log.warning("worker %s lost: no heartbeat for %.1f s", worker.id, silent_for)
+                await self._publish("worker.lost", lost.model_dump(mode="json"))
+                await self._end_worker_calls(worker.id, "worker_lost")
+            elif worker.status in ("lost", "gone") and silent_for > fleet.forget_after_s:
+                await self.store.delete_worker(worker.id)
+                self._local_commands.pop(worker.id, None)
+                stale = self._http_commands.pop(worker.id, None)
+                if stale is not None:
+                    await stale.aclose()
+        known = {w.id for w in workers}
+        for held in await self.store.reservations():
+            if held.worker not in known:
+                await self._end_call(held.call_id, "worker_lost")
+        await self._refresh_worker_gauge()
+
+    async def _end_worker_calls(self, worker_id: str, reason: str) -> None:
+        ids = {held.call_id for held in await self.store.reservations() if held.worker == worker_id}
+        ids |= {call.id for call in await self.store.list_calls() if call.worker == worker_id and call.is_live}
+        for call_id in sorted(ids):
+            await self._end_call(call_id, reason)
+
+    async def _worker_gone(self, worker_id: str) -> None:
+        worker = await self.store.get_worker(worker_id)
+        if worker is None:
+            return
+        gone = worker.model_copy(update={"status": "gone", "last_heartbeat": self._clock()})
+        await self.store.put_worker(gone)
+        await self._publish("worker.gone", gone.model_dump(mode="json"))
+        await self._end_worker_calls(worker_id, "worker_gone")
+        await self._refresh_worker_gauge()
+
+    async def run_sweeper(self) -> None:
+        """Sweep once per heartbeat interval until cancelled (one process at a time holds the lease)."""
+        interval = self.config.fleet.heartbeat_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if await self.store.try_lock("sweep", ttl_s=interval * 3):
+                    await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("liveness sweep failed")
+
+    def ready(self, workers: Sequence[WorkerInfo]) -> bool:
+        return not self.shutting_down.is_set() and any(w.status == "up" for w in workers)
+
+    # -------------------------------------------------------------------------------- ops commands
+
+    async def originate(self, request: OriginateRequest) -> AdmissionDecision:
+        """Admit an outbound call and have its worker dial; returns the (accepted or rejected) decision."""
+        if request.route is not None:
+            route_name: str | None = request.route
+        else:
+            route = self.config.resolve(request.caller_id)
+            route_name = route.name if route else None
+        if route_name is None:
+            return self._reject(404, f"no route for caller id {request.caller_id!r}; name one with 'route'", "no_route")
+        decision = await self.admit(
+            AdmissionRequest(
+                called=request.to,
+                caller=request.caller_id,
+                kind="sip",
+                direction="outbound",
+                route=route_name,
+                worker=request.worker,
+            )
+        )
+        if not decision.accepted:
+            return decision
+        worker = await self.get_worker(decision.worker)
+        try:
+            await self.commands_for(worker).originate(request, decision)
+        except BaseException:
+            await self._end_call(decision.call_id, "originate_failed")
+            raise
+        return decision
+
+    async def _live_call_and_commands(self, call_id: str) -> tuple[CallSnapshot, WorkerCommands]:
+        call = await self.get_call(call_id)
+        if not call.is_live:
+            raise CommandRejectedError(f"call {call_id!r} has already ended ({call.end_reason or 'ended'})")
+        worker = await self.get_worker(call.worker)
+        return call, self.commands_for(worker)
+
+    async def hang_up(self, call_id: str, reason: str) -> None:
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.hang_up(call_id, reason)
+
+    async def transfer(self, call_id: str, target: str) -> None:
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.transfer(call_id, target)
+
+    async def send_dtmf(self, call_id: str, digits: str) -> None:
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.send_dtmf(call_id, digits)
+
+    # ----------------------------------------------------------------------------------- events
+
+    async def _publish(self, type: EventType, data: dict[str, Any]) -> FleetEvent:
+        return await self.store.append_event(type, data, self._clock())
+
+    async def events_since(self, last_id: int | None, wait_s: float = 0.0) -> tuple[list[FleetEvent], bool, int]:
+        """Events after ``last_id`` (None: from now on), whether some were lost (gap), and the new cursor."""
+        newest = await self.store.last_event_id()
+        if last_id is None:
+            return [], False, newest
+        gap = last_id > newest  # ids from an earlier life of the store: replay what there is
+        after = 0 if gap else last_id
+        events = await self.store.read_events(after, wait_s)
+        if events and events[0].id > after + 1:
+            gap = True
+        cursor = events[-1].id if events else max(after, 0 if gap else last_id)
+        return events, gap, cursor
+
+    async def _refresh_worker_gauge(self) -> None:
+        workers = await self.store.list_workers()
+        for status in _STATUSES:
+            WORKERS.labels(status=status).set(sum(1 for w in workers if w.status == status))
+
+    async def aclose(self) -> None:
+        self.shutting_down.set()
+        for commands in self._http_commands.values():
+            await commands.aclose()
+        self._http_commands.clear()
+
+
+def _event_view(call: CallSnapshot) -> dict[str, Any]:
+    """The call as published on the event stream: everything but the transcript (GET /v1/calls/{id} has it)."""
+    data = call.wire()
+    data["transcript"] = []
+    return data

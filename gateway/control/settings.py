@@ -1,0 +1,64 @@
+"""Process settings of the control plane, read from the environment (pydantic-settings).
+
+    GATEWAY_API_TOKEN     bearer token for /v1, /internal/v1 and /metrics (unset: loopback only, no auth)
+    GATEWAY_HTTP_HOST     bind address (default 127.0.0.1)
+    GATEWAY_HTTP_PORT     port (default 8080)
+    GATEWAY_REDIS_URL     redis://... for shared state between control-plane processes (unset: in memory)
+    GATEWAY_CONFIG        routes + profiles TOML file (unset: built-in echo config)
+
+Routes, profiles and limits live in the TOML file (:mod:`gateway.control.config`), not here: settings say
+how this process runs, the config says what the gateway does.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class InsecureBindError(Exception):
+    """A non-loopback bind was requested without GATEWAY_API_TOKEN."""
+
+
+class ControlSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True, extra="ignore")
+
+    api_token: SecretStr | None = Field(default=None, description="Bearer token; unset disables auth")
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    redis_url: str | None = None
+    config: str | None = Field(default=None, description="Path of the routes/profiles TOML file")
+    metrics_public: bool = Field(default=False, description="Serve /metrics without the token")
+
+    @property
+    def token(self) -> str | None:
+        value = self.api_token.get_secret_value() if self.api_token is not None else ""
+        return value or None
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: ControlSettings) -> str:
+    """A log line describing the security mode; raises InsecureBindError for a tokenless public bind."""
+    if settings.token:
+        if settings.metrics_public:
+            return "API token required on /v1 and /internal/v1; /metrics is public (GATEWAY_METRICS_PUBLIC)"
+        return "API token required on /v1, /internal/v1 and /metrics"
+    if not is_loopback(settings.http_host):
+        raise InsecureBindError(
+            f"refusing to listen on {settings.http_host}:{settings.http_port} without GATEWAY_API_TOKEN: "
+            "set a token (e.g. GATEWAY_API_TOKEN=$(openssl rand -hex 32)) or bind 127.0.0.1"
+        )
+    return (
+        f"no GATEWAY_API_TOKEN: authentication is OFF; listening on loopback {settings.http_host} only "
+        "(set a token to bind another address)"
+    )

@@ -1,0 +1,170 @@
+"""Control-plane state: workers, calls, admission reservations and the event ring — in memory.
+
+:class:`StateStore` is the seam; :class:`MemoryStore` serves one process (the default), and
+:class:`gateway.control.redis_store.RedisStore` shares the same picture between several control-plane
+processes (``GATEWAY_REDIS_URL``). Both keep these invariants:
+
+* ``reserve`` is atomic: the global, per-route and per-worker counts are checked and the slot taken in
+  one step, so two admissions can never both take the last slot.
+* Event ids are contiguous integers (1, 2, 3, ...): a reader that gets first id > last seen + 1 knows
+  it missed events (the ring dropped them) and says so.
+* Ended calls are kept (newest ``ended_retention``) so ``GET /v1/calls/{id}`` still answers after hang-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.fleet.models import CallSnapshot, EventType, FleetEvent, WorkerInfo
+
+ReserveOutcome = Literal["ok", "exists", "global", "route", "worker"]
+
+
+class Reservation(BaseModel):
+    """One admitted call holding a slot of the global, route and worker limits until it ends."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    call_id: str
+    route: str
+    worker: str
+    admitted_at: float
+
+
+class StateStore(Protocol):
+    async def put_worker(self, info: WorkerInfo) -> None: ...
+    async def get_worker(self, worker_id: str) -> WorkerInfo | None: ...
+    async def list_workers(self) -> list[WorkerInfo]: ...
+    async def delete_worker(self, worker_id: str) -> None: ...
+
+    async def reserve(
+        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: int
+    ) -> ReserveOutcome: ...
+    async def get_reservation(self, call_id: str) -> Reservation | None: ...
+    async def release(self, call_id: str) -> Reservation | None: ...
+    async def reservations(self) -> list[Reservation]: ...
+
+    async def put_call(self, call: CallSnapshot) -> None: ...
+    async def get_call(self, call_id: str) -> CallSnapshot | None: ...
+    async def list_calls(self) -> list[CallSnapshot]: ...
+
+    async def append_event(self, type: EventType, data: dict[str, Any], time: float) -> FleetEvent: ...
+    async def read_events(self, after: int, wait_s: float = 0.0) -> list[FleetEvent]:
+        """Events with id > ``after`` still in the ring; waits up to ``wait_s`` for one when there are none."""
+        ...
+
+    async def last_event_id(self) -> int: ...
+    async def try_lock(self, name: str, ttl_s: float) -> bool:
+        """Take a short lease so only one control-plane process runs a periodic job (liveness sweep)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryStore:
+    """StateStore for one process. Every method runs without awaiting, so each is atomic on the loop."""
+
+    def __init__(self, *, ring_size: int = 2000, ended_retention: int = 1000) -> None:
+        self._workers: dict[str, WorkerInfo] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._calls: dict[str, CallSnapshot] = {}
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        self._ended_retention = ended_retention
+        self._ring: deque[FleetEvent] = deque(maxlen=ring_size)
+        self._seq = 0
+        self._new_event = asyncio.Event()
+
+    # workers
+    async def put_worker(self, info: WorkerInfo) -> None:
+        self._workers[info.id] = info
+
+    async def get_worker(self, worker_id: str) -> WorkerInfo | None:
+        return self._workers.get(worker_id)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return sorted(self._workers.values(), key=lambda w: w.id)
+
+    async def delete_worker(self, worker_id: str) -> None:
+        self._workers.pop(worker_id, None)
+
+    # admission
+    async def reserve(
+        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: int
+    ) -> ReserveOutcome:
+        if reservation.call_id in self._reservations:
+            return "exists"
+        if len(self._reservations) >= max_calls:
+            return "global"
+        held = self._reservations.values()
+        if route_max is not None and sum(1 for r in held if r.route == reservation.route) >= route_max:
+            return "route"
+        if sum(1 for r in held if r.worker == reservation.worker) >= worker_capacity:
+            return "worker"
+        self._reservations[reservation.call_id] = reservation
+        return "ok"
+
+    async def get_reservation(self, call_id: str) -> Reservation | None:
+        return self._reservations.get(call_id)
+
+    async def release(self, call_id: str) -> Reservation | None:
+        return self._reservations.pop(call_id, None)
+
+    async def reservations(self) -> list[Reservation]:
+        return list(self._reservations.values())
+
+    # calls
+    async def put_call(self, call: CallSnapshot) -> None:
+        self._calls[call.id] = call
+        if call.state == "ended":
+            self._ended[call.id] = None
+            self._ended.move_to_end(call.id)
+            while len(self._ended) > self._ended_retention:
+                old, _ = self._ended.popitem(last=False)
+                self._calls.pop(old, None)
+        else:
+            self._ended.pop(call.id, None)
+
+    async def get_call(self, call_id: str) -> CallSnapshot | None:
+        return self._calls.get(call_id)
+
+    async def list_calls(self) -> list[CallSnapshot]:
+        return list(self._calls.values())
+
+    # events
+    async def append_event(self, type: EventType, data: dict[str, Any], time: float) -> FleetEvent:
+        self._seq += 1
+        event = FleetEvent(id=self._seq, type=type, time=time, data=data)
+        self._ring.append(event)
+        wake, self._new_event = self._new_event, asyncio.Event()
+        wake.set()
+        return event
+
+    def _after(self, after: int) -> list[FleetEvent]:
+        if not self._ring or after >= self._ring[-1].id:
+            return []
+        start = max(0, after - self._ring[0].id + 1)
+        return [self._ring[i] for i in range(start, len(self._ring))]
+
+    async def read_events(self, after: int, wait_s: float = 0.0) -> list[FleetEvent]:
+        events = self._after(after)
+        if events or wait_s <= 0:
+            return events
+        waiter = self._new_event
+        try:
+            await asyncio.wait_for(waiter.wait(), timeout=wait_s)
+        except TimeoutError:
+            return []
+        return self._after(after)
+
+    async def last_event_id(self) -> int:
+        return self._seq
+
+    async def try_lock(self, name: str, ttl_s: float) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        self._new_event.set()
