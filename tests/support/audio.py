@@ -173,13 +173,23 @@ def align_and_correlate(
     *,
     max_lag_seconds: float | None = None,
     use_envelope: bool = False,
+    max_slip_seconds: float = 0.03,
+    window_seconds: float = 0.25,
 ) -> tuple[float, int]:
-    """(Pearson correlation of the aligned overlap, lag in samples) of `received` against `sent`.
+    """(correlation of the aligned signals, lag in samples) of `received` against `sent`.
 
-    Both are mono or multichannel at the same `rate` (resample first if needed). The lag is where
-    cross-correlation peaks: received[n + lag] corresponds to sent[n]. With `use_envelope`, both lag
-    and correlation use amplitude envelopes, which tolerates codecs that preserve loudness but not the
-    waveform (and small timing slips); the default compares waveforms, which a G.711 path preserves.
+    Both are mono or multichannel at the same `rate` (resample first if needed). The lag is where the
+    cross-correlation peaks: received[n + lag] corresponds to sent[n], so leading silence and set-up
+    delay do not matter.
+
+    With `max_slip_seconds=0` the correlation is the Pearson correlation of the whole aligned overlap.
+    Otherwise (the default) a real receiver's jitter buffer may have dropped or inserted a frame or two
+    mid-call, so the sent signal is cut into `window_seconds` windows, each window is re-aligned within
+    +-`max_slip_seconds` of the global lag, and the result is the energy-weighted mean of the windows'
+    Pearson correlations; a window whose counterpart is missing from `received` counts as 0.
+
+    `use_envelope` compares amplitude envelopes instead of waveforms: for codecs that keep loudness
+    but not the waveform.
     """
     s = to_mono(sent)
     r = to_mono(received)
@@ -192,19 +202,42 @@ def align_and_correlate(
     corr = signal.correlate(r, s, mode="full", method="fft")
     lags = signal.correlation_lags(r.size, s.size, mode="full")
     if max_lag_seconds is not None:
-        limit = round(max_lag_seconds * rate)
-        keep = np.abs(lags) <= limit
+        keep = np.abs(lags) <= round(max_lag_seconds * rate)
         corr, lags = corr[keep], lags[keep]
     lag = int(lags[int(np.argmax(corr))])
-    start = max(0, -lag)
-    stop = min(s.size, r.size - lag)
-    if stop - start < 2:
-        return 0.0, lag
-    a = s[start:stop]
-    b = r[start + lag : stop + lag]
-    if np.std(a) == 0 or np.std(b) == 0:
-        return 0.0, lag
-    return float(np.corrcoef(a, b)[0, 1]), lag
+    if max_slip_seconds <= 0:
+        start = max(0, -lag)
+        stop = min(s.size, r.size - lag)
+        return (_pearson(s[start:stop], r[start + lag : stop + lag]) if stop - start >= 2 else 0.0), lag
+    return _windowed_correlation(s, r, lag, round(window_seconds * rate), round(max_slip_seconds * rate)), lag
+
+
+def _pearson(a: FloatArray, b: FloatArray) -> float:
+    if a.size < 2 or np.std(a) == 0 or np.std(b) == 0:
+        return 0.0
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def _windowed_correlation(s: FloatArray, r: FloatArray, lag: int, window: int, slip: int) -> float:
+    window = max(2, min(window, s.size))
+    quiet = 0.05 * float(np.sqrt(np.mean(s**2)))
+    total_weight = 0.0
+    total = 0.0
+    for start in range(0, s.size - window + 1, window):
+        piece = s[start : start + window]
+        energy = float(np.sum(piece**2))
+        if np.sqrt(energy / window) <= quiet:
+            continue  # silence in what was sent says nothing about the path
+        total_weight += energy
+        low = max(0, start + lag - slip)
+        high = min(r.size, start + lag + window + slip)
+        if high - low < window:
+            continue  # the receiver does not have this part at all: counts as 0
+        region = r[low:high]
+        local = signal.correlate(region, piece, mode="valid", method="fft")
+        offset = int(np.argmax(local))
+        total += energy * _pearson(piece, region[offset : offset + window])
+    return total / total_weight if total_weight > 0 else 0.0
 
 
 # -- speech ----------------------------------------------------------------------------------------------

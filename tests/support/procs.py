@@ -241,8 +241,12 @@ class ProcessGroup:
         lifetime: float,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> ManagedProcess:
-        """Start `argv` with stdin from /dev/null; it is terminated after `lifetime` seconds at the latest."""
+        """Start `argv` with stdin from /dev/null; it is terminated after `lifetime` seconds at the latest.
+
+        `on_line` is called with each complete line of output, from the first one on.
+        """
         log_path = self.log_dir / f"{name}.log"
         with log_path.open("a") as log:
             log.write(f"[procs] {' '.join(argv)}\n")
@@ -258,6 +262,8 @@ class ProcessGroup:
         )
         _LIVE.add(proc.pid)
         managed = ManagedProcess(name, argv, proc, log_path)
+        if on_line is not None:
+            managed.on_line(on_line)
         managed._arm_watchdog(lifetime)
         self.processes.append(managed)
         return managed

@@ -1,0 +1,254 @@
+"""A PJSIP (pjsua2) SIP phone as a standalone helper process, driven by its command line.
+
+Run by tests/support/pjsua.py as a subprocess, because pjsua2 can abort the whole process when Python
+objects of a finished call are torn down: this helper ends with `ep.libDestroy()` (which also finalizes the
+recorded WAV header) and `os._exit`.
+
+Caller mode dials `--uri`; callee mode answers the first incoming call with 200. During the call it plays
+`--play` into the call (WAV, no loop), records what it hears to `--record`, sends RFC 4733 DTMF digits at
+the given times after the call is confirmed (`--dtmf 1@0.5,2@0.8`), and hangs up after `--hangup-after`
+seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
+
+It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
+ready, call_state, media_active, dtmf_sent, dtmf_received, player_eof, done. PJSIP's own log goes to
+`--log`. Everything listens on 127.0.0.1 only; a null sound device keeps it off the audio hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import pjsua2 as pj
+
+PREFIX = "@@pjsua "
+_started = time.monotonic()
+
+
+def emit(event: str, **fields: Any) -> None:
+    line = json.dumps({"event": event, "t": round(time.monotonic() - _started, 3), **fields})
+    sys.stdout.write(PREFIX + line + "\n")
+    sys.stdout.flush()
+
+
+def parse_dtmf_plan(text: str) -> list[tuple[float, str]]:
+    """ "1@0.5,2@0.8" -> [(0.5, "1"), (0.8, "2")], sorted by time."""
+    plan = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        digits, _, at = item.partition("@")
+        plan.append((float(at or 0.0), digits))
+    return sorted(plan)
+
+
+class Player(pj.AudioMediaPlayer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = False
+
+    def onEof2(self) -> None:
+        # Runs on the media clock thread: only set a flag, the main loop acts on it.
+        self.ended = True
+
+
+class Phone:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.call: PhoneCall | None = None
+        self.confirmed_at: float | None = None
+        self.disconnected = False
+        self.player: Player | None = None
+        self.recorder: pj.AudioMediaRecorder | None = None
+        self.eof_reported = False
+
+
+class PhoneCall(pj.Call):
+    def __init__(self, phone: Phone, account: pj.Account, call_id: int = pj.PJSUA_INVALID_ID) -> None:
+        super().__init__(account, call_id)
+        self.phone = phone
+
+    def onCallState(self, prm: pj.OnCallStateParam) -> None:
+        info = self.getInfo()
+        emit("call_state", state=info.stateText, code=int(info.lastStatusCode), reason=info.lastReason)
+        if info.state == pj.PJSIP_INV_STATE_CONFIRMED and self.phone.confirmed_at is None:
+            self.phone.confirmed_at = time.monotonic()
+        if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
+            self.phone.disconnected = True
+
+    def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:
+        info = self.getInfo()
+        for index, media in enumerate(info.media):
+            if media.type != pj.PJMEDIA_TYPE_AUDIO or media.status != pj.PJSUA_CALL_MEDIA_ACTIVE:
+                continue
+            audio = self.getAudioMedia(index)
+            stream = self.getStreamInfo(index)
+            emit("media_active", codec=stream.codecName, clock_rate=int(stream.codecClockRate))
+            phone, args = self.phone, self.phone.args
+            if args.record and phone.recorder is None:
+                phone.recorder = pj.AudioMediaRecorder()
+                phone.recorder.createRecorder(args.record)
+                audio.startTransmit(phone.recorder)
+            if args.play and phone.player is None:
+                phone.player = Player()
+                phone.player.createPlayer(args.play, pj.PJMEDIA_FILE_NO_LOOP)
+                phone.player.startTransmit(audio)
+
+    def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:
+        emit("dtmf_received", digit=prm.digit, method=int(prm.method))
+
+
+class PhoneAccount(pj.Account):
+    def __init__(self, phone: Phone) -> None:
+        super().__init__()
+        self.phone = phone
+
+    def onIncomingCall(self, prm: pj.OnIncomingCallParam) -> None:
+        call = PhoneCall(self.phone, self, prm.callId)
+        answer = pj.CallOpParam()
+        if self.phone.call is not None:
+            answer.statusCode = 486
+            call.hangup(answer)
+            return
+        self.phone.call = call
+        emit("incoming_call", remote=call.getInfo().remoteUri)
+        answer.statusCode = 200
+        call.answer(answer)
+
+
+def configure_codecs(ep: pj.Endpoint, wanted: list[str]) -> None:
+    """Only the wanted codecs, in that priority order (names like PCMU, PCMA, G722)."""
+    available = [c.codecId for c in ep.codecEnum2()]
+    for codec_id in available:
+        ep.codecSetPriority(codec_id, 0)
+    for rank, name in enumerate(wanted):
+        matches = [c for c in available if c.upper().startswith(name.upper() + "/")]
+        if not matches:
+            raise SystemExit(f"codec {name} not available; have {available}")
+        for codec_id in matches:
+            ep.codecSetPriority(codec_id, 250 - rank)
+
+
+def run(args: argparse.Namespace) -> int:
+    phone = Phone(args)
+    ep = pj.Endpoint()
+    ep.libCreate()
+    cfg = pj.EpConfig()
+    # Callbacks run in this thread only, from libHandleEvents in the loop below.
+    cfg.uaConfig.threadCnt = 0
+    cfg.uaConfig.mainThreadOnly = True
+    cfg.uaConfig.userAgent = "vgw-test-pjsua"
+    cfg.logConfig.level = 5
+    cfg.logConfig.consoleLevel = 0
+    cfg.logConfig.filename = args.log or ""
+    cfg.medConfig.clockRate = args.clock_rate
+    cfg.medConfig.sndClockRate = args.clock_rate
+    cfg.medConfig.channelCount = 1
+    cfg.medConfig.noVad = True
+    cfg.medConfig.ecTailLen = 0
+    ep.libInit(cfg)
+    ep.audDevManager().setNullDev()
+
+    transport = pj.TransportConfig()
+    transport.port = args.port
+    transport.boundAddress = "127.0.0.1"
+    transport.publicAddress = "127.0.0.1"
+    ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, transport)
+    ep.libStart()
+    configure_codecs(ep, [c for c in args.codecs.split(",") if c])
+
+    account_cfg = pj.AccountConfig()
+    account_cfg.idUri = f"sip:{args.user}@127.0.0.1:{args.port}"
+    account_cfg.mediaConfig.transportConfig.port = args.rtp_port
+    account_cfg.mediaConfig.transportConfig.portRange = 20
+    account_cfg.mediaConfig.transportConfig.boundAddress = "127.0.0.1"
+    account_cfg.mediaConfig.transportConfig.publicAddress = "127.0.0.1"
+    account = PhoneAccount(phone)
+    account.create(account_cfg)
+    emit("ready", sip_port=args.port, uri=account_cfg.idUri, mode=args.mode)
+
+    if args.mode == "caller":
+        phone.call = PhoneCall(phone, account)
+        phone.call.makeCall(args.uri, pj.CallOpParam(True))
+
+    dtmf_plan = parse_dtmf_plan(args.dtmf)
+    deadline = _started + args.max_seconds
+    hangup_sent = False
+    reason = "disconnected"
+    while not phone.disconnected:
+        ep.libHandleEvents(10)
+        now = time.monotonic()
+        call = phone.call
+        if call is None or hangup_sent:
+            if now >= deadline:
+                reason = reason if hangup_sent else "max-seconds"
+                break
+            continue
+        if phone.player is not None and phone.player.ended and not phone.eof_reported:
+            phone.eof_reported = True
+            emit("player_eof")
+        stop: str | None = None
+        if phone.confirmed_at is not None:
+            elapsed = now - phone.confirmed_at
+            while dtmf_plan and dtmf_plan[0][0] <= elapsed:
+                _, digits = dtmf_plan.pop(0)
+                send = pj.CallSendDtmfParam()
+                send.digits = digits
+                send.method = pj.PJSUA_DTMF_METHOD_RFC2833
+                call.sendDtmf(send)
+                emit("dtmf_sent", digits=digits)
+            hang_up_now = (args.hangup_after is not None and elapsed >= args.hangup_after) or (
+                args.hangup_on_eof and phone.eof_reported and not dtmf_plan
+            )
+            if hang_up_now:
+                stop = "hangup"
+        if now >= deadline:
+            stop = "max-seconds"
+        if stop is not None:
+            reason = stop
+            call.hangup(pj.CallOpParam(True))
+            hangup_sent = True
+            # Keep pumping events until DISCONNECTED (or a short grace) so the BYE goes out.
+            deadline = now + 3.0
+    emit("call_ended", reason=reason)
+    ep.hangupAllCalls()
+    for _ in range(20):
+        ep.libHandleEvents(10)
+    ep.libDestroy()
+    emit("done", recording=args.record or None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("caller", "callee"), required=True)
+    parser.add_argument("--uri", help="SIP URI to dial (caller mode)")
+    parser.add_argument("--user", default="pjsua")
+    parser.add_argument("--port", type=int, required=True, help="SIP UDP port on 127.0.0.1")
+    parser.add_argument("--rtp-port", type=int, required=True, help="first RTP port on 127.0.0.1")
+    parser.add_argument("--play", help="WAV played into the call")
+    parser.add_argument("--record", help="WAV recording what the phone hears")
+    parser.add_argument("--dtmf", default="", help="DIGITS@SECONDS_AFTER_CONFIRMED,...")
+    parser.add_argument("--hangup-after", type=float, help="seconds after the call is confirmed")
+    parser.add_argument("--hangup-on-eof", action="store_true", help="hang up when the played WAV ends")
+    parser.add_argument("--max-seconds", type=float, default=30.0)
+    parser.add_argument("--codecs", default="PCMU,PCMA")
+    parser.add_argument("--clock-rate", type=int, default=8000)
+    parser.add_argument("--log", help="PJSIP log file")
+    args = parser.parse_args(argv)
+    if args.mode == "caller" and not args.uri:
+        parser.error("--uri is required in caller mode")
+    try:
+        code = run(args)
+    except Exception as error:  # report, then leave without running pjsua2 destructors
+        emit("error", message=f"{type(error).__name__}: {error}")
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
