@@ -331,8 +331,13 @@ class _MediaBuilder:
             maxptime=self.maxptime,
             rtcp=self.rtcp,
             attributes=tuple(self.attributes),
-            extra_fields=tuple(self.extra_fields),
+            extra_fields=_in_rfc_order(self.extra_fields),
         )
+
+
+def _in_rfc_order(extras: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    # Stored in the order they are written back, so parse(serialize(x)) == x even for sloppy input order.
+    return tuple(sorted(extras, key=lambda item: _EXTRA_RANK[item[0]]))
 
 
 def _is_rtp(proto: str) -> bool:
@@ -478,7 +483,7 @@ def parse_sdp(data: bytes) -> SessionDescription:
         direction=session_direction,
         attributes=tuple(attributes),
         media=tuple(section.build() for section in media),
-        extra_fields=tuple(extras),
+        extra_fields=_in_rfc_order(extras),
     )
 
 
