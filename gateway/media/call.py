@@ -144,6 +144,7 @@ class MediaCall:
         "_marker_pending",
         "_peer_lsr",
         "_peer_sr_arrival",
+        "_rtcp_count",
         "_sequence",
         "_tick_now",
         "_tick_ts",
@@ -204,6 +205,7 @@ class MediaCall:
         self.packets_sent = 0
         self.octets_sent = 0
         # RTCP: schedule spread by SSRC so calls added together do not report together (§6.2 randomisation).
+        self._rtcp_count = 0
         self.next_rtcp_at = now + 2.5 * (0.5 + (config.ssrc % 1000) / 1000.0)
         self._peer_lsr = 0
         self._peer_sr_arrival = 0
@@ -337,6 +339,13 @@ class MediaCall:
         return pack_rtp_header(marker, pt, seq, ts, cfg.ssrc) + payload
 
     # ------------------------------------------------------------------------------------------ RTCP
+
+    def schedule_rtcp(self, now: float, interval: float) -> None:
+        """Next report in [0.5, 1.5] x interval (§6.3.1 randomisation, derived from SSRC and a counter so the
+        core stays deterministic)."""
+        self._rtcp_count += 1
+        spread = ((self.config.ssrc * 2654435761 + self._rtcp_count * 40503) & 0xFFFF) / 65536.0
+        self.next_rtcp_at = now + interval * (0.5 + spread)
 
     def rtcp_report(self, now: float, ntp_now: int) -> bytes:
         """Our compound report: SR if we have sent RTP (else RR), one block about the peer if heard."""
