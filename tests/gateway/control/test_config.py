@@ -1,0 +1,177 @@
+"""Routes/profiles TOML: a full example loads; bad files fail naming the file, the key and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.control.config import ConfigError, default_config, load_config
+
+FULL = """
+[limits]
+max_calls = 50
+retry_after_s = 3
+
+[fleet]
+heartbeat_interval_s = 1.5
+lost_after_missed = 4
+
+[[routes]]
+name = "support"
+did = "+15550199"
+profile = "support"
+max_calls = 10
+
+[[routes]]
+name = "uk"
+did_regex = '^\\+44(20|161)'
+profile = "support"
+
+[[routes]]
+name = "fallback"
+did = "*"
+profile = "echo"
+webrtc_public = true
+
+[profiles.echo]
+provider = "echo"
+
+[profiles.support]
+provider = "openai"
+model = "gpt-realtime"
+voice = "marin"
+instructions = "You help callers with orders."
+greeting = "Thanks for calling."
+max_duration_s = 900
+turn_detection = { kind = "semantic_vad" }
+
+[[profiles.support.tools]]
+name = "lookup_order"
+description = "Find an order"
+parameters = { type = "object", properties = { order_id = { type = "string" } }, required = ["order_id"] }
+url = "https://orders.example.net/lookup"
+timeout_s = 4
+auth_header = "Bearer s3cret"
+
+[[profiles.support.tools]]
+name = "hang_up"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_example_loads(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, FULL))
+    assert config.limits.max_calls == 50 and config.fleet.lost_after_s == 6.0
+    assert [r.name for r in config.routes] == ["support", "uk", "fallback"]
+    assert config.resolve("+15550199").name == "support"  # type: ignore[union-attr]
+    assert config.resolve("+442071234").name == "uk"  # type: ignore[union-attr]
+    assert config.resolve("+4413").name == "fallback"  # type: ignore[union-attr]
+    support = config.profiles["support"]
+    webhook = support.webhook_for("lookup_order")
+    assert webhook is not None and webhook.timeout_s == 4 and webhook.auth_header == "Bearer s3cret"
+    assert "s3cret" not in repr(support)
+    assert support.webhook_for("hang_up") is None
+    profile = support.to_agent_profile()
+    assert profile.provider == "openai" and profile.turn_detection.kind == "semantic_vad"
+    assert [t.name for t in profile.tools] == ["lookup_order", "hang_up"]
+    assert profile.tools[0].parameters["required"] == ["order_id"]
+
+
+def test_default_config_routes_everything_to_echo() -> None:
+    config = default_config()
+    route = config.resolve("anything at all")
+    assert route is not None and config.profile_for(route).provider == "echo"
+    assert load_config(None).routes == config.routes
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "problem"),
+    [
+        (
+            "[[routes]]\nname = 'a'\ndid = '1'\nprofile = 'p'\n[profiles.p]\nprovidr = 'echo'\n",
+            "profiles.p.providr",
+            "Extra inputs",
+        ),
+        (
+            "[[routes]]\nname = 'a'\ndid = '1'\nprofile = 'missing'\n[profiles.p]\n",
+            "routes[0].profile",
+            "unknown profile 'missing' (known: p)",
+        ),
+        ("[[routes]]\nname = 'a'\nprofile = 'p'\n[profiles.p]\n", "routes[0]", "exactly one of did"),
+        (
+            "[[routes]]\nname = 'a'\ndid_regex = '(+'\nprofile = 'p'\n[profiles.p]\n",
+            "routes[0].did_regex",
+            "not a valid regular expression",
+        ),
+        (
+            "[limits]\nmax_calls = -1\n[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\n",
+            "limits.max_calls",
+            "greater than or equal to 0",
+        ),
+        (
+            "[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\n[[profiles.p.tools]]\nname='t'\nurl='ftp://x'\n",
+            "profiles.p.tools[0].url",
+            "should match pattern",
+        ),
+        (
+            "[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\n[[profiles.p.tools]]\nname='t'\n"
+            "parameters={type='string'}\n",
+            "profiles.p.tools[0].parameters",
+            "JSON schema object",
+        ),
+        (
+            "[[routes]]\nname='a'\ndid='1'\nprofile='p'\n[[routes]]\nname='a'\ndid='2'\nprofile='p'\n[profiles.p]\n",
+            "routes[1].name",
+            "duplicate route name 'a'",
+        ),
+        ("[profiles.p]\n", "routes", "at least one [[routes]]"),
+        (
+            "[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\nmax_duration_s='long'\n",
+            "profiles.p.max_duration_s",
+            "valid number",
+        ),
+    ],
+)
+def test_bad_files_name_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert f"{path}: {key}: " in message, message
+    assert problem in message, message
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    text = "[[routes]]\nname='a'\ndid='1'\nprofile='x'\n[[routes]]\nname='b'\ndid='2'\nprofile='y'\n[profiles.p]\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert "routes[0].profile" in str(caught.value) and "routes[1].profile" in str(caught.value)
+
+
+def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "[limits]\nmax_calls = = 3\n")
+    with pytest.raises(ConfigError, match=rf"{path}: not valid TOML: .*line 2"):
+        load_config(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_gateway_config_env_is_used_by_create_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.control.app import create_app
+    from gateway.control.settings import ControlSettings
+
+    monkeypatch.setenv("GATEWAY_CONFIG", str(write(tmp_path, FULL)))
+    app = create_app(ControlSettings())
+    assert [r.name for r in app.state.plane.config.routes] == ["support", "uk", "fallback"]
+    monkeypatch.setenv("GATEWAY_CONFIG", str(write(tmp_path, "[limits]\nmax_calls = 'x'\n")))
+    with pytest.raises(ConfigError, match=r"limits\.max_calls"):
+        create_app(ControlSettings())
