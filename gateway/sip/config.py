@@ -1,0 +1,93 @@
+"""Configuration of the SIP user-agent core: one frozen object, validated at construction.
+
+Owns: `SipConfig` (addresses, transports, timers, limits, policy, session timers) and its small parts
+`RateLimit` and `SessionTimerConfig`. The bind address is the glue's business; the core only needs the
+address it advertises in Via and Contact (which differs from the bind address behind NAT or a balancer).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from .auth import Authenticator
+from .errors import SipConfigError
+from .message import SipLimits
+from .timers import SipTimers
+
+Transport = str  # "udp" | "tcp"
+TRANSPORTS = ("udp", "tcp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLimit:
+    """Token bucket per source IP: `burst` requests at once, refilled at `per_second`."""
+
+    per_second: float = 50.0
+    burst: int = 100
+    max_sources: int = 10_000  # buckets kept; beyond this the oldest are forgotten
+
+    def __post_init__(self) -> None:
+        if self.per_second <= 0 or self.burst < 1 or self.max_sources < 1:
+            raise SipConfigError("RateLimit needs per_second > 0, burst >= 1, max_sources >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionTimerConfig:
+    """RFC 4028: the interval we ask for (Session-Expires) and the smallest we accept (Min-SE)."""
+
+    enabled: bool = True
+    session_expires: int = 1800
+    min_se: int = 90
+
+    def __post_init__(self) -> None:
+        if self.min_se < 90 or self.session_expires < self.min_se:
+            raise SipConfigError("session timers need min_se >= 90 (RFC 4028 §5) and session_expires >= min_se")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SipConfig:
+    """Everything a `SipEndpoint` needs. `advertised_*` default to `local_*` when None."""
+
+    local_host: str = "127.0.0.1"
+    local_port: int = 5060
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    transports: tuple[Transport, ...] = TRANSPORTS
+    timers: SipTimers = field(default_factory=SipTimers)
+    limits: SipLimits = field(default_factory=SipLimits)
+    user_agent: str = "voice-gateway"
+    contact_user: str = "gateway"
+    # Inbound policy: requests from outside these networks get 403 (empty tuple: everyone is allowed).
+    allow_cidrs: tuple[str, ...] = ()
+    # When set, initial INVITEs are challenged with 401 (qop=auth) and must carry valid credentials.
+    authenticator: Authenticator | None = None
+    rate_limit: RateLimit | None = field(default_factory=RateLimit)
+    session_timer: SessionTimerConfig = field(default_factory=SessionTimerConfig)
+    # An incoming REFER asks us to place a call for the peer; a gateway declines it (603) by default.
+    accept_incoming_refer: bool = False
+    # Where out-of-dialog requests go instead of the Request-URI host (an outbound proxy / SBC).
+    outbound_proxy: tuple[str, int] | None = None
+    max_calls: int = 1000
+
+    def __post_init__(self) -> None:
+        if not self.transports or any(t not in TRANSPORTS for t in self.transports):
+            raise SipConfigError(f"transports must be a non-empty subset of {TRANSPORTS}")
+        for port in (self.local_port, self.advertised_port):
+            if port is not None and not 0 < port < 65536:
+                raise SipConfigError(f"port out of range: {port}")
+        try:
+            for cidr in self.allow_cidrs:
+                ipaddress.ip_network(cidr, strict=False)
+        except ValueError as exc:
+            raise SipConfigError(f"bad CIDR in allow_cidrs: {exc}") from exc
+        if self.max_calls < 1:
+            raise SipConfigError("max_calls must be >= 1")
+
+    @property
+    def via_host(self) -> str:
+        return self.advertised_host or self.local_host
+
+    @property
+    def via_port(self) -> int:
+        return self.advertised_port or self.local_port

@@ -1,0 +1,240 @@
+"""Shared machinery of the user-agent core: outbox, events, identifiers, transaction tables, addressing.
+
+Owns: `Core`, the state every handler module (uas.py, uac.py) works on: the transaction tables keyed
+per §17.1.3 / §17.2.3 with the merged-request index of §8.2.2.2, the calls (by handle and by dialog id),
+the identifier factories (tags, branches with the z9hG4bK cookie, Call-IDs), our Via and Contact from
+the advertised address, and the §18.2.2 rule for where a response goes (received / rport, or the
+connection a request came on for reliable transports).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from .call import Call, CallState
+from .config import SipConfig
+from .dialog import DialogId
+from .events import Address, CallEnded, CallHandle, Outgoing, Side, SipEvent, SipStats
+from .headers import BRANCH_MAGIC, Via
+from .message import SipRequest, SipResponse, make_response
+from .transaction import (
+    ResponsePassed,
+    Transaction,
+    TransactionTimedOut,
+    Transmit,
+    TxEffect,
+    TxKind,
+    TxState,
+    client_key,
+    server_key,
+)
+from .uri import SipUri, format_host
+
+# Methods we implement (Allow), methods we know but refuse with 405, and our option tags (Supported).
+ALLOWED_METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
+KNOWN_METHODS = frozenset({*ALLOWED_METHODS, "REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK"})
+SUPPORTED_OPTIONS = ("timer",)
+
+ResponseHandler = Callable[[Transaction, SipResponse | None, float], None]
+MergeKey = tuple[str, str, int, str]  # From tag, Call-ID, CSeq number, method
+
+
+def response_destination(via: Via, source: Address, transport: str) -> Address:
+    """§18.2.2 with RFC 3581: reliable -> back on the connection; else received/rport, else sent-by."""
+    if transport != "udp":
+        return source
+    host = via.received or via.sent_by[0]
+    port = via.rport or via.port or 5060
+    return host, port
+
+
+class Core:
+    def __init__(self, config: SipConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+        self.stats = SipStats()
+        self.outbox: list[Outgoing] = []
+        self.pending_events: list[SipEvent] = []
+        self.server_txs: dict[tuple[str, ...], Transaction] = {}
+        self.client_txs: dict[tuple[str, ...], Transaction] = {}
+        self.merge_index: dict[MergeKey, tuple[str, ...]] = {}
+        self.calls: dict[CallHandle, Call] = {}
+        self.dialogs: dict[DialogId, CallHandle] = {}
+        self.on_response: ResponseHandler = lambda tx, response, now: None
+        self._counter = 0
+
+    # --- identifiers -----------------------------------------------------------------------------
+
+    def token(self, bits: int = 64) -> str:
+        return f"{self.rng.getrandbits(bits):0{bits // 4}x}"
+
+    def new_branch(self) -> str:
+        return BRANCH_MAGIC + self.token(64)
+
+    def new_handle(self) -> CallHandle:
+        self._counter += 1
+        return CallHandle(f"call-{self._counter}-{self.token(32)}")
+
+    def via(self, transport: str, branch: str | None = None) -> str:
+        host = format_host(self.config.via_host)
+        return f"SIP/2.0/{transport.upper()} {host}:{self.config.via_port};branch={branch or self.new_branch()};rport"
+
+    def contact(self, transport: str) -> str:
+        host = format_host(self.config.via_host)
+        suffix = ";transport=tcp" if transport == "tcp" else ""
+        return f"<sip:{self.config.contact_user}@{host}:{self.config.via_port}{suffix}>"
+
+    def common_headers(self) -> tuple[tuple[str, str], ...]:
+        return (
+            ("Allow", ", ".join(ALLOWED_METHODS)),
+            ("Supported", ", ".join(SUPPORTED_OPTIONS)),
+            ("User-Agent", self.config.user_agent),
+        )
+
+    def uri_destination(self, uri: SipUri) -> tuple[Address, str]:
+        transport = uri.transport if uri.transport in self.config.transports else self.config.transports[0]
+        return uri.host_port(), transport
+
+    # --- output ----------------------------------------------------------------------------------
+
+    def send(self, data: bytes, destination: Address, transport: str) -> None:
+        self.stats.datagrams_sent += 1
+        self.outbox.append(Outgoing(data=data, destination=destination, transport=transport))
+
+    def emit(self, event: SipEvent) -> None:
+        self.pending_events.append(event)
+
+    def reply_stateless(
+        self,
+        request: SipRequest,
+        status: int,
+        source: Address,
+        transport: str,
+        *,
+        reason: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """A response outside any transaction (errors found before one exists, §8.2)."""
+        response = make_response(request, status, reason, to_tag=self.token(32), headers=headers)
+        self.send(response.encode(), response_destination(request.top_via, source, transport), transport)
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    def start_client(
+        self, request: SipRequest, destination: Address, transport: str, now: float, *, context: object = None
+    ) -> Transaction:
+        kind = TxKind.INVITE_CLIENT if request.method == "INVITE" else TxKind.NON_INVITE_CLIENT
+        tx, effects = Transaction.start(
+            kind, request, peer=destination, transport=transport, timers=self.config.timers, now=now, context=context
+        )
+        self.client_txs[client_key(request.top_via.branch or "", request.method)] = tx
+        self.apply(tx, effects, now)
+        return tx
+
+    def start_server(self, request: SipRequest, source: Address, transport: str, now: float) -> Transaction:
+        kind = TxKind.INVITE_SERVER if request.method == "INVITE" else TxKind.NON_INVITE_SERVER
+        peer = response_destination(request.top_via, source, transport)
+        tx, effects = Transaction.start(
+            kind, request, peer=peer, transport=transport, timers=self.config.timers, now=now
+        )
+        key = server_key(request)
+        self.server_txs[key] = tx
+        if request.to.tag is None:
+            self.merge_index[merge_key(request)] = key
+        self.apply(tx, effects, now)
+        return tx
+
+    def respond(
+        self,
+        tx: Transaction,
+        status: int,
+        now: float,
+        *,
+        reason: str | None = None,
+        to_tag: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+        body: bytes = b"",
+    ) -> SipResponse:
+        response = make_response(tx.request, status, reason, to_tag=to_tag, headers=headers, body=body)
+        self.apply(tx, tx.respond(response, now), now)
+        return response
+
+    def apply(self, tx: Transaction, effects: list[TxEffect], now: float) -> None:
+        for effect in effects:
+            if isinstance(effect, Transmit):
+                self.send(effect.data, tx.peer, tx.transport)
+            elif isinstance(effect, ResponsePassed):
+                self.on_response(tx, effect.response, now)
+            elif isinstance(effect, TransactionTimedOut):
+                self.on_response(tx, None, now)
+        if tx.state is TxState.TERMINATED:
+            self._forget(tx)
+
+    def _forget(self, tx: Transaction) -> None:
+        request = tx.request
+        if tx.kind in (TxKind.INVITE_SERVER, TxKind.NON_INVITE_SERVER):
+            key = server_key(request)
+            if self.server_txs.get(key) is tx:
+                del self.server_txs[key]
+            mkey = merge_key(request)
+            if self.merge_index.get(mkey) == key:
+                del self.merge_index[mkey]
+        else:
+            ckey = client_key(request.top_via.branch or "", request.method)
+            if self.client_txs.get(ckey) is tx:
+                del self.client_txs[ckey]
+
+    def fire_transaction_timers(self, now: float) -> None:
+        for table in (self.client_txs, self.server_txs):
+            for tx in list(table.values()):
+                deadline = tx.next_deadline()
+                if deadline is not None and deadline <= now:
+                    before = tx.state
+                    effects = tx.fire_due(now)
+                    if tx.state is before and any(isinstance(e, Transmit) for e in effects):
+                        self.stats.retransmissions_sent += 1
+                    self.apply(tx, effects, now)
+
+    # --- calls -----------------------------------------------------------------------------------
+
+    def add_call(self, call: Call) -> None:
+        self.calls[call.handle] = call
+
+    def bind_dialog(self, call: Call) -> None:
+        if call.dialog is not None:
+            self.dialogs[call.dialog.id] = call.handle
+
+    def call_for_dialog(self, dialog_id: DialogId) -> Call | None:
+        handle = self.dialogs.get(dialog_id)
+        return self.calls.get(handle) if handle is not None else None
+
+    def end_call(self, call: Call, *, reason: str, by: Side, status: int | None = None) -> None:
+        """Report the end once (CallEnded is the last event of every call) and forget the call, unless a
+        BYE still waits for the ACK of our 2xx (§15); in-flight transactions finish on their own."""
+        if not call.end_reported:
+            call.end_reported = True
+            self.emit(CallEnded(call=call.handle, reason=reason, by=by, status=status))
+        if call.bye_pending is not None and call.state is CallState.ANSWERED:
+            return
+        call.state = CallState.ENDED
+        call.ok_next = call.ok_give_up = None
+        call.session_timer = None
+        self.forget_call(call)
+
+    def forget_call(self, call: Call) -> None:
+        self.calls.pop(call.handle, None)
+        if call.dialog is not None and self.dialogs.get(call.dialog.id) == call.handle:
+            del self.dialogs[call.dialog.id]
+
+    def next_deadline(self) -> float | None:
+        deadlines = [
+            d for tx in (*self.client_txs.values(), *self.server_txs.values()) if (d := tx.next_deadline()) is not None
+        ]
+        for call in self.calls.values():
+            deadlines.extend(call.deadlines())
+        return min(deadlines) if deadlines else None
+
+
+def merge_key(request: SipRequest) -> MergeKey:
+    return (request.from_.tag or "", request.call_id, request.cseq.number, request.method)

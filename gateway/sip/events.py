@@ -1,0 +1,239 @@
+"""What the SIP core reports to the application, and the datagrams it wants sent.
+
+Owns: `CallHandle` (the application's name for a call leg), `Outgoing` (bytes + destination + transport,
+drained with `SipEndpoint.datagrams()`), `SipStats` (counters for metrics) and the `SipEvent` dataclasses
+(frozen, keyword-only, named in the past tense; drained with `SipEndpoint.events()`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NewType
+
+CallHandle = NewType("CallHandle", str)
+Address = tuple[str, int]
+Side = Literal["local", "remote"]
+HeaderList = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outgoing:
+    """One message to send. `destination` may be a host name (from a URI) that the glue resolves; for tcp
+    it names the connection the request came in on, or the peer to connect to."""
+
+    data: bytes
+    destination: Address
+    transport: str
+
+
+@dataclass(kw_only=True)
+class SipStats:
+    """Counters, monotonically increasing, for the worker's metrics."""
+
+    messages_received: int = 0
+    requests_received: int = 0
+    responses_received: int = 0
+    malformed_answered: int = 0  # answered 4xx/5xx because they could not be accepted
+    malformed_dropped: int = 0  # could not even be answered
+    policy_rejected: int = 0  # 403
+    policy_dropped: int = 0  # rate limited (or ACK from a forbidden source)
+    auth_challenged: int = 0  # 401 sent
+    retransmissions_received: int = 0
+    retransmissions_sent: int = 0
+    unmatched_responses: int = 0
+    unmatched_acks: int = 0
+    internal_errors: int = 0  # a bug in the core caught at the boundary
+    datagrams_sent: int = 0
+
+
+# --- incoming calls ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallOffered:
+    """An initial INVITE passed policy. Answer with `ring`/`answer`/`reject`."""
+
+    call: CallHandle
+    call_id: str
+    source: Address
+    transport: str
+    request_uri: str
+    from_uri: str
+    from_display_name: str | None
+    to_uri: str
+    headers: HeaderList
+    body: bytes
+    content_type: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallCancelled:
+    """The caller CANCELled before we sent a final response; 487 was sent."""
+
+    call: CallHandle
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallEstablished:
+    """The ACK for our 2xx arrived. `body` is the SDP answer of a late offer (empty otherwise)."""
+
+    call: CallHandle
+    body: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallEnded:
+    """The call is over. `by` says who ended it; `status` is set when a SIP status caused it."""
+
+    call: CallHandle
+    reason: str
+    by: Side
+    status: int | None = None
+
+
+# --- outgoing calls ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboundCallProgressed:
+    call: CallHandle
+    status: int
+    reason: str
+    body: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboundCallAnswered:
+    """A 2xx arrived and was ACKed; `body` is the SDP answer."""
+
+    call: CallHandle
+    body: bytes
+    content_type: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboundCallFailed:
+    """A final 3xx-6xx, a timeout (408) or a failed authentication ended the attempt."""
+
+    call: CallHandle
+    status: int
+    reason: str
+
+
+# --- mid-call ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReinviteReceived:
+    """A re-INVITE or an UPDATE with a body: answer with `answer_reinvite` or `reject_reinvite`.
+
+    `body` is None for a re-INVITE without an offer (the answer must then carry our offer)."""
+
+    call: CallHandle
+    method: str
+    body: bytes | None
+    content_type: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReinviteAnswered:
+    """Our re-INVITE / UPDATE got a 2xx; `body` is the peer's answer (may be empty for UPDATE)."""
+
+    call: CallHandle
+    method: str
+    body: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReinviteFailed:
+    """Our re-INVITE / UPDATE was refused; the session goes on unchanged (491: retry later)."""
+
+    call: CallHandle
+    method: str
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRefreshed:
+    """A session refresh (RFC 4028) completed; `by` says who refreshed."""
+
+    call: CallHandle
+    interval: int
+    by: Side
+
+
+@dataclass(frozen=True, kw_only=True)
+class DtmfInfoReceived:
+    """INFO application/dtmf-relay (Signal=5, Duration=160)."""
+
+    call: CallHandle
+    digit: str
+    duration_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferProgressed:
+    """The peer accepted our REFER (status 202) or NOTIFYed its progress (sipfrag status)."""
+
+    call: CallHandle
+    status: int
+    reason: str
+    final: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferFailed:
+    """Our REFER was refused, timed out, or the NOTIFYed sipfrag carried a final failure."""
+
+    call: CallHandle
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferDeclined:
+    """The peer sent us a REFER; it was declined with 603 (see `SipConfig.accept_incoming_refer`)."""
+
+    call: CallHandle
+    refer_to: str
+
+
+# --- out of dialog ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptionsReceived:
+    """An OPTIONS was answered 200 (`call` is set when it came inside a dialog)."""
+
+    call: CallHandle | None
+    source: Address
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptionsAnswered:
+    """The response (or 408 timeout) to an OPTIONS sent with `send_options`."""
+
+    request_id: str
+    status: int
+
+
+SipEvent = (
+    CallOffered
+    | CallCancelled
+    | CallEstablished
+    | CallEnded
+    | OutboundCallProgressed
+    | OutboundCallAnswered
+    | OutboundCallFailed
+    | ReinviteReceived
+    | ReinviteAnswered
+    | ReinviteFailed
+    | SessionRefreshed
+    | DtmfInfoReceived
+    | TransferProgressed
+    | TransferFailed
+    | TransferDeclined
+    | OptionsReceived
+    | OptionsAnswered
+)
