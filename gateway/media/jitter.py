@@ -173,7 +173,12 @@ class JitterBuffer:
             return LATE
         slots = self._slots
         upf = self._upf
-        if count == upf and unit % upf == 0 and unit not in slots:
+        if (
+            count == upf
+            and unit % upf == 0
+            and unit not in slots
+            and (not unit_bytes or len(payload) == self._frame_bytes)
+        ):
             # The common case: one whole, frame-aligned packet, stored without slicing.
             slots[unit] = payload
             for k in range(1, upf):

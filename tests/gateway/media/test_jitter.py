@@ -189,6 +189,13 @@ def test_reframes_10_and_30_ms_packets() -> None:
     assert call.stats(0.1).lost == 0
 
 
+def test_trailing_partial_unit_is_dropped() -> None:
+    call = make_call()
+    send(call, 1, 0, frame(1, 170), 0.0)
+    send(call, 2, 160, frame(2, 170), 0.02)
+    assert [p for _, p in pops(call, 2)] == [frame(1), frame(2)]
+
+
 def test_40_ms_packets_make_two_frames() -> None:
     call = make_call()
     send(call, 1, 0, frame(1, 320), 0.0)
