@@ -354,11 +354,9 @@ def _media_line(value: str, line_number: int) -> _MediaBuilder:
     port_part, slash, count_part = port_text.partition("/")
     port = _uint(port_part, "port", line_number, maximum=65535)
     port_count = _uint(count_part, "port count", line_number, maximum=65535) if slash else None
-    builder = _MediaBuilder(line_number, media, port, port_count, proto, tuple(formats))
-    if _is_rtp(proto):
-        for fmt in formats:
-            _uint(fmt, "payload type", line_number, maximum=127)
-    return builder
+    if _is_rtp(proto):  # payload types are numbers: "096" and "96" are the same one
+        formats = [str(_uint(fmt, "payload type", line_number, maximum=127)) for fmt in formats]
+    return _MediaBuilder(line_number, media, port, port_count, proto, tuple(formats))
 
 
 def _rtpmap(value: str, line_number: int) -> tuple[int, tuple[str, int, int]]:
@@ -387,8 +385,8 @@ def _split_lines(data: bytes) -> list[tuple[int, str]]:
         raise SdpError(f"not UTF-8 at byte {exc.start}") from None
     lines = []
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")
-        if line.strip():  # tolerate blank lines (trailing CRLF, sloppy stacks)
+        line = raw.rstrip(" \t\r")  # trailing blanks ("a=sendrecv ", "s= ") are common and meaningless
+        if line:  # tolerate blank lines (trailing CRLF, sloppy stacks)
             lines.append((number, line))
     return lines
 
@@ -495,7 +493,7 @@ def _media_attribute(builder: _MediaBuilder, name: str, value: str | None, numbe
         fmt, _, params = value.partition(" ")
         if not fmt:
             raise SdpError(f"bad a=fmtp {value[:60]!r}", line_number=number)
-        builder.fmtps.setdefault(fmt, params.strip())
+        builder.fmtps.setdefault(str(int(fmt)) if _UINT.match(fmt) and len(fmt) < 6 else fmt, params.strip())
     elif name == "ptime" and value is not None:
         builder.ptime = _ptime(value, name, number)
     elif name == "maxptime" and value is not None:

@@ -486,8 +486,16 @@ def test_serialize_keeps_extra_fields_in_rfc_order() -> None:
     assert parsed.to_bytes() == raw + b"a=rtpmap:0 PCMU/8000\r\n"
 
 
-def test_bare_lf_and_blank_lines_are_tolerated() -> None:
+def test_payload_type_numbers_with_leading_zeros_are_normalized() -> None:
+    parsed = parse_sdp(BARESIP.replace(b"RTP/AVP 96 0 8 101", b"RTP/AVP 096 0 8 101").replace(b"fmtp:96", b"fmtp:096"))
+    assert parsed.media[0].formats == ("96", "0", "8", "101")
+    assert parsed.media[0].codec(96) == parse_sdp(BARESIP).media[0].codec(96)
+    assert parse_sdp(parsed.to_bytes()) == parsed
+
+
+def test_bare_lf_blank_lines_and_trailing_blanks_are_tolerated() -> None:
     assert parse_sdp(BARESIP.replace(b"\r\n", b"\n") + b"\n\n") == parse_sdp(BARESIP)
+    assert parse_sdp(BARESIP.replace(b"\r\n", b" \t\r\n")) == parse_sdp(BARESIP)
 
 
 @pytest.mark.parametrize(
@@ -560,7 +568,8 @@ _VALID_LINES = st.sampled_from(
      "m=audio 0 RTP/AVP 0", "m=video 5000 RTP/AVP 96", "m=image 0 udptl t38", "a=rtpmap:101 telephone-event/8000",
      "a=rtpmap:96 opus/48000/2", "a=fmtp:101 0-15", "a=fmtp:96 useinbandfec=1", "a=ptime:20", "a=maxptime:40",
      "a=sendonly", "a=inactive", "a=rtcp:4001", "a=rtcp:4001 IN IP4 10.0.0.2", "a=label:1", "a=rtcp-mux",
-     "a=rtpmap:8 PCMA/8000", "a=rtpmap:0 PCMU/8000"]
+     "a=rtpmap:8 PCMA/8000", "a=rtpmap:0 PCMU/8000", "m=audio 4002 RTP/AVP 096", "a=fmtp:096 stereo=1",
+     "a=rtpmap:96 OPUS/48000", "a=fmtp:0 x=1", "a=fmtp:x y"]
 )  # fmt: skip
 
 
