@@ -1,0 +1,146 @@
+"""Kamailio with deploy/kamailio/dispatcher.cfg: config checks, OPTIONS probing, dispatch and failover."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from tests.support.audio import align_and_correlate, read_wav
+from tests.support.baresip import BaresipPhone
+from tests.support.kamailio import KamailioConfigError, KamailioDispatcher, parse_dispatcher_list
+from tests.support.peers import require_binary
+from tests.support.procs import ProcessGroup, free_ports
+
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(90)]
+
+
+@pytest.fixture(autouse=True)
+def _kamailio() -> None:
+    require_binary("kamailio")
+    require_binary("kamcmd", package="kamailio")
+
+
+class RejectingWorker(asyncio.DatagramProtocol):
+    """A fake worker that is healthy for OPTIONS (200) but fails every INVITE with 503."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        head = data.split(b"\r\n\r\n", 1)[0].decode("utf-8", "replace").split("\r\n")
+        method = head[0].split(" ", 1)[0]
+        self.methods.append(method)
+        if method == "ACK" or head[0].startswith("SIP/2.0"):
+            return
+        keep = [h for h in head[1:] if h.split(":", 1)[0].strip().lower() in ("via", "from", "to", "call-id", "cseq")]
+        status = "200 OK" if method == "OPTIONS" else "503 Service Unavailable"
+        keep = [h + ";tag=rej1" if h.lower().startswith("to:") and "tag=" not in h else h for h in keep]
+        reply = "\r\n".join([f"SIP/2.0 {status}", *keep, "Content-Length: 0", "", ""])
+        assert self.transport is not None
+        self.transport.sendto(reply.encode(), addr)
+
+
+def test_parse_dispatcher_list() -> None:
+    text = """{
+\tNRSETS: 1
+\tRECORDS: {
+\t\tSET: {
+\t\t\tID: 1
+\t\t\tTARGETS: {
+\t\t\t\tDEST: {
+\t\t\t\t\tURI: sip:127.0.0.1:5070
+\t\t\t\t\tFLAGS: IP
+\t\t\t\t\tPRIORITY: 0
+\t\t\t\t}
+\t\t\t\tDEST: {
+\t\t\t\t\tURI: sip:127.0.0.1:5072
+\t\t\t\t\tFLAGS: AP
+\t\t\t\t}
+\t\t\t}
+\t\t}
+\t}
+}"""
+    targets = parse_dispatcher_list(text)
+    assert [(t.set_id, t.uri, t.flags) for t in targets] == [
+        (1, "sip:127.0.0.1:5070", "IP"),
+        (1, "sip:127.0.0.1:5072", "AP"),
+    ]
+    assert targets[0].inactive and targets[1].active
+
+
+def test_shipped_config_validates_and_a_broken_one_does_not(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    good = KamailioDispatcher(peer_procs, tmp_path, workers=["sip:127.0.0.1:5070"])
+    assert "config file ok" in good.check_config()
+    broken_cfg = tmp_path / "broken.cfg"
+    broken_cfg.write_text(good.config.read_text().replace("route(DISPATCH);\n}", "route(DISPATCH)\n}", 1))
+    broken = KamailioDispatcher(peer_procs, tmp_path, workers=["sip:127.0.0.1:5070"], config=broken_cfg, name="broken")
+    with pytest.raises(KamailioConfigError):
+        broken.check_config()
+
+
+async def test_probing_marks_a_dead_worker_down_and_calls_reach_the_live_one(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    require_binary("baresip", package="baresip baresip-core")
+    callee = BaresipPhone(
+        peer_procs, tmp_path, source_wav=speech_8k, name="worker", user="agent", auto_answer=True, tail_silence=8
+    )
+    dead = f"sip:127.0.0.1:{free_ports(1)[0]}"
+    async with callee:
+        live = f"sip:127.0.0.1:{callee.sip_port}"
+        async with KamailioDispatcher(peer_procs, tmp_path, workers=[dead, live]) as lb:
+            await lb.wait_target(dead, active=False, within=15)
+            assert (await lb.wait_target(live, active=True, within=5)).active
+            caller = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="caller")
+            async with caller:
+                caller_target = lb.sip_uri("agent")
+                await caller.dial(caller_target)
+                await callee.wait_established(within=10)
+                await caller.wait_established(within=5)
+                # The caller hangs up at the end of its WAV; the BYE follows the Record-Route via Kamailio.
+                await caller.wait_closed(within=15)
+                await callee.wait_closed(within=10)
+    assert lb.process is not None
+    assert f"INVITE {caller_target} -> worker {live}" in lb.process.output
+    sent = read_wav(speech_8k)
+    correlation, _ = align_and_correlate(sent.samples, read_wav(callee.last_recording().decoded).samples, 8000)
+    assert correlation >= 0.9, "media must flow directly between caller and worker"
+
+
+async def test_failure_route_moves_an_invite_from_a_503_worker_to_the_next(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    require_binary("baresip", package="baresip baresip-core")
+    loop = asyncio.get_running_loop()
+    rejecting = RejectingWorker()
+    reject_port = free_ports(1)[0]
+    transport, _ = await loop.create_datagram_endpoint(lambda: rejecting, local_addr=("127.0.0.1", reject_port))
+    try:
+        callee = BaresipPhone(
+            peer_procs, tmp_path, source_wav=speech_8k, name="worker", user="agent", auto_answer=True, tail_silence=8
+        )
+        async with callee:
+            workers = [f"sip:127.0.0.1:{reject_port}", f"sip:127.0.0.1:{callee.sip_port}"]
+            async with KamailioDispatcher(peer_procs, tmp_path, workers=workers) as lb:
+                for worker in workers:
+                    await lb.wait_target(worker, active=True, within=10)
+                caller = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="caller")
+                async with caller:
+                    # Round robin over two active workers: one of two calls is first offered to the 503 one.
+                    for attempt in (1, 2):
+                        await caller.dial(lb.sip_uri("agent"))
+                        await callee.wait_established(within=10, nth=attempt)
+                        await caller.wait_closed(within=15, nth=attempt)
+                        await callee.wait_closed(within=10, nth=attempt)
+                assert "INVITE" in rejecting.methods
+                assert lb.process is not None
+                await lb.process.wait_for_output(r"failed \(503\) for INVITE: marking it down", within=5)
+    finally:
+        transport.close()
