@@ -88,8 +88,7 @@ def _parse_id(value: str | None) -> int | None:
     responses={
         200: {
             "description": (
-                "Server-Sent Events: call.started|updated|ended, "
-                "worker.registered|updated|draining|lost|gone, and gap"
+                "Server-Sent Events: call.started|updated|ended, worker.registered|updated|draining|lost|gone, and gap"
             ),
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },

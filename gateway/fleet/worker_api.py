@@ -54,27 +54,27 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
 
     router = APIRouter(prefix=INTERNAL_PREFIX, dependencies=[Depends(require_token)], tags=["worker-internal"])
 
-    @router.post("/calls/{call_id}/hangup", status_code=204)
+    @router.post("/calls/{call_id}/hangup", status_code=204, response_model=None)
     async def hang_up(call_id: str, body: HangupRequest) -> Any:
         result = await _run(lambda: commands.hang_up(call_id, body.reason))
         return result if isinstance(result, Response) else Response(status_code=204)
 
-    @router.post("/calls/{call_id}/transfer", status_code=204)
+    @router.post("/calls/{call_id}/transfer", status_code=204, response_model=None)
     async def transfer(call_id: str, body: TransferRequest) -> Any:
         result = await _run(lambda: commands.transfer(call_id, body.target))
         return result if isinstance(result, Response) else Response(status_code=204)
 
-    @router.post("/calls/{call_id}/dtmf", status_code=204)
+    @router.post("/calls/{call_id}/dtmf", status_code=204, response_model=None)
     async def send_dtmf(call_id: str, body: DtmfRequest) -> Any:
         result = await _run(lambda: commands.send_dtmf(call_id, body.digits))
         return result if isinstance(result, Response) else Response(status_code=204)
 
-    @router.post("/originate", status_code=201)
+    @router.post("/originate", status_code=201, response_model=None)
     async def originate(body: OriginateCommand) -> Any:
         result = await _run(lambda: commands.originate(body.request, body.admission))
         return result if isinstance(result, Response) else JSONResponse({"call_id": result}, status_code=201)
 
-    @router.post("/drain", status_code=204)
+    @router.post("/drain", status_code=204, response_model=None)
     async def drain(body: DrainRequest) -> Any:
         result = await _run(lambda: commands.drain(body.exit_when_empty))
         return result if isinstance(result, Response) else Response(status_code=204)
