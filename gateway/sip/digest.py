@@ -604,3 +604,63 @@ class DigestChallenger:
     @property
     def tracked_nonces(self) -> int:
         return len(self._counts)
+
+
+# ------------------------------------------------------------------------ the core's seams (sip/auth.py)
+
+
+class DigestAuthenticator:
+    """:class:`gateway.sip.auth.Authenticator` over a :class:`DigestChallenger`, with the nonce salt injected.
+
+    The seam's ``verify`` answers a bool, yet a stale nonce must be re-challenged with ``stale=TRUE`` so the
+    phone retries without asking its user (RFC 2617 §3.2.1). The inbound policy calls ``verify`` and then
+    ``challenge`` for the same request, so the outcome of the last ``verify`` sets the next challenge's flag.
+    ``qop=auth-int`` is not offered, so ``body`` is not part of the digest.
+    """
+
+    def __init__(self, challenger: DigestChallenger, *, salt: Callable[[], bytes]) -> None:
+        self.challenger = challenger
+        self._salt = salt
+        self.last_verdict: DigestVerdict | None = None
+
+    def challenge(self, *, now: float) -> str:
+        last, self.last_verdict = self.last_verdict, None
+        stale = last is not None and last.outcome is DigestOutcome.STALE
+        return self.challenger.challenge(now, salt=self._salt(), stale=stale)
+
+    def verify(self, *, authorization: str, method: str, body: bytes, now: float) -> bool:
+        self.last_verdict = self.challenger.verify(method, authorization, now)
+        return self.last_verdict.ok
+
+
+class DigestClient:
+    """:class:`gateway.sip.auth.ClientCredentials` for one trunk account; counts ``nc`` per nonce (bounded)."""
+
+    def __init__(self, *, username: str, password: str, cnonce: Callable[[], str], max_nonces: int = 64) -> None:
+        self.username = username
+        self._password = password
+        self._cnonce = cnonce
+        self._max_nonces = max_nonces
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    def authorization(self, *, challenge: str, method: str, uri: str, body: bytes) -> str | None:
+        """The answer to one challenge header value, or None when we cannot meet it (bad or unsupported)."""
+        try:
+            parsed = parse_challenge(challenge)
+        except DigestError:
+            return None
+        if parsed.qop and "auth" not in parsed.qop:
+            return None  # auth-int only: we do not hash bodies
+        nc = self._counts.pop(parsed.nonce, 0) + 1  # re-inserted last: the most recently used nonce
+        self._counts[parsed.nonce] = nc
+        while len(self._counts) > self._max_nonces:
+            self._counts.popitem(last=False)
+        return authorization(
+            parsed,
+            method=method,
+            uri=uri,
+            username=self.username,
+            password=self._password,
+            cnonce=self._cnonce(),
+            nc=nc,
+        )

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.sip.auth import Authenticator, ClientCredentials
 from gateway.sip.digest import (
+    ALGORITHMS,
+    Algorithm,
+    DigestAuthenticator,
     DigestChallenge,
     DigestChallenger,
-    DigestCredentials,
+    DigestClient,
     DigestError,
     DigestOutcome,
     Ha1,
@@ -134,9 +140,9 @@ def test_stored_ha1_gives_the_same_response_as_the_password() -> None:
         "nc": "00000001",
         "cnonce": "0a4f113b",
     }
-    assert compute_response(algorithm="MD5", secret=stored, **common) == "6629fae49393a05397450978507c4ef1"  # type: ignore[arg-type]
+    assert compute_response(algorithm="MD5", secret=stored, **common) == "6629fae49393a05397450978507c4ef1"
     # An HA1 stored for MD5 cannot answer a SHA-256 challenge.
-    assert compute_response(algorithm="SHA-256", secret=stored, **common) is None  # type: ignore[arg-type]
+    assert compute_response(algorithm="SHA-256", secret=stored, **common) is None
 
 
 # -------------------------------------------------------------------------------- client/server round trip
@@ -255,9 +261,7 @@ def test_nc_zero_is_malformed() -> None:
     server = challenger()
     header = server.challenge(T0, salt=SALT)
     creds = parse_credentials(answer(header))
-    zero = DigestCredentials(
-        **{**{f: getattr(creds, f) for f in creds.__slots__}, "nc": "00000000"}  # type: ignore[arg-type]
-    )
+    zero = dataclasses.replace(creds, nc="00000000")
     verdict = server.verify("INVITE", zero.to_header_value(), T0)
     assert verdict.outcome is DigestOutcome.MALFORMED and "nc counts from 00000001" in verdict.reason
 
@@ -395,7 +399,7 @@ def test_fuzz_parsers_raise_only_digest_error(pieces: list[str]) -> None:
         except DigestError:
             continue
         # Anything accepted must be re-serializable to something that parses back to the same value.
-        assert parse(parsed.to_header_value()) == parsed  # type: ignore[operator]
+        assert parse(parsed.to_header_value()) == parsed
     verdict = challenger().verify("INVITE", text, T0)
     assert verdict.outcome in (DigestOutcome.MALFORMED, DigestOutcome.BAD_CREDENTIALS)
 
@@ -405,14 +409,14 @@ def test_fuzz_parsers_raise_only_digest_error(pieces: list[str]) -> None:
     username=st.text(min_size=1, max_size=20).filter(lambda s: "\x00" not in s and s.isprintable()),
     password=st.text(max_size=20),
     nc=st.integers(min_value=1, max_value=0xFFFFFFFF),
-    algorithm=st.sampled_from(["MD5", "MD5-sess", "SHA-256", "SHA-256-sess"]),
+    algorithm=st.sampled_from(ALGORITHMS),
 )
-def test_property_any_user_round_trips(username: str, password: str, nc: int, algorithm: str) -> None:
+def test_property_any_user_round_trips(username: str, password: str, nc: int, algorithm: Algorithm) -> None:
     server = DigestChallenger(
         realm="gw",
         credentials={username: password}.get,
         nonce_secret=SECRET,
-        algorithms=(algorithm,),  # type: ignore[arg-type]
+        algorithms=(algorithm,),
     )
     header = authorization(
         parse_challenge(server.challenge(T0, salt=SALT)),
@@ -425,3 +429,89 @@ def test_property_any_user_round_trips(username: str, password: str, nc: int, al
     )
     assert server.verify("INVITE", header, T0 + 1).ok
     assert server.verify("INVITE", header, T0 + 1).outcome is DigestOutcome.BAD_CREDENTIALS  # the replay
+
+
+# ------------------------------------------------------------------------ the core's seams (sip/auth.py)
+
+
+def counter_salt() -> Callable[[], bytes]:
+    counter = iter(range(1, 1_000_000))
+    return lambda: next(counter).to_bytes(16, "big")
+
+
+def test_authenticator_seam_signals_stale_on_the_next_challenge() -> None:
+    auth: Authenticator = DigestAuthenticator(challenger(nonce_ttl_s=30), salt=counter_salt())
+    first = auth.challenge(now=T0)
+    assert not parse_challenge(first).stale
+    assert auth.verify(authorization=answer(first), method="INVITE", body=b"v=0", now=T0 + 1)
+    # Right password, expired nonce: refused, and the next challenge says stale=TRUE.
+    assert not auth.verify(authorization=answer(first, nc=2), method="INVITE", body=b"", now=T0 + 31)
+    again = parse_challenge(auth.challenge(now=T0 + 31))
+    assert again.stale and again.nonce != parse_challenge(first).nonce
+    # Wrong password: refused, and the challenge after it is not stale.
+    assert not auth.verify(authorization=answer(first, password="x", nc=3), method="INVITE", body=b"", now=T0 + 31)
+    assert not parse_challenge(auth.challenge(now=T0 + 31)).stale
+
+
+def test_client_seam_counts_nc_per_nonce_and_refuses_what_it_cannot_meet() -> None:
+    cnonces = iter(f"c{i}" for i in range(100))
+    client: ClientCredentials = DigestClient(username="alice", password="wonderland", cnonce=lambda: next(cnonces))
+    server = challenger()
+    header = server.challenge(T0, salt=SALT)
+    answers = [
+        client.authorization(challenge=header, method="INVITE", uri="sip:agent@gw.example.com", body=b"")
+        for _ in range(3)
+    ]
+    assert [parse_credentials(a).nc for a in answers if a] == ["00000001", "00000002", "00000003"]
+    assert all(server.verify("INVITE", a, T0 + 1).ok for a in answers if a)
+    other = server.challenge(T0, salt=salt(9))
+    fresh = client.authorization(challenge=other, method="INVITE", uri="sip:x", body=b"")
+    assert fresh is not None and parse_credentials(fresh).nc == "00000001"
+    assert (
+        client.authorization(
+            challenge='Digest realm="r", nonce="n", qop="auth-int"', method="INVITE", uri="sip:x", body=b""
+        )
+        is None
+    )
+    assert client.authorization(challenge="Basic realm=r", method="INVITE", uri="sip:x", body=b"") is None
+
+
+def test_in_memory_call_through_the_sip_core_with_digest_and_sdp() -> None:
+    """Caller and gateway cores under a fake clock: 401, retry with credentials, SDP negotiated both ways."""
+    from gateway.sip.events import CallOffered, OutboundCallAnswered
+    from gateway.sip.sdp import LocalMedia, build_answer, build_offer, negotiate, parse_sdp
+    from tests.gateway.sip.sipnet import Net
+
+    net = Net()
+    caller = net.add(5061)
+    authenticator = DigestAuthenticator(
+        challenger(realm="127.0.0.1", credentials={"alice": "wonderland"}.get), salt=counter_salt()
+    )
+    gateway = net.add(5062, authenticator=authenticator)
+    offer = build_offer(local_address="127.0.0.1", local_port=4000, session_id=1, session_version=1)
+    client = DigestClient(username="alice", password="wonderland", cnonce=lambda: "0a4f113b")
+    caller.invite(
+        "sip:agent@127.0.0.1:5062",
+        net.now,
+        from_uri="<sip:alice@127.0.0.1:5061>",
+        body=offer.to_bytes(),
+        credentials=client,
+    )
+    offered = [event for event in net.events(gateway) if isinstance(event, CallOffered)]
+    assert len(offered) == 1, net.lines()
+    assert "SIP/2.0 401 Unauthorized" in net.lines() and authenticator.last_verdict is not None
+    assert authenticator.last_verdict.ok and authenticator.last_verdict.username == "alice"
+    remote_offer = parse_sdp(offered[0].body)
+    negotiated = negotiate(remote_offer, local=LocalMedia())
+    assert (negotiated.codec_name, negotiated.remote_rtp) == ("PCMU", ("127.0.0.1", 4000))
+    answer_sdp = build_answer(
+        remote_offer, negotiated, local_address="127.0.0.1", local_port=5000, session_id=2, session_version=1
+    )
+    gateway.answer(offered[0].call, net.now, body=answer_sdp.to_bytes())
+    net.pump()
+    answered = [event for event in net.events(caller) if isinstance(event, OutboundCallAnswered)]
+    assert len(answered) == 1
+    assert answered[0].body is not None
+    ours = negotiate(parse_sdp(answered[0].body), local=LocalMedia())
+    assert (ours.codec_name, ours.payload_type, ours.remote_rtp) == ("PCMU", 0, ("127.0.0.1", 5000))
+    assert ours.telephone_event_payload_type == 101
