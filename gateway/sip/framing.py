@@ -23,7 +23,7 @@ class StreamFramer:
     def __init__(self, limits: SipLimits | None = None) -> None:
         self._limits = limits or SipLimits()
         self._buffer = bytearray()
-        self.keepalives = 0
+        self.keepalives = 0  # CRLF lines seen between messages (RFC 5626 pings and pongs)
 
     def feed(self, data: bytes) -> list[bytes]:
         self._buffer.extend(data)
@@ -40,7 +40,7 @@ class StreamFramer:
         while skipped < len(buffer) and buffer[skipped] in b"\r\n":
             skipped += 1
         if skipped:
-            self.keepalives += 1
+            self.keepalives += buffer[:skipped].count(b"\n")  # one per CRLF line, however it was chunked
             del buffer[:skipped]
         end = buffer.find(b"\r\n\r\n")
         if end < 0:

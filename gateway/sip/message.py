@@ -168,7 +168,8 @@ def _check_version(version: str) -> None:
         raise RemoteProtocolError(f"unsupported SIP version {version[:20]!r}", status_code=505)
 
 
-def _parse_start_line(line: str) -> SipMessage:
+def _parse_start_line(line: str) -> tuple[SipMessage, RemoteProtocolError | None]:
+    """The message shell, and a version error to raise once the headers are parsed (so 505 can be sent)."""
     if line.upper().startswith("SIP/"):
         parts = line.split(None, 2)
         if len(parts) < 2 or not parts[1].isdigit() or len(parts[1]) != 3:
@@ -177,7 +178,7 @@ def _parse_start_line(line: str) -> SipMessage:
         status = int(parts[1])
         if not 100 <= status <= 699:
             raise RemoteProtocolError(f"status code out of range: {status}")
-        return SipResponse(status=status, reason=parts[2].strip() if len(parts) > 2 else "")
+        return SipResponse(status=status, reason=parts[2].strip() if len(parts) > 2 else ""), None
     parts = line.split()
     if len(parts) != 3:
         raise RemoteProtocolError(f"bad request line {line[:60]!r}")
@@ -185,12 +186,11 @@ def _parse_start_line(line: str) -> SipMessage:
     if not _METHOD_RE.match(method):
         raise RemoteProtocolError(f"bad method {method[:20]!r}")
     uri = parse_uri(uri_text, allow_other_schemes=True)
-    request = SipRequest(method=method, uri=uri)
     try:
         _check_version(version)
     except RemoteProtocolError as exc:
-        raise MalformedMessageError(exc.reason, partial=request, status_code=exc.status_code) from exc
-    return request
+        return SipRequest(method=method, uri=uri), exc
+    return SipRequest(method=method, uri=uri), None
 
 
 def _header_lines(head: str) -> list[str]:
@@ -224,7 +224,7 @@ def parse_message(data: bytes, *, limits: SipLimits | None = None, framed: bool 
     lines = _header_lines(head)
     if not lines or not lines[0].strip():
         raise RemoteProtocolError("empty message")
-    message = _parse_start_line(lines[0].strip())
+    message, version_error = _parse_start_line(lines[0].strip())
     if len(lines) - 1 > limits.max_headers:
         raise MalformedMessageError("too many header lines", partial=None, status_code=513)
     problem: str | None = None
@@ -238,6 +238,8 @@ def parse_message(data: bytes, *, limits: SipLimits | None = None, framed: bool 
             message.headers.add(name, value)
         except RemoteProtocolError as exc:
             problem = problem or exc.reason
+    if version_error is not None:
+        raise MalformedMessageError(version_error.reason, partial=message, status_code=version_error.status_code)
     if problem is not None:
         raise MalformedMessageError(problem, partial=message)
     length_text = message.headers.get("Content-Length")
@@ -285,9 +287,10 @@ def validate_request(request: SipRequest) -> None:
 
 
 def can_answer(request: SipRequest) -> bool:
-    """Whether a response can be built: the headers it copies exist and the top Via parses (§8.2.6.2)."""
-    if any(not request.headers.get(name) for name in _REQUIRED_REQUEST_HEADERS):
-        return False
+    """Whether a response can be built and routed: the top Via parses (§8.2.6.2, §18.2.2).
+
+    The other headers a response copies are copied when present; the peer matches its transaction by
+    the Via branch and CSeq, so a 400 for a request without Call-ID or From still reaches it."""
     try:
         request.top_via  # noqa: B018
     except RemoteProtocolError:

@@ -74,7 +74,7 @@ def negotiate_as_uas(
     else:
         if offered[0] < config.min_se:
             raise RemoteProtocolError(
-                "Session interval too small", status_code=422, headers=(("Min-SE", str(config.min_se)),)
+                "Session Interval Too Small", status_code=422, headers=(("Min-SE", str(config.min_se)),)
             )
         interval = max(min(offered[0], config.session_expires), floor)
         refresher = offered[1] or "uas"

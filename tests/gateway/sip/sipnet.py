@@ -151,7 +151,7 @@ def _params(value: str) -> dict[str, str]:
 
 
 @dataclass
-class TestAuthenticator:
+class FakeAuthenticator:
     realm: str
     username: str
     password: str
@@ -173,7 +173,7 @@ class TestAuthenticator:
 
 
 @dataclass
-class TestCredentials:
+class FakeCredentials:
     username: str
     password: str
 
