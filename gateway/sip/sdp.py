@@ -41,24 +41,11 @@ RTP_PROFILES = frozenset({"RTP/AVP", "RTP/AVPF"})  # no SRTP: SAVP offers get po
 
 # RFC 3551 table 4: audio payload types that need no rtpmap.
 STATIC_PAYLOAD_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("PCMU", 8000, 1),
-    3: ("GSM", 8000, 1),
-    4: ("G723", 8000, 1),
-    5: ("DVI4", 8000, 1),
-    6: ("DVI4", 16000, 1),
-    7: ("LPC", 8000, 1),
-    8: ("PCMA", 8000, 1),
-    9: ("G722", 8000, 1),
-    10: ("L16", 44100, 2),
-    11: ("L16", 44100, 1),
-    12: ("QCELP", 8000, 1),
-    13: ("CN", 8000, 1),
-    14: ("MPA", 90000, 1),
-    15: ("G728", 8000, 1),
-    16: ("DVI4", 11025, 1),
-    17: ("DVI4", 22050, 1),
-    18: ("G729", 8000, 1),
-}
+    0: ("PCMU", 8000, 1), 3: ("GSM", 8000, 1), 4: ("G723", 8000, 1), 5: ("DVI4", 8000, 1), 6: ("DVI4", 16000, 1),
+    7: ("LPC", 8000, 1), 8: ("PCMA", 8000, 1), 9: ("G722", 8000, 1), 10: ("L16", 44100, 2), 11: ("L16", 44100, 1),
+    12: ("QCELP", 8000, 1), 13: ("CN", 8000, 1), 14: ("MPA", 90000, 1), 15: ("G728", 8000, 1),
+    16: ("DVI4", 11025, 1), 17: ("DVI4", 22050, 1), 18: ("G729", 8000, 1),
+}  # fmt: skip
 # (name, clock, channels) of the codecs we can carry; opus is always signalled as 2 channels (RFC 7587 §7).
 _CODEC_SHAPES: dict[str, tuple[int, int]] = {"PCMU": (8000, 1), "PCMA": (8000, 1), "opus": (48000, 2)}
 _PAYLOAD_TYPES_WE_OFFER = {"PCMU": 0, "PCMA": 8, "opus": 111}
@@ -722,8 +709,14 @@ def negotiate(
     raise NoCommonCodec("no common audio codec" if saw_audio else "no RTP/AVP audio stream offered")
 
 
-def _local_connection(address: str) -> Connection:
-    return Connection(address=address, address_type="IP6" if ":" in address else "IP4")
+def _local_description(
+    address: str, session_id: int, session_version: int, media: tuple[MediaDescription, ...]
+) -> SessionDescription:
+    address_type: Literal["IP4", "IP6"] = "IP6" if ":" in address else "IP4"
+    origin = Origin(session_id=session_id, session_version=session_version, address=address, address_type=address_type)
+    return SessionDescription(
+        origin=origin, connection=Connection(address=address, address_type=address_type), media=media
+    )
 
 
 def _audio_codecs(
@@ -768,17 +761,7 @@ def build_answer(
                 direction=negotiated.direction,
             )
         )
-    connection = _local_connection(local_address)
-    return SessionDescription(
-        origin=Origin(
-            session_id=session_id,
-            session_version=session_version,
-            address=local_address,
-            address_type=connection.address_type,
-        ),
-        connection=connection,
-        media=tuple(media),
-    )
+    return _local_description(local_address, session_id, session_version, tuple(media))
 
 
 def build_offer(
@@ -809,7 +792,6 @@ def build_offer(
         if "opus" in preferences:
             codecs.append(Codec(payload_type=_TE_PT_48000, name="telephone-event", clock_rate=48000, fmtp="0-15"))
         codecs.append(Codec(payload_type=_TE_PT_8000, name="telephone-event", clock_rate=8000, fmtp="0-15"))
-    connection = _local_connection(local_address)
     audio = MediaDescription(
         media="audio",
         port=local_port,
@@ -819,16 +801,7 @@ def build_offer(
         ptime=ptime,
         direction=direction,
     )
-    return SessionDescription(
-        origin=Origin(
-            session_id=session_id,
-            session_version=session_version,
-            address=local_address,
-            address_type=connection.address_type,
-        ),
-        connection=connection,
-        media=(audio,),
-    )
+    return _local_description(local_address, session_id, session_version, (audio,))
 
 
 def next_session_version(previous: SessionDescription | None, candidate: SessionDescription) -> SessionDescription:
