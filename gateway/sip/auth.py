@@ -7,12 +7,17 @@ Owns: two small Protocols, so the core never computes or parses digests itself:
 - `ClientCredentials` (client side, used by `SipEndpoint.invite`): `authorization()` answers a
   WWW-Authenticate / Proxy-Authenticate challenge with an Authorization header value.
 
-gateway/sip/digest.py provides the digest implementations; any object with these methods fits.
+`DigestAuthenticator` and `DigestClientCredentials` adapt gateway/sip/digest.py to these Protocols; any
+other object with these methods fits as well (tests use a small fake).
 """
 
 from __future__ import annotations
 
+import random
 from typing import Protocol
+
+from .digest import DigestChallenger, DigestError, DigestOutcome, parse_challenge
+from .digest import authorization as digest_authorization
 
 
 class Authenticator(Protocol):
@@ -22,8 +27,9 @@ class Authenticator(Protocol):
         """The value of a WWW-Authenticate header for a 401 (fresh nonce, qop=auth)."""
         ...
 
-    def verify(self, *, authorization: str, method: str, body: bytes, now: float) -> bool:
-        """Whether the Authorization header value answers one of our challenges for this request."""
+    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> bool:
+        """Whether the Authorization value answers one of our challenges for this request (`uri` is the
+        Request-URI, which the digest's uri parameter must equal)."""
         ...
 
 
@@ -33,3 +39,48 @@ class ClientCredentials(Protocol):
     def authorization(self, *, challenge: str, method: str, uri: str, body: bytes) -> str | None:
         """The Authorization (or Proxy-Authorization) value, or None if the challenge cannot be met."""
         ...
+
+
+class DigestAuthenticator:
+    """`Authenticator` over digest.py's `DigestChallenger` (stateless HMAC nonces, qop=auth, replay window).
+
+    A stale nonce (right password, old nonce) is answered with `stale=true` in the next challenge, so the
+    peer retries silently (RFC 2617 §3.2.1). `rng` supplies the nonce salt; pass a seeded one in tests."""
+
+    def __init__(self, challenger: DigestChallenger, *, rng: random.Random | None = None) -> None:
+        self._challenger = challenger
+        self._rng = rng or random.SystemRandom()
+        self._stale = False
+
+    def challenge(self, *, now: float) -> str:
+        stale, self._stale = self._stale, False
+        return self._challenger.challenge(now, salt=self._rng.randbytes(16), stale=stale)
+
+    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> bool:
+        verdict = self._challenger.verify(method, authorization, now, uri=uri)
+        self._stale = verdict.outcome is DigestOutcome.STALE
+        return verdict.ok
+
+
+class DigestClientCredentials:
+    """`ClientCredentials` for a username/password, answering with digest.py's `authorization`."""
+
+    def __init__(self, *, username: str, password: str, rng: random.Random | None = None) -> None:
+        self._username = username
+        self._password = password
+        self._rng = rng or random.SystemRandom()
+
+    def authorization(self, *, challenge: str, method: str, uri: str, body: bytes) -> str | None:
+        try:
+            parsed = parse_challenge(challenge)
+            return digest_authorization(
+                parsed,
+                method=method,
+                uri=uri,
+                username=self._username,
+                password=self._password,
+                cnonce=f"{self._rng.getrandbits(64):016x}",
+                nc=1,  # every retry answers a fresh challenge
+            )
+        except (DigestError, ValueError):
+            return None

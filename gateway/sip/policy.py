@@ -109,7 +109,7 @@ class InboundPolicy:
             return _ALLOW
         authorization = request.headers.get("Authorization")
         if authorization and self._authenticator.verify(
-            authorization=authorization, method=request.method, body=request.body, now=now
+            authorization=authorization, method=request.method, uri=str(request.uri), body=request.body, now=now
         ):
             return _ALLOW
         challenge = self._authenticator.challenge(now=now)

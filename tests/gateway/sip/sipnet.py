@@ -162,9 +162,9 @@ class FakeAuthenticator:
         self.issued.append(nonce)
         return f'Digest realm="{self.realm}", nonce="{nonce}", qop="auth", algorithm=MD5'
 
-    def verify(self, *, authorization: str, method: str, body: bytes, now: float) -> bool:
+    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> bool:
         p = _params(authorization)
-        if p.get("nonce") not in self.issued or p.get("username") != self.username:
+        if p.get("nonce") not in self.issued or p.get("username") != self.username or p.get("uri") != uri:
             return False
         ha1 = _md5(f"{self.username}:{self.realm}:{self.password}")
         ha2 = _md5(f"{method}:{p.get('uri', '')}")

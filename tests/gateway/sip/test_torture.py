@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.sip.auth import DigestAuthenticator, DigestClientCredentials
 from gateway.sip.config import RateLimit, SipConfig
+from gateway.sip.digest import DigestChallenger
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
 from gateway.sip.framing import StreamFramer
@@ -313,3 +315,24 @@ def test_call_survives_garbage_in_the_middle() -> None:
     a.send_dtmf_info(call_a, net.now, digit="1")
     net.pump()
     assert net.lines()[-1] == "SIP/2.0 200 OK"
+
+
+def test_digest_round_trip_with_digest_module_adapters() -> None:
+    challenger = DigestChallenger(
+        realm="gw.example", credentials={"trunk": "s3cret"}.get, nonce_secret=b"0123456789abcdef0123"
+    )
+    authenticator = DigestAuthenticator(challenger, rng=random.Random(1))
+    net, a, b = setup(authenticator=authenticator)
+    good = DigestClientCredentials(username="trunk", password="s3cret", rng=random.Random(2))
+    call = a.invite("sip:agent@127.0.0.1:5062", net.now, from_uri="<sip:a@127.0.0.1>", body=OFFER, credentials=good)
+    net.pump()
+    assert net.lines()[1] == "SIP/2.0 401 Unauthorized"
+    challenge = parse_message(net.log[1].data).headers.get("WWW-Authenticate") or ""
+    assert 'realm="gw.example"' in challenge and "qop" in challenge
+    assert len(net.of_type(b, CallOffered)) == 1
+    bad = DigestClientCredentials(username="trunk", password="nope", rng=random.Random(3))
+    failed = a.invite("sip:agent@127.0.0.1:5062", net.now, from_uri="<sip:a@127.0.0.1>", body=OFFER, credentials=bad)
+    net.pump()
+    assert net.of_type(a, OutboundCallFailed) == [OutboundCallFailed(call=failed, status=401, reason="Unauthorized")]
+    assert len(net.of_type(b, CallOffered)) == 1
+    assert call != failed
