@@ -1,0 +1,209 @@
+"""The StateStore contract, run against MemoryStore and RedisStore (a real redis-server on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from gateway.control.app import create_app
+from gateway.control.plane import ControlPlane
+from gateway.control.redis_store import RedisStore
+from gateway.control.settings import ControlSettings
+from gateway.control.store import MemoryStore, Reservation, StateStore
+from gateway.fleet import AdmissionRequest, CallSnapshot, InProcessControlLink, WorkerInfo
+from tests.gateway.control.conftest import AUTH, TOKEN, make_config
+from tests.gateway.fleet.fake_worker import FakeWorker
+from tests.support.peers import require_binary
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = require_binary("redis-server")
+    workdir: Path = tmp_path_factory.mktemp("redis")
+    port = _free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        _wait_for_redis(url, process, deadline_s=10)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def _wait_for_redis(url: str, process: subprocess.Popen[bytes], deadline_s: float) -> None:
+    """Poll PING until redis-server answers (it takes a few ms), failing at the deadline."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {process.returncode}")
+            with contextlib.suppress(OSError, redis.ConnectionError):
+                if client.ping():
+                    return
+            time.sleep(0.02)
+        raise TimeoutError(f"redis-server did not answer within {deadline_s} s")
+    finally:
+        client.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
+    if request.param == "memory":
+        made: StateStore = MemoryStore(ring_size=5, ended_retention=2)
+    else:
+        url = request.getfixturevalue("redis_url")
+        made = RedisStore(url, prefix=f"t-{uuid.uuid4().hex[:8]}:", ring_size=5, ended_retention=2)
+    yield made
+    await made.aclose()
+
+
+def _reservation(call_id: str, route: str = "r", worker: str = "w") -> Reservation:
+    return Reservation(call_id=call_id, route=route, worker=worker, admitted_at=1.0)
+
+
+async def test_workers_roundtrip(store: StateStore) -> None:
+    await store.put_worker(WorkerInfo(id="b", capacity=3))
+    await store.put_worker(WorkerInfo(id="a", url="http://x"))
+    assert [w.id for w in await store.list_workers()] == ["a", "b"]
+    assert (await store.get_worker("b")).capacity == 3  # type: ignore[union-attr]
+    await store.delete_worker("b")
+    assert await store.get_worker("b") is None
+
+
+async def test_reserve_checks_every_limit_atomically(store: StateStore) -> None:
+    limits = {"max_calls": 3, "route_max": 2, "worker_capacity": 2}
+    assert await store.reserve(_reservation("c1"), **limits) == "ok"
+    assert await store.reserve(_reservation("c1"), **limits) == "exists"
+    assert await store.reserve(_reservation("c2"), **limits) == "ok"
+    assert await store.reserve(_reservation("c3"), **limits) == "route"
+    assert await store.reserve(_reservation("c3", route="s"), **limits) == "worker"
+    assert await store.reserve(_reservation("c3", route="s", worker="v"), **limits) == "ok"
+    assert await store.reserve(_reservation("c4", route="t", worker="u"), **limits) == "global"
+    released = await store.release("c1")
+    assert released == _reservation("c1")
+    assert await store.release("c1") is None
+    assert await store.reserve(_reservation("c4"), **limits) == "ok"
+    assert sorted(r.call_id for r in await store.reservations()) == ["c2", "c3", "c4"]
+
+
+async def test_concurrent_reservations_never_exceed_the_limit(store: StateStore) -> None:
+    outcomes = await asyncio.gather(
+        *(store.reserve(_reservation(f"c{i}"), max_calls=100, route_max=5, worker_capacity=100) for i in range(20))
+    )
+    assert outcomes.count("ok") == 5 and outcomes.count("route") == 15
+
+
+async def test_ended_calls_are_retained_up_to_the_limit(store: StateStore) -> None:
+    for index in range(4):
+        await store.put_call(CallSnapshot(id=f"e{index}", state="ended", ended=float(index)))
+    await store.put_call(CallSnapshot(id="live", state="active"))
+    ids = sorted(c.id for c in await store.list_calls())
+    assert ids == ["e2", "e3", "live"]
+    assert (await store.get_call("e3")).state == "ended"  # type: ignore[union-attr]
+
+
+async def test_event_ids_are_contiguous_and_the_ring_is_bounded(store: StateStore) -> None:
+    for index in range(7):
+        event = await store.append_event("call.updated", {"n": index}, time=100.0 + index)
+        assert event.id == index + 1
+    assert await store.last_event_id() == 7
+    events = await store.read_events(0)
+    assert [e.id for e in events] == [3, 4, 5, 6, 7] and events[0].data == {"n": 2} and events[0].time == 102.0
+    assert [e.id for e in await store.read_events(5)] == [6, 7]
+    assert await store.read_events(7) == []
+
+
+async def test_read_waits_for_the_next_event(store: StateStore) -> None:
+    await store.append_event("worker.registered", {}, time=1.0)
+    reader = asyncio.create_task(store.read_events(1, wait_s=5))
+    await asyncio.sleep(0)  # let the reader block first
+    await store.append_event("worker.lost", {"id": "w"}, time=2.0)
+    async with asyncio.timeout(5):
+        events = await reader
+    assert [(e.id, e.type) for e in events] == [(2, "worker.lost")]
+    assert await store.read_events(2, wait_s=0.05) == []
+
+
+async def test_lock_lease(store: StateStore) -> None:
+    assert await store.try_lock("sweep", ttl_s=5)
+    assert await store.try_lock("sweep", ttl_s=5)  # the holder keeps it
+
+
+async def test_two_redis_stores_compete_for_the_sweep_lease(redis_url: str) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    first, second = RedisStore(redis_url, prefix=prefix), RedisStore(redis_url, prefix=prefix)
+    try:
+        assert await first.try_lock("sweep", ttl_s=5)
+        assert not await second.try_lock("sweep", ttl_s=5)
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_two_control_planes_share_one_picture_through_redis(redis_url: str) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    config = make_config()
+    apps = [
+        create_app(
+            ControlSettings(api_token=TOKEN, redis_url=redis_url),
+            config=config,
+            store=RedisStore(redis_url, prefix=prefix),
+            sweeper=False,
+        )
+        for _ in range(2)
+    ]
+    plane_a: ControlPlane = apps[0].state.plane
+    plane_b: ControlPlane = apps[1].state.plane
+    worker = FakeWorker("worker-shared")
+    try:
+        await worker.connect(InProcessControlLink(plane_a, worker))
+        first = await worker.place_call("+15550199")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=apps[1]), base_url="http://b") as client_b:
+            workers = (await client_b.get("/v1/workers", headers=AUTH)).json()["items"]
+            assert [w["id"] for w in workers] == ["worker-shared"]
+            calls = (await client_b.get("/v1/calls", headers=AUTH)).json()
+            assert [c["id"] for c in calls["items"]] == [first.call_id]
+            assert (await client_b.get("/readyz")).status_code == 200
+
+        # The per-route limit (2) holds across both processes.
+        second = await plane_b.admit(AdmissionRequest(called="+15550199"))
+        third = await plane_a.admit(AdmissionRequest(called="+15550199"))
+        assert second.accepted and not third.accepted and third.status == 503
+
+        # An event published by A wakes a reader blocked on B.
+        cursor = await plane_b.store.last_event_id()
+        reader = asyncio.create_task(plane_b.events_since(cursor, wait_s=5))
+        await asyncio.sleep(0)
+        await worker.end_call(first.call_id)
+        async with asyncio.timeout(5):
+            events, gap, _ = await reader
+        assert not gap and events[0].type == "call.ended" and events[0].data["id"] == first.call_id
+    finally:
+        for app in apps:
+            await app.state.plane.store.aclose()
