@@ -1,0 +1,38 @@
+"""What the session may ask of the call's signalling leg: the CallControl protocol the worker implements over SIP.
+
+``transfer`` is a blind transfer (RFC 3515 REFER, progress tracked through NOTIFY sipfrag per RFC 3515 §2.4.5);
+``send_dtmf`` sends RFC 4733 telephone-events toward the caller; ``hang_up`` ends the call (BYE, RFC 3261 §15).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferOutcome:
+    """How a blind transfer ended.
+
+    ``accepted``: the target answered (NOTIFY with a 2xx sipfrag); the caller is no longer ours.
+    ``refused``: the REFER itself was rejected (e.g. 403/405/501). ``failed``: accepted, but the target did
+    not answer (NOTIFY with a final non-2xx) or tracking timed out.
+    """
+
+    status: Literal["accepted", "refused", "failed"]
+    sip_status: int | None = None
+    detail: str = ""
+
+
+class CallControl(Protocol):
+    async def hang_up(self, reason: str) -> None:
+        """End the call toward the caller. Must be idempotent."""
+        ...
+
+    async def transfer(self, target: str) -> TransferOutcome:
+        """Blind-transfer the caller to ``target`` (SIP URI or number) and report the outcome."""
+        ...
+
+    async def send_dtmf(self, digits: str) -> None:
+        """Play ``digits`` (0-9, *, #, A-D) to the caller as RFC 4733 events."""
+        ...

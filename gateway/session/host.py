@@ -1,0 +1,99 @@
+"""The call as its tool runner and tools see it (ToolHost + ToolActions): spawn owned tasks and timers, queue
+function outputs and text items toward the provider (retried on the next connection, entered in the transcript
+once sent), request responses, wait for the agent to be quiet, end the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any, Literal
+
+from gateway.session.control import CallControl
+from gateway.session.events import EventRing, SessionEvent
+from gateway.session.pipe import ProviderPipe, SendOp, send_text, send_tool_result
+from gateway.session.tasks import TaskOwner
+from gateway.session.tools import ToolActions
+from gateway.session.transcript import Transcript
+
+
+class SessionToolHost:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        control: CallControl,
+        tasks: TaskOwner,
+        pipe: ProviderPipe,
+        transcript: Transcript,
+        events: EventRing,
+        clock: Callable[[], float],
+        request_response: Callable[[], None],
+        agent_quiet: Callable[[], bool],
+        end_call: Callable[[str], None],
+    ) -> None:
+        self._session_id = session_id
+        self._control = control
+        self._tasks = tasks
+        self._pipe = pipe
+        self._transcript = transcript
+        self._events = events
+        self._clock = clock
+        self._request_response = request_response
+        self._agent_quiet = agent_quiet
+        self._end_call = end_call
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def actions(self) -> ToolActions:
+        return self
+
+    @property
+    def closing(self) -> bool:
+        return self._tasks.closing
+
+    @property
+    def control(self) -> CallControl:
+        return self._control
+
+    def spawn(self, coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None] | None:
+        return self._tasks.spawn(coro, name=name)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle | None:
+        return self._tasks.call_later(delay, callback)
+
+    def send_tool_output(self, call_id: str, name: str, output: str, *, on_sent: Callable[[int], None]) -> None:
+        def sent(epoch: int) -> None:
+            self._transcript.function_output(call_id, output)
+            on_sent(epoch)
+
+        send = partial(send_tool_result, call_id=call_id, output=output, name=name)
+        self._pipe.enqueue(SendOp(name=f"tool-output:{call_id}", send=send, retry=True, on_sent=sent))
+
+    def send_text(self, text: str, *, role: Literal["user", "system"], on_sent: Callable[[int], None]) -> None:
+        def sent(epoch: int) -> None:
+            self._transcript.message(role, text)
+            on_sent(epoch)
+
+        self._pipe.enqueue(
+            SendOp(name="text-item", send=partial(send_text, text=text, role=role), retry=True, on_sent=sent)
+        )
+
+    def request_response(self) -> None:
+        self._request_response()
+
+    def record(self, event: SessionEvent) -> None:
+        self._events.append(event)
+
+    def now(self) -> float:
+        return self._clock()
+
+    async def wait_agent_quiet(self, timeout_s: float) -> bool:
+        return await self._tasks.wait_until(self._agent_quiet, timeout_s)
+
+    def end_call(self, reason: str) -> None:
+        self._end_call(reason)

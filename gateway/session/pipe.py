@@ -1,0 +1,228 @@
+"""The session's one way to the provider: the current connection (with its epoch), caller frames, control sends.
+
+- Every provider connection of a call is a :class:`Link` with an epoch that grows by one per connection. Every
+  send checks that its link is still the current, non-stale one right before awaiting it, so a refused or failed
+  resume never sends to a stale connection.
+- Caller frames enter one bounded FIFO (:meth:`ProviderPipe.push`), O(1) inside the media tick. While the
+  session may send (ACTIVE) one sender task drains it, batching queued frames into one send when it is behind;
+  otherwise (CONNECTING/RESUMING) frames are held in the same FIFO, in order. Overflow drops the oldest frame
+  and counts it. A batch whose send fails goes back to the front to be flushed into the next connection.
+- Everything else (cancel, truncate, tool outputs, text items, response requests) goes through one ordered
+  queue with one task. An op is either bound to the epoch it was made for (a truncate names an item of that
+  connection) or follows the call to whichever connection is current; the latter may ask to be retried on the
+  next connection when its send fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.providers.base import RealtimeSession
+from telcodecs.frames import Frame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class Link:
+    epoch: int
+    session: RealtimeSession
+    opened_at: float
+    stale: bool = False
+    closed: bool = False
+    listener_task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class SendOp:
+    name: str
+    send: Callable[[RealtimeSession], Awaitable[None]]
+    epoch: int | None = None  # only for this connection; None: whichever connection is current
+    retry: bool = False  # on a failed send, try again on the next connection
+    min_epoch: int = 0
+    on_sent: Callable[[int], None] | None = None
+    on_dropped: Callable[[str], None] | None = None
+    attempts: list[int] = field(default_factory=list)
+
+
+class ProviderPipe:
+    def __init__(
+        self,
+        *,
+        hold_frames: int,
+        chunk_frames: int,
+        max_batch_frames: int,
+        can_send: Callable[[], bool],
+        on_send_failed: Callable[[Link, BaseException], None],
+    ) -> None:
+        self._hold_frames = hold_frames
+        self._chunk = chunk_frames
+        self._max_batch = max_batch_frames
+        self._can_send = can_send
+        self._on_send_failed = on_send_failed
+        self.link: Link | None = None
+        self.epoch = 0
+        self._inbound: deque[Frame] = deque()
+        self._inbound_wake = asyncio.Event()
+        self._ops: deque[SendOp] = deque()
+        self._ops_wake = asyncio.Event()
+        self.frames_sent = 0
+        self.audio_sends = 0
+        self.frames_held = 0
+        self.frames_dropped = 0
+
+    # ------------------------------------------------------------------------------------------ links
+
+    def install(self, session: RealtimeSession, *, now: float) -> tuple[Link, Link | None]:
+        """Make ``session`` the current connection; returns it and the previous link (now stale)."""
+        old = self.retire()
+        self.epoch += 1
+        self.link = Link(epoch=self.epoch, session=session, opened_at=now)
+        return self.link, old
+
+    def retire(self) -> Link | None:
+        """The current connection must not be sent to any more."""
+        old, self.link = self.link, None
+        if old is not None:
+            old.stale = True
+        return old
+
+    def usable(self) -> Link | None:
+        link = self.link
+        return link if link is not None and not link.stale else None
+
+    def wake(self) -> None:
+        self._inbound_wake.set()
+        self._ops_wake.set()
+
+    # ---------------------------------------------------------------------------------------- inbound
+
+    @property
+    def queued_frames(self) -> int:
+        return len(self._inbound)
+
+    def push(self, frame: Frame, *, holding: bool) -> None:
+        """Queue one caller frame (held while ``holding``); O(1)."""
+        if len(self._inbound) >= self._hold_frames:
+            self._inbound.popleft()
+            self.frames_dropped += 1
+        self._inbound.append(frame)
+        if holding:
+            self.frames_held += 1
+        elif not self._inbound_wake.is_set():
+            self._inbound_wake.set()
+
+    async def sender_loop(self) -> None:
+        while True:
+            self._inbound_wake.clear()
+            await self._flush_inbound()
+            await self._inbound_wake.wait()
+
+    async def _flush_inbound(self) -> None:
+        queue = self._inbound
+        while len(queue) >= self._chunk and self._can_send():
+            link = self.usable()
+            if link is None:
+                return
+            take = min(len(queue), self._max_batch)
+            take -= take % self._chunk
+            batch = [queue.popleft() for _ in range(take)]
+            pcm = b"".join(frame.to_bytes() for frame in batch)
+            try:
+                await link.session.send_audio(pcm)
+            except Exception as exc:
+                self._requeue(batch)
+                self._on_send_failed(link, exc)
+                return
+            self.frames_sent += take
+            self.audio_sends += 1
+
+    def _requeue(self, batch: list[Frame]) -> None:
+        room = self._hold_frames - len(self._inbound)
+        if room < len(batch):
+            # Keep the newest: drop the oldest of the returned batch.
+            self.frames_dropped += len(batch) - max(room, 0)
+            batch = batch[len(batch) - max(room, 0) :]
+        self._inbound.extendleft(reversed(batch))
+
+    # -------------------------------------------------------------------------------------------- ops
+
+    def enqueue(self, op: SendOp) -> None:
+        self._ops.append(op)
+        self._ops_wake.set()
+
+    async def control_loop(self) -> None:
+        while True:
+            self._ops_wake.clear()
+            await self._run_ops()
+            await self._ops_wake.wait()
+
+    async def _run_ops(self) -> None:
+        ops = self._ops
+        while ops and self._can_send():
+            link = self.usable()
+            if link is None:
+                return
+            op = ops[0]
+            if op.epoch is not None and op.epoch != link.epoch:
+                ops.popleft()
+                if op.on_dropped is not None:
+                    op.on_dropped("connection replaced")
+                continue
+            if link.epoch < op.min_epoch:
+                return
+            ops.popleft()
+            op.attempts.append(link.epoch)
+            try:
+                await op.send(link.session)
+            except Exception as exc:
+                if op.retry:
+                    op.min_epoch = link.epoch + 1
+                    ops.appendleft(op)
+                elif op.on_dropped is not None:
+                    op.on_dropped(f"send failed: {type(exc).__name__}")
+                self._on_send_failed(link, exc)
+                return
+            if op.on_sent is not None:
+                op.on_sent(link.epoch)
+
+    def drain_ops(self) -> list[SendOp]:
+        """At call end: every op that was never sent."""
+        ops = list(self._ops)
+        self._ops.clear()
+        return ops
+
+    def pending_ops(self) -> int:
+        return len(self._ops)
+
+
+# Provider sends as plain functions of the session they go to (bound with functools.partial into SendOps).
+
+
+async def send_text(session: RealtimeSession, *, text: str, role: Literal["user", "system"]) -> None:
+    await session.send_text(text, role=role)
+
+
+async def create_response(session: RealtimeSession, *, instructions: str | None) -> None:
+    await session.create_response(instructions=instructions)
+
+
+async def cancel_response(session: RealtimeSession) -> None:
+    await session.cancel_response()
+
+
+async def truncate_item(session: RealtimeSession, *, item_id: str, content_index: int, audio_end_ms: int) -> None:
+    await session.truncate_item(item_id, content_index=content_index, audio_end_ms=audio_end_ms)
+
+
+async def delete_item(session: RealtimeSession, *, item_id: str) -> None:
+    await session.delete_item(item_id)
+
+
+async def send_tool_result(session: RealtimeSession, *, call_id: str, output: str, name: str) -> None:
+    await session.send_tool_result(call_id, output, name=name)

@@ -1,0 +1,182 @@
+"""Agent audio playout: provider PCM deltas cut into 20 ms frames per item, drained one frame per media tick.
+
+Each provider audio item (response_id, item_id, content_index) is framed on its own: a partial frame is carried
+across deltas of the same item and padded with silence only when the item ends, so every frame belongs to one
+item and the session can say, to the sample, how much of each item the caller was actually sent (counted when a
+frame is popped, i.e. when the tick sends it) against how much the provider delivered. Barge-in truncation points
+are computed from those counts, never from wall-clock estimates.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.session.events import InterruptedItem
+from telcodecs.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE, Pcm
+
+_SAMPLES_PER_MS = SAMPLE_RATE // 1000
+_DROPPED_MEMORY = 64  # responses remembered as dropped; late deltas arrive within one response, never far behind
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class ItemAudio:
+    """Accounting of one provider audio item."""
+
+    response_id: str
+    item_id: str
+    content_index: int
+    received_samples: int = 0
+    sent_samples: int = 0
+    queued_frames: int = 0
+    done: bool = False
+    carry: bytes = b""
+
+    @property
+    def received_ms(self) -> int:
+        return self.received_samples // _SAMPLES_PER_MS
+
+    @property
+    def sent_ms(self) -> int:
+        return self.sent_samples // _SAMPLES_PER_MS
+
+
+_Key = tuple[str, str, int]
+
+
+class PlayoutBuffer:
+    """Frames waiting to be sent to the caller, with per-item sent/received accounting."""
+
+    def __init__(self) -> None:
+        self._frames: deque[tuple[Pcm, ItemAudio, int]] = deque()
+        self._items: dict[_Key, ItemAudio] = {}
+        self._last: ItemAudio | None = None
+        self._dropped: deque[str] = deque(maxlen=_DROPPED_MEMORY)
+
+    @property
+    def playing(self) -> bool:
+        """True while frames are queued (or a partial frame waits for more of its item)."""
+        return bool(self._frames) or (self._last is not None and bool(self._last.carry))
+
+    @property
+    def queued_frames(self) -> int:
+        return len(self._frames)
+
+    def is_dropped(self, response_id: str) -> bool:
+        return response_id in self._dropped
+
+    def item(self, item_id: str, *, content_index: int = 0, response_id: str = "") -> ItemAudio | None:
+        """The accounting of an item not yet fully played (fully played items are forgotten)."""
+        return self._items.get((response_id, item_id, content_index))
+
+    def add(self, *, response_id: str, item_id: str, content_index: int, pcm: bytes) -> bool:
+        """Queue a delta. Returns False when the response was dropped by barge-in (the delta is discarded)."""
+        if response_id in self._dropped:
+            return False
+        key = (response_id, item_id, content_index)
+        item = self._items.get(key)
+        if item is None:
+            item = ItemAudio(response_id=response_id, item_id=item_id, content_index=content_index)
+            self._items[key] = item
+        if self._last is not None and self._last is not item:
+            # A new item starts: the previous item's tail plays first, padded to a whole frame.
+            self._flush_carry(self._last)
+        self._last = item
+        item.received_samples += len(pcm) // 2
+        data = item.carry + pcm if item.carry else pcm
+        whole = len(data) // FRAME_BYTES
+        for i in range(whole):
+            frame = np.frombuffer(data, dtype="<i2", count=FRAME_SAMPLES, offset=i * FRAME_BYTES)
+            self._frames.append((frame, item, FRAME_SAMPLES))
+        item.queued_frames += whole
+        item.carry = data[whole * FRAME_BYTES :]
+        return True
+
+    def finish_item(self, *, response_id: str, item_id: str, content_index: int = 0) -> None:
+        """The item's audio is complete: its partial tail is padded and queued."""
+        item = self._items.get((response_id, item_id, content_index))
+        if item is None:
+            return
+        item.done = True
+        self._flush_carry(item)
+        self._forget_if_played(item)
+
+    def finish_audio(self, *, response_id: str, item_id: str) -> None:
+        """AudioDone names no content part: finish every part of the item."""
+        for item in [i for i in self._items.values() if i.response_id == response_id and i.item_id == item_id]:
+            self.finish_item(response_id=response_id, item_id=item_id, content_index=item.content_index)
+
+    def finish_response(self, response_id: str) -> None:
+        for item in [i for i in self._items.values() if i.response_id == response_id and not i.done]:
+            self.finish_item(response_id=response_id, item_id=item.item_id, content_index=item.content_index)
+
+    def pop(self) -> tuple[Pcm, ItemAudio] | None:
+        """The next frame to send and its item; counts the frame's real samples as sent."""
+        if not self._frames:
+            return None
+        pcm, item, samples = self._frames.popleft()
+        item.sent_samples += samples
+        item.queued_frames -= 1
+        self._forget_if_played(item)
+        return pcm, item
+
+    def interrupt(self, *, also_drop: str | None = None) -> list[InterruptedItem]:
+        """Barge-in: drop every queued frame and report each item the caller did not hear to its end.
+
+        The responses of those items (and ``also_drop``) are marked dropped: their later deltas are discarded.
+        """
+        interrupted = [
+            InterruptedItem(
+                response_id=item.response_id,
+                item_id=item.item_id,
+                content_index=item.content_index,
+                sent_ms=item.sent_ms,
+                received_ms=item.received_ms,
+            )
+            for item in self._items.values()
+            if not (item.done and item.queued_frames == 0 and item.sent_samples >= item.received_samples)
+        ]
+        for response_id in {i.response_id for i in interrupted} | ({also_drop} if also_drop else set()):
+            self.drop_response(response_id)
+        self.clear()
+        return interrupted
+
+    def drop_response(self, response_id: str) -> None:
+        if response_id not in self._dropped:
+            self._dropped.append(response_id)
+
+    def clear(self) -> None:
+        self._frames.clear()
+        self._items.clear()
+        self._last = None
+
+    def add_prompt(self, pcm: bytes) -> None:
+        """Queue local audio (an apology prompt) outside any provider item."""
+        self.add(response_id="", item_id="", content_index=-1, pcm=pcm)
+        self.finish_item(response_id="", item_id="", content_index=-1)
+
+    def _flush_carry(self, item: ItemAudio) -> None:
+        if not item.carry:
+            return
+        samples = len(item.carry) // 2
+        padded = item.carry + bytes(FRAME_BYTES - len(item.carry))
+        self._frames.append((np.frombuffer(padded, dtype="<i2"), item, samples))
+        item.queued_frames += 1
+        item.carry = b""
+
+    def _forget_if_played(self, item: ItemAudio) -> None:
+        if item.done and item.queued_frames == 0 and not item.carry:
+            self._items.pop((item.response_id, item.item_id, item.content_index), None)
+            if self._last is item:
+                self._last = None
+
+
+def comfort_tone_frame(*, level_dbfs: float = -36.0, frequency_hz: float = 400.0) -> Pcm:
+    """One 20 ms frame of a soft sine; 400 Hz fits 8 whole cycles into a frame so frames join seamlessly."""
+    t = np.arange(FRAME_SAMPLES) / SAMPLE_RATE
+    amplitude = 32768.0 * 10 ** (level_dbfs / 20) * np.sqrt(2)
+    tone = np.round(amplitude * np.sin(2 * np.pi * frequency_hz * t)).astype(np.int16)
+    tone.flags.writeable = False
+    return tone

@@ -1,0 +1,689 @@
+"""CallSession: one per call, between the media tick and a realtime provider; owns everything the call uses.
+
+Owned (via :class:`~gateway.session.tasks.TaskOwner`): the provider connections and their listener tasks
+(:mod:`gateway.session.connections`), the inbound sender and ordered provider-send tasks
+(:mod:`gateway.session.pipe`), tool tasks and grace timers (:mod:`gateway.session.toolrunner`), resume, rotation
+and ending tasks, and every waiter. :meth:`CallSession.aclose` is idempotent and safe from any task, a tool's own
+included: teardown runs in a separate closer task that every caller awaits shielded; it cancels and awaits every
+task, closes the provider, wakes every waiter and records why the call ended. An exception in a background task
+becomes an ErrorOccurred event; CancelledError is never swallowed. States: :mod:`gateway.session.state`.
+
+Media tick contract (synchronous, O(1)): :meth:`push_inbound` once per tick with the caller frame,
+:meth:`pull_outbound` exactly once per tick (the frame returned is what the caller hears; agent audio is counted
+as sent here), :meth:`dtmf_received` per digit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from types import TracebackType
+from typing import Literal
+
+from gateway.providers.base import (
+    AgentProfile,
+    AudioDone,
+    AudioReceived,
+    ConnectionExpiring,
+    ProviderDisconnected,
+    ProviderErrored,
+    ProviderEvent,
+    ProviderNoticed,
+    RealtimeModel,
+    RealtimeSession,
+    ResponseDone,
+    ResponseInterrupted,
+    ResponseStarted,
+    ResumeHandleUpdated,
+    SpeechStarted,
+    SpeechStopped,
+    ToolCallRequested,
+    ToolCallsCancelled,
+    TranscriptReceived,
+)
+from gateway.providers.errors import ProviderError
+from gateway.session.config import SessionConfig
+from gateway.session.connections import Connections
+from gateway.session.control import CallControl
+from gateway.session.errors import ProfileUpdateError, SessionStartError, SessionStateError
+from gateway.session.events import (
+    BargedIn,
+    DtmfReceived,
+    ErrorOccurred,
+    EventRing,
+    NoticeReceived,
+    ProfileUpdated,
+    ProfileUpdateFailed,
+    ResumeAttemptFailed,
+    Resumed,
+    ResumeFailed,
+    ResumeStarted,
+    SessionEnded,
+    SessionEvent,
+    StateChanged,
+    TranscriptUpdated,
+)
+from gateway.session.host import SessionToolHost
+from gateway.session.pipe import (
+    Link,
+    ProviderPipe,
+    SendOp,
+    cancel_response,
+    create_response,
+    delete_item,
+    send_text,
+    truncate_item,
+)
+from gateway.session.state import CallState, check_transition
+from gateway.session.stats import SessionStats
+from gateway.session.tasks import TaskOwner
+from gateway.session.toolrunner import ToolRunner
+from gateway.session.tools import ToolRegistry
+from gateway.session.transcript import Transcript, TranscriptEntry
+from gateway.session.turns import Turns
+from telcodecs.frames import Frame
+
+log = logging.getLogger(__name__)
+
+_DTMF = frozenset("0123456789*#ABCD")
+ResumeCause = Literal["dropped", "errored", "expiring", "rotation"]
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class CallSession:
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        profile: AgentProfile,
+        model: RealtimeModel,
+        control: CallControl,
+        config: SessionConfig,
+        tools: ToolRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.call_id = call_id
+        self._profile = profile
+        self._provider_profile = profile
+        self._model = model
+        self._caps = model.capabilities
+        self._control = control
+        self._config = config
+        self._clock = clock
+        self._owns_registry = tools is None
+        self._registry = tools if tools is not None else ToolRegistry.from_config(config)
+        self._state = CallState.CONNECTING
+        self._end_reason: str | None = None
+        self._hang_up_reason: str | None = None
+        self._events = EventRing(config.event_ring_size, clock)
+        self._transcript = Transcript(clock)
+        self._turns = Turns(config, server_vad=self._caps.server_vad, clock=clock)
+        self._tasks = TaskOwner(
+            prefix=f"call-{call_id}",
+            on_error=self._error,
+            on_critical=partial(self._end_call, "internal_error"),
+        )
+        self._pipe = ProviderPipe(
+            hold_frames=config.hold_frames,
+            chunk_frames=config.inbound_chunk_ms // 20,
+            max_batch_frames=config.inbound_max_batch_ms // 20,
+            can_send=lambda: self._state is CallState.ACTIVE,
+            on_send_failed=self._on_send_failed,
+        )
+        self._connections = Connections(
+            model=model,
+            config=config,
+            pipe=self._pipe,
+            tasks=self._tasks,
+            clock=clock,
+            on_error=self._error,
+            listen=self._listen,
+        )
+        host = SessionToolHost(
+            session_id=call_id,
+            control=control,
+            tasks=self._tasks,
+            pipe=self._pipe,
+            transcript=self._transcript,
+            events=self._events,
+            clock=clock,
+            request_response=self._request_response,
+            agent_quiet=lambda: self._turns.agent_quiet,
+            end_call=self._end_call,
+        )
+        self._tools = ToolRunner(host, self._registry, config)
+        self._close_task: asyncio.Task[None] | None = None
+        self._switch_task: asyncio.Task[None] | None = None
+        self._start_called = False
+        self._updating = False
+        self._ended = asyncio.Event()
+        self._resume_handle: str | None = None
+        self._handle_resumable = False
+        self._rotate_at: float | None = None  # checked on the tick
+        self._rotate_force_at = 0.0
+        self._rotate_cause: ResumeCause = "rotation"
+        self._deadline = float("inf")
+        self._started_at = clock()
+        self._out_index = 0
+        self._counts = dict.fromkeys(
+            ("frames_in", "frames_out", "barge_ins", "resumes", "rotations", "resume_failures", "dtmf", "notices"), 0
+        )
+        self._errors = 0
+
+    # ------------------------------------------------------------------------------------ public view
+
+    @property
+    def state(self) -> CallState:
+        return self._state
+
+    @property
+    def end_reason(self) -> str | None:
+        return self._end_reason
+
+    @property
+    def events(self) -> EventRing:
+        return self._events
+
+    @property
+    def transcript(self) -> tuple[TranscriptEntry, ...]:
+        return self._transcript.entries()
+
+    @property
+    def profile(self) -> AgentProfile:
+        return self._profile
+
+    def stats(self) -> SessionStats:
+        c, rt = self._counts, self._turns.round_trips
+        return SessionStats(
+            state=self._state.value,
+            epoch=self._pipe.epoch,
+            duration_s=self._clock() - self._started_at,
+            frames_in=c["frames_in"],
+            frames_out=c["frames_out"],
+            frames_to_provider=self._pipe.frames_sent,
+            provider_audio_sends=self._pipe.audio_sends,
+            frames_held=self._pipe.frames_held,
+            frames_dropped=self._pipe.frames_dropped,
+            barge_ins=c["barge_ins"],
+            resumes=c["resumes"],
+            rotations=c["rotations"],
+            resume_failures=c["resume_failures"],
+            tool_calls=self._tools.calls,
+            tool_errors=self._tools.errors,
+            tools_promoted=self._tools.promoted,
+            dtmf_digits=c["dtmf"],
+            notices=c["notices"],
+            errors=self._errors,
+            round_trips=rt.count,
+            round_trip_ms_last=rt.last,
+            round_trip_ms_mean=rt.mean,
+        )
+
+    async def wait_ended(self) -> str | None:
+        """Wait until the call has ENDED; returns the end reason."""
+        await self._ended.wait()
+        return self._end_reason
+
+    # -------------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Connect and become ACTIVE. On failure everything acquired is released and SessionStartError raised."""
+        if self._start_called or self._tasks.closing:
+            raise SessionStateError("start() can be called once, before the session is closed")
+        self._start_called = True
+        self._started_at = self._clock()
+        self._deadline = self._started_at + self._profile.max_duration_s
+        try:
+            self._tasks.spawn(self._pipe.sender_loop(), name="inbound-sender", critical=True)
+            self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
+            self._provider_profile = replace(self._profile, tools=self._registry.resolve(self._profile.tools))
+            link = self._install(await self._connect_at_start())
+            if self._profile.greeting:
+                self._turns.want_response(None)
+                greeting = self._config.greeting_template.format(greeting=self._profile.greeting)
+                await link.session.create_response(instructions=greeting)
+            if link.stale:
+                raise SessionStartError("the provider connection was lost during start", reason="provider_unavailable")
+            self._transition(CallState.ACTIVE, "connected")
+            self._pipe.wake()
+        except BaseException as exc:
+            closed_by_other = self._tasks.closing
+            reason = _start_failure_reason(exc)
+            await asyncio.shield(self._begin_close(reason, hang_up=False))
+            if isinstance(exc, SessionStartError | asyncio.CancelledError):
+                raise
+            if closed_by_other:
+                raise SessionStartError("the call was closed during start", reason=self._end_reason or reason) from exc
+            raise SessionStartError(f"call entry failed: {_describe(exc)}", reason=reason) from exc
+
+    async def aclose(self, reason: str = "closed") -> None:
+        """End the call (idempotent, safe from any task). The first reason given is the one recorded."""
+        await asyncio.shield(self._begin_close(reason, hang_up=False))
+
+    async def __aenter__(self) -> CallSession:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose("closed" if exc is None else f"error: {type(exc).__name__}")
+
+    async def update_profile(self, profile: AgentProfile) -> None:
+        """Move the call to another agent profile on a fresh connection that carries the transcript.
+
+        All or nothing: if resolving tools or connecting fails, or the call changes state meanwhile, the call keeps
+        its previous profile and connection, and ProfileUpdateError is raised.
+        """
+        if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:
+            raise SessionStateError(f"cannot update the profile while {self._state.value}")
+        self._updating = True
+        try:
+            try:
+                provider_profile = replace(profile, tools=self._registry.resolve(profile.tools))
+                history = self._transcript.history(resume_instruction=self._config.resume_instruction)
+                session = await self._connections.connect_owned(provider_profile, history=history)
+            except Exception as exc:
+                self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
+                raise ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}") from exc
+            if self._state is not CallState.ACTIVE or self._switch_task is not None or self._tasks.closing:
+                await self._connections.close_session(session)
+                message = f"the call became {self._state.value} during the update"
+                self._record(ProfileUpdateFailed(name=profile.name, error=message))
+                raise ProfileUpdateError(message)
+            self._profile, self._provider_profile = profile, provider_profile
+            link = self._install(session)
+            self._record(ProfileUpdated(name=profile.name, epoch=link.epoch))
+            self._pipe.wake()
+        finally:
+            self._updating = False
+
+    # ------------------------------------------------------------------------------------ media tick
+
+    def push_inbound(self, frame: Frame) -> None:
+        """One caller frame (24 kHz, 20 ms): to the provider while ACTIVE, held in order while (re)connecting."""
+        self._counts["frames_in"] += 1
+        state = self._state
+        if state is CallState.ENDING or state is CallState.ENDED:
+            return
+        vad = self._turns.vad
+        if vad is not None:
+            change = vad.feed(frame.pcm)
+            if change == "started":
+                self._caller_started("local_vad", item_id="")
+            elif change == "stopped":
+                self._turns.caller_stopped()
+        self._pipe.push(frame, holding=state is not CallState.ACTIVE)
+
+    def pull_outbound(self) -> Frame | None:
+        """The frame the caller hears this tick (None = silence); agent audio is counted as sent here."""
+        index = self._out_index
+        self._out_index += 1
+        state = self._state
+        if state is CallState.ENDING or state is CallState.ENDED:
+            return None
+        now = self._clock()
+        if self._rotate_at is not None and now >= self._rotate_at:
+            self._maybe_rotate(now)
+        if now >= self._deadline:
+            self._deadline = float("inf")
+            self._tasks.spawn(self._end_at_max_duration(), name="end:max-duration")
+        pcm, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
+        if drained:
+            self._tasks.pulse()
+        if pcm is None:
+            if self._tools.has_ready and state is CallState.ACTIVE and self._idle(now):
+                self._tools.on_idle()
+            return None
+        self._counts["frames_out"] += 1
+        return Frame(index=index, pcm=pcm)
+
+    def dtmf_received(self, digit: str, *, duration_ms: int = 0) -> None:
+        """A caller keypress: recorded, and forwarded to the agent as a text item when configured."""
+        state = self._state
+        if state is CallState.ENDING or state is CallState.ENDED:
+            return
+        digit = digit.upper()
+        if len(digit) != 1 or digit not in _DTMF:
+            self._record(NoticeReceived(code="invalid_dtmf", message=f"ignored DTMF {digit!r}"))
+            return
+        self._counts["dtmf"] += 1
+        forwarded = self._config.forward_dtmf
+        if forwarded:
+            text = self._config.dtmf_template.format(digit=digit)
+            # In the transcript at once, so a (re)connect replays it; sent live only on the current connection.
+            self._transcript.message("user", text)
+            link = self._pipe.usable()
+            if state is CallState.ACTIVE and link is not None:
+                send = partial(send_text, text=text, role="user")
+                self._pipe.enqueue(SendOp(name="dtmf", send=send, epoch=link.epoch))
+                if self._config.dtmf_requests_response:
+                    self._request_response()
+        self._record(DtmfReceived(digit=digit, duration_ms=duration_ms, forwarded=forwarded))
+
+    # ------------------------------------------------------------------------------- provider events
+
+    async def _listen(self, link: Link) -> None:
+        reason, retryable = "the provider's event stream ended", True
+        try:
+            async for event in link.session.events():
+                if link.stale:
+                    return
+                if isinstance(event, ProviderDisconnected):
+                    reason, retryable = event.reason, event.retryable
+                    break
+                try:
+                    self._dispatch(link, event)
+                except Exception as exc:
+                    self._error(f"handling {type(event).__name__}", exc)
+        except Exception as exc:
+            self._error("provider listener", exc)
+            reason = _describe(exc)
+            retryable = exc.retryable if isinstance(exc, ProviderError) else True
+        self._link_lost(link, reason, retryable=retryable, cause="dropped")
+
+    def _dispatch(self, link: Link, event: ProviderEvent) -> None:
+        turns = self._turns
+        if isinstance(event, AudioReceived):
+            turns.audio(event)
+        elif isinstance(event, AudioDone):
+            turns.audio_done(event)
+        elif isinstance(event, SpeechStarted):
+            self._caller_started("speech_started", item_id=event.item_id)
+        elif isinstance(event, SpeechStopped):
+            turns.caller_stopped()
+        elif isinstance(event, ResponseStarted):
+            turns.response_started(event.response_id)
+        elif isinstance(event, ResponseDone):
+            wanted = turns.response_done(event.response_id)
+            if wanted is not None:
+                self._request_response(wanted[0])
+            self._tasks.pulse()
+        elif isinstance(event, TranscriptReceived):
+            self._transcript.speech(event.role, event.item_id, event.text, final=event.final)
+            if event.final:
+                self._record(TranscriptUpdated(role=event.role, item_id=event.item_id, text=event.text))
+        elif isinstance(event, ToolCallRequested):
+            self._transcript.function_call(event.call_id, event.name, event.arguments)
+            self._tools.request(event.call_id, event.name, event.arguments)
+        elif isinstance(event, ToolCallsCancelled):
+            self._tools.cancel_wanted(event.call_ids)
+        elif isinstance(event, ResponseInterrupted):
+            self._barge_in("provider_interrupted")
+            turns.provider_stopped()
+            self._tasks.pulse()
+        elif isinstance(event, ResumeHandleUpdated):
+            self._resume_handle, self._handle_resumable = event.handle, event.resumable
+        elif isinstance(event, ConnectionExpiring):
+            now = self._clock()
+            force_at = now + max(0.0, event.time_left_s - self._config.expiring_safety_s)
+            if self._rotate_at is None or force_at < self._rotate_force_at:
+                self._rotate_at, self._rotate_force_at, self._rotate_cause = now, force_at, "expiring"
+        elif isinstance(event, ProviderNoticed):
+            self._counts["notices"] += 1
+            log.info("call %s: provider notice %s: %s", self.call_id, event.code, event.message)
+            self._record(NoticeReceived(code=event.code, message=event.message))
+        elif isinstance(event, ProviderErrored):
+            self._errors += 1
+            self._record(ErrorOccurred(where="provider", error_type=event.code, message=event.message))
+            if event.fatal:
+                self._link_lost(link, f"fatal provider error {event.code}", retryable=True, cause="errored")
+
+    # -------------------------------------------------------------------------------------- barge-in
+
+    def _caller_started(self, trigger: Literal["speech_started", "local_vad"], *, item_id: str) -> None:
+        self._turns.caller_started()
+        if item_id:
+            self._transcript.placeholder("user", item_id)
+        self._barge_in(trigger)
+
+    def _barge_in(self, trigger: Literal["speech_started", "provider_interrupted", "local_vad"]) -> None:
+        """Stop agent audio within this tick; cancel, and truncate at what the caller actually heard. Idempotent."""
+        link = self._pipe.usable()
+        if self._state is not CallState.ACTIVE or link is None:
+            return
+        interruption = self._turns.interrupt()
+        if interruption is None:
+            return
+        self._counts["barge_ins"] += 1
+        response, items = interruption.response_id, interruption.items
+        cancel = response is not None and trigger != "provider_interrupted"
+        if cancel:
+            self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
+        truncate = self._caps.truncate and bool(items)
+        for item in items if truncate else ():
+            if item.sent_ms > 0:
+                send = partial(
+                    truncate_item,
+                    item_id=item.item_id,
+                    content_index=item.content_index,
+                    audio_end_ms=item.audio_end_ms,
+                )
+            else:
+                send = partial(delete_item, item_id=item.item_id)
+            self._pipe.enqueue(SendOp(name="truncate", send=send, epoch=link.epoch))
+        response_id = response or (items[0].response_id if items else "")
+        self._record(
+            BargedIn(trigger=trigger, response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
+        )
+        self._tasks.pulse()
+
+    # ---------------------------------------------------------------------------- resume / rotation
+
+    def _on_send_failed(self, link: Link, exc: BaseException) -> None:
+        self._error("provider send", exc)
+        retryable = exc.retryable if isinstance(exc, ProviderError) else True
+        self._link_lost(link, f"send failed: {_describe(exc)}", retryable=retryable, cause="dropped")
+
+    def _link_lost(self, link: Link, reason: str, *, retryable: bool, cause: ResumeCause) -> None:
+        if link.stale or link is not self._pipe.link or self._tasks.closing:
+            return
+        if self._state is not CallState.ACTIVE:
+            # Connecting (start() notices the stale link) or already switching: stop using this connection.
+            self._pipe.retire()
+            return
+        if not retryable:
+            self._pipe.retire()
+            self._tasks.spawn(self._end_unavailable(reason), name="end:provider-unavailable")
+            return
+        self._begin_switch(cause, reason, old_alive=False)
+
+    def _maybe_rotate(self, now: float) -> None:
+        if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:
+            return
+        if self._turns.between_turns or now >= self._rotate_force_at:
+            self._rotate_at = None
+            self._begin_switch(self._rotate_cause, "connection rotation", old_alive=True)
+
+    def _begin_switch(self, cause: ResumeCause, reason: str, *, old_alive: bool) -> None:
+        self._transition(CallState.RESUMING, f"{cause}: {reason}")
+        if not old_alive:
+            self._pipe.retire()
+        self._turns.silence_agent()
+        self._rotate_at = None
+        self._switch_task = self._tasks.spawn(self._switch(cause, reason), name=f"resume:{cause}")
+
+    async def _switch(self, cause: ResumeCause, reason: str) -> None:
+        """RESUMING: connect anew with the transcript (and resume handle), flush held frames; or end politely."""
+        config = self._config
+        self._record(ResumeStarted(cause=cause, reason=reason))
+        held_before = self._pipe.frames_held
+        error = "no attempt made"
+        try:
+            for attempt in range(1, config.resume_attempts + 1):
+                if attempt > 1:
+                    await asyncio.sleep(config.backoff_s(attempt - 1))
+                handle = self._resume_handle if self._caps.resume_handle and self._handle_resumable else None
+                history = self._transcript.history(resume_instruction=config.resume_instruction)
+                try:
+                    session = await self._connections.connect(
+                        self._provider_profile, history=history, resume_handle=handle
+                    )
+                except Exception as exc:
+                    error = _describe(exc)
+                    self._record(ResumeAttemptFailed(attempt=attempt, error=error))
+                    if isinstance(exc, ProviderError) and not exc.retryable:
+                        break
+                    continue
+                link = self._install(session)
+                self._counts["rotations" if cause in ("rotation", "expiring") else "resumes"] += 1
+                self._transition(CallState.ACTIVE, f"resumed after {cause}")
+                held = self._pipe.frames_held - held_before
+                self._record(
+                    Resumed(cause=cause, attempts=attempt, epoch=link.epoch, held_frames=held, used_handle=bool(handle))
+                )
+                self._pipe.wake()
+                return
+            self._counts["resume_failures"] += 1
+            still_alive = self._pipe.usable() is not None
+            self._record(ResumeFailed(attempts=config.resume_attempts, error=error, fatal=not still_alive))
+            if still_alive:
+                # A rotation that could not connect: the current connection still carries the call.
+                self._transition(CallState.ACTIVE, "rotation failed; staying on the current connection")
+                self._pipe.wake()
+                return
+        finally:
+            self._switch_task = None
+        await self._end_unavailable(error)
+
+    def _install(self, session: RealtimeSession) -> Link:
+        link, old = self._connections.install(session)
+        self._connections.retire(old)
+        self._turns.new_connection()
+        max_s = self._caps.max_connection_s
+        if max_s is not None:
+            due = link.opened_at + max_s - self._config.rotation_margin_s
+            hard = link.opened_at + max_s - self._config.expiring_safety_s
+            self._rotate_at, self._rotate_cause = due, "rotation"
+            self._rotate_force_at = max(due, min(due + self._config.rotation_gap_wait_s, hard))
+        return link
+
+    async def _connect_at_start(self) -> RealtimeSession:
+        error: BaseException | None = None
+        for attempt in range(1, self._config.connect_attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(self._config.backoff_s(attempt - 1))
+            try:
+                return await self._connections.connect_owned(self._provider_profile, history=self._transcript.history())
+            except ProviderError as exc:
+                error = exc
+                if not exc.retryable:
+                    break
+            except TimeoutError as exc:
+                error = exc
+        raise SessionStartError(
+            f"could not connect to provider {self._model.name!r}: {_describe(error)}", reason="provider_unavailable"
+        ) from error
+
+    # ------------------------------------------------------------------------------------------ ending
+
+    async def _end_unavailable(self, error: str) -> None:
+        log.warning("call %s: provider unavailable (%s); ending the call", self.call_id, error)
+        audio = self._config.apology_audio
+        if audio:
+            self._turns.play_prompt(audio)
+            await self._tasks.wait_until(lambda: not self._turns.playout.playing, len(audio) / 48_000 + 2.0)
+        await asyncio.shield(self._begin_close("provider_unavailable", hang_up=True))
+
+    async def _end_at_max_duration(self) -> None:
+        if self._config.goodbye_message and self._pipe.usable() is not None:
+            started = self._turns.responses_started
+            self._request_response(f"Say exactly this, then stop: {self._config.goodbye_message}")
+            await self._tasks.wait_until(
+                lambda: self._turns.responses_started > started and self._turns.agent_quiet,
+                self._config.goodbye_timeout_s,
+            )
+        await asyncio.shield(self._begin_close("max_duration", hang_up=True))
+
+    def _end_call(self, reason: str) -> None:
+        """The session itself ends the call: hang up toward the caller, then tear down."""
+        self._begin_close(reason, hang_up=True)
+
+    def _begin_close(self, reason: str, *, hang_up: bool) -> asyncio.Task[None]:
+        if self._close_task is None:
+            self._tasks.closing = True
+            self._end_reason = reason
+            self._hang_up_reason = reason if hang_up else None
+            self._close_task = asyncio.get_running_loop().create_task(
+                self._teardown(), name=f"call-{self.call_id}:close"
+            )
+        return self._close_task
+
+    async def _teardown(self) -> None:
+        reason = self._end_reason or "closed"
+        try:
+            if self._state is not CallState.ENDING:
+                self._transition(CallState.ENDING, reason)
+            leaked = await self._tasks.cancel_all(timeout_s=self._config.close_timeout_s)
+            if leaked:
+                self._record(ErrorOccurred(where="teardown", error_type="TaskLeak", message=", ".join(leaked)))
+            if self._hang_up_reason is not None:
+                try:
+                    async with asyncio.timeout(self._config.close_timeout_s):
+                        await self._control.hang_up(self._hang_up_reason)
+                except Exception as exc:
+                    self._error("hang_up", exc)
+            await self._connections.close_all()
+            self._pipe.drain_ops()
+            self._tools.finish()
+            if self._owns_registry:
+                try:
+                    await self._registry.aclose()
+                except Exception as exc:
+                    self._error("closing the tool registry", exc)
+        finally:
+            self._transition(CallState.ENDED, reason)
+            self._record(SessionEnded(reason=reason))
+            self._events.close()
+            self._ended.set()
+            log.info("call %s ended: %s", self.call_id, reason)
+
+    # --------------------------------------------------------------------------------------- plumbing
+
+    def _transition(self, new: CallState, reason: str) -> None:
+        old = self._state
+        check_transition(old, new)
+        self._state = new
+        self._record(StateChanged(old=old, new=new, reason=reason))
+        self._tasks.pulse()
+
+    def _record(self, event: SessionEvent) -> None:
+        self._events.append(event)
+
+    def _error(self, where: str, exc: BaseException) -> None:
+        self._errors += 1
+        log.warning("call %s: %s failed: %s", self.call_id, where, _describe(exc), exc_info=exc)
+        self._record(ErrorOccurred(where=where, error_type=type(exc).__name__, message=str(exc)))
+
+    def _idle(self, now: float) -> bool:
+        return self._turns.idle(now) and not self._tools.foreground_running
+
+    def _request_response(self, instructions: str | None = None) -> None:
+        """Ask for a response once the current one (if any) is done; repeated requests coalesce."""
+        if self._turns.want_response(instructions):
+            self._pipe.enqueue(
+                SendOp(
+                    name="create_response",
+                    send=partial(create_response, instructions=instructions),
+                    on_dropped=lambda _reason: self._turns.response_request_dropped(),
+                )
+            )
+
+
+def _start_failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, SessionStartError):
+        return exc.reason
+    if isinstance(exc, asyncio.CancelledError):
+        return "start_cancelled"
+    if isinstance(exc, ProviderError):
+        return "provider_unavailable"
+    return "start_failed"

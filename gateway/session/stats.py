@@ -1,0 +1,52 @@
+"""A call session's counters, as one frozen snapshot (:meth:`CallSession.stats`)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStats:
+    state: str
+    epoch: int  # provider connections so far (1 = the first)
+    duration_s: float
+    frames_in: int  # caller frames pushed by the media tick
+    frames_out: int  # frames returned to the tick (agent audio, prompts, comfort tone)
+    frames_to_provider: int
+    provider_audio_sends: int  # send_audio calls (fewer than frames when batched)
+    frames_held: int  # caller frames that arrived while connecting/resuming
+    frames_dropped: int  # caller frames lost to the hold bound (oldest first)
+    barge_ins: int
+    resumes: int
+    rotations: int
+    resume_failures: int
+    tool_calls: int
+    tool_errors: int
+    tools_promoted: int
+    dtmf_digits: int
+    notices: int
+    errors: int
+    round_trips: int  # caller speech end -> first agent frame sent
+    round_trip_ms_last: float | None
+    round_trip_ms_mean: float | None
+
+
+class RoundTrips:
+    """Provider round-trip latency samples (bounded)."""
+
+    def __init__(self, keep: int = 256) -> None:
+        self._samples: deque[float] = deque(maxlen=keep)
+        self.count = 0
+
+    def add(self, ms: float) -> None:
+        self._samples.append(ms)
+        self.count += 1
+
+    @property
+    def last(self) -> float | None:
+        return self._samples[-1] if self._samples else None
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self._samples) / len(self._samples) if self._samples else None

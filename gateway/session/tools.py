@@ -1,0 +1,273 @@
+"""Tools the agent may call: the Tool protocol, the registry that resolves a profile's tools, the built-ins
+(``hang_up``, ``transfer``, ``send_dtmf``) and HTTP webhook tools.
+
+A tool returns its output as text (JSON by convention). It raises :class:`ToolError` for a failure the agent
+should be told about; the session turns that, any other exception and a timeout into ``{"error": ...}`` output
+(see :mod:`gateway.session.toolrunner`). Webhook tools POST ``{call_id, tool_call_id, name, arguments}`` and send
+the provider's call id as ``Idempotency-Key`` so a server can deduplicate too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from gateway.providers.base import ToolSpec
+from gateway.session.config import SessionConfig, WebhookToolConfig
+from gateway.session.control import CallControl
+from gateway.session.errors import ToolResolutionError
+
+_DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,32}$")
+
+
+class ToolError(Exception):
+    """A tool failed in a way the agent should hear about (the message becomes ``{"error": message}``)."""
+
+
+class ToolActions(Protocol):
+    """What a tool may do to its call."""
+
+    @property
+    def control(self) -> CallControl: ...
+
+    async def wait_agent_quiet(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the agent's current audio has been played out; False on timeout."""
+        ...
+
+    def end_call(self, reason: str) -> None:
+        """Hang up and end the session (asynchronously; safe from inside the tool's own task)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolInvocation:
+    session_id: str  # the telephone call
+    call_id: str  # the provider's tool call id
+    name: str
+    arguments: Mapping[str, Any]
+    actions: ToolActions
+
+
+class Tool(Protocol):
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    @property
+    def background_ok(self) -> bool:
+        """True when a slow run may be promoted to the background after the grace period."""
+        ...
+
+    async def run(self, invocation: ToolInvocation) -> str: ...
+
+
+def _ok(**fields: Any) -> str:
+    return json.dumps({"ok": True, **fields})
+
+
+class HangUpTool:
+    """Ends the call once the agent's current audio has been played (bounded by ``drain_timeout_s``)."""
+
+    background_ok = False
+
+    def __init__(self, *, drain_timeout_s: float) -> None:
+        self._drain_timeout_s = drain_timeout_s
+        self.spec = ToolSpec(
+            name="hang_up",
+            description="End the phone call. Say goodbye first; the call ends when you have finished speaking.",
+            parameters={
+                "type": "object",
+                "properties": {"reason": {"type": "string", "description": "Why the call ends."}},
+            },
+        )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        await invocation.actions.wait_agent_quiet(self._drain_timeout_s)
+        invocation.actions.end_call("agent_hang_up")
+        return _ok(status="ending", reason=str(invocation.arguments.get("reason") or ""))
+
+
+class TransferTool:
+    """Blind-transfers the caller; when the transfer is refused or fails the call is hung up with that reason."""
+
+    background_ok = False
+
+    def __init__(self, *, allowed_targets: tuple[str, ...], drain_timeout_s: float) -> None:
+        self._allowed = allowed_targets
+        self._drain_timeout_s = drain_timeout_s
+        target: dict[str, Any] = {"type": "string", "description": "Number or SIP URI to transfer the caller to."}
+        if allowed_targets:
+            target["enum"] = list(allowed_targets)
+        self.spec = ToolSpec(
+            name="transfer",
+            description="Transfer the caller to another number or person. Tell the caller before you do.",
+            parameters={"type": "object", "properties": {"target": target}, "required": ["target"]},
+        )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        target = str(invocation.arguments.get("target") or "").strip()
+        if not target:
+            raise ToolError("transfer needs a target")
+        if self._allowed and target not in self._allowed:
+            raise ToolError(f"transfer target {target!r} is not allowed; allowed: {', '.join(self._allowed)}")
+        actions = invocation.actions
+        await actions.wait_agent_quiet(self._drain_timeout_s)
+        outcome = await actions.control.transfer(target)
+        if outcome.status == "accepted":
+            actions.end_call("transferred")
+            return _ok(status="transferred", target=target)
+        actions.end_call(f"transfer_{outcome.status}")
+        return json.dumps({"error": f"transfer {outcome.status}", "sip_status": outcome.sip_status})
+
+
+class SendDtmfTool:
+    """Plays DTMF digits to the caller (RFC 4733), e.g. to drive an IVR on the other side."""
+
+    background_ok = False
+
+    def __init__(self) -> None:
+        self.spec = ToolSpec(
+            name="send_dtmf",
+            description="Send keypad tones (0-9, *, #, A-D) on the call.",
+            parameters={
+                "type": "object",
+                "properties": {"digits": {"type": "string", "pattern": "^[0-9*#A-D]+$"}},
+                "required": ["digits"],
+            },
+        )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        digits = str(invocation.arguments.get("digits") or "")
+        if not _DTMF_DIGITS.match(digits):
+            raise ToolError(f"digits must be 1-32 of 0-9 * # A-D, got {digits!r}")
+        await invocation.actions.control.send_dtmf(digits.upper())
+        return _ok(status="sent", digits=digits.upper())
+
+
+class WebhookTool:
+    """A tool served over HTTP (POST JSON); any non-2xx answer is a ToolError."""
+
+    def __init__(self, config: WebhookToolConfig, client: _SharedClient) -> None:
+        self._config = config
+        self._client = client
+        self.background_ok = config.background
+        self.spec = ToolSpec(name=config.name, description=config.description, parameters=config.parameters)
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        config = self._config
+        headers = {"Idempotency-Key": invocation.call_id}
+        if config.auth_header is not None:
+            headers[config.auth_header[0]] = config.auth_header[1]
+        body = {
+            "call_id": invocation.session_id,
+            "tool_call_id": invocation.call_id,
+            "name": config.name,
+            "arguments": dict(invocation.arguments),
+        }
+        try:
+            # httpx enforces its timeout in the network layer only; the outer bound covers everything.
+            async with asyncio.timeout(config.timeout_s):
+                response = await self._client.get().post(
+                    config.url, json=body, headers=headers, timeout=config.timeout_s
+                )
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise ToolError(f"{config.name} timed out after {config.timeout_s:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise ToolError(f"{config.name} could not be reached: {type(exc).__name__}") from exc
+        if not response.is_success:
+            raise ToolError(f"{config.name} answered HTTP {response.status_code}")
+        text = response.text
+        try:
+            json.loads(text)
+        except ValueError:
+            return json.dumps({"result": text})
+        return text
+
+
+class _SharedClient:
+    """One lazily created httpx.AsyncClient for all webhook tools of a registry."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None) -> None:
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(transport=self._transport, follow_redirects=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+class ToolRegistry:
+    """Tool implementations by name. A registry may serve many calls; its owner closes it."""
+
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        webhooks: Iterable[WebhookToolConfig] = (),
+        http_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._client = _SharedClient(http_transport)
+        self._tools: dict[str, Tool] = {}
+        for tool in [*tools, *(WebhookTool(config, self._client) for config in webhooks)]:
+            if tool.spec.name in self._tools:
+                raise ToolResolutionError(f"two tools are named {tool.spec.name!r}")
+            self._tools[tool.spec.name] = tool
+
+    @classmethod
+    def from_config(
+        cls,
+        config: SessionConfig,
+        *,
+        extra: Iterable[Tool] = (),
+        http_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> ToolRegistry:
+        """The built-ins, the config's webhook tools and ``extra``."""
+        builtins: list[Tool] = [
+            HangUpTool(drain_timeout_s=config.hangup_drain_timeout_s),
+            TransferTool(allowed_targets=config.transfer_targets, drain_timeout_s=config.hangup_drain_timeout_s),
+            SendDtmfTool(),
+        ]
+        return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def resolve(self, wanted: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+        """The specs to offer the provider: every registered tool when ``wanted`` is empty, else exactly those
+        named, with the implementation's parameters (a profile's non-empty description wins). Raises
+        ToolResolutionError for unknown or repeated names."""
+        wanted = tuple(wanted)
+        if not wanted:
+            return tuple(tool.spec for tool in self._tools.values())
+        missing = [spec.name for spec in wanted if spec.name not in self._tools]
+        if missing:
+            raise ToolResolutionError(f"no implementation for tool(s): {', '.join(missing)}")
+        names = [spec.name for spec in wanted]
+        if len(set(names)) != len(names):
+            raise ToolResolutionError(f"a profile lists a tool twice: {names}")
+        return tuple(
+            ToolSpec(
+                name=spec.name,
+                description=spec.description or self._tools[spec.name].spec.description,
+                parameters=self._tools[spec.name].spec.parameters,
+            )
+            for spec in wanted
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

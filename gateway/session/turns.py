@@ -1,0 +1,170 @@
+"""Turn-taking state of one call, synchronous and O(1) per tick: agent playout, the provider's current response,
+whether the caller is speaking, barge-in decisions, pending response requests and round-trip latency.
+
+Barge-in is idempotent: a response is interrupted at most once, and with nothing queued and no response running
+there is nothing to interrupt, so simultaneous triggers (server VAD, provider interruption, local VAD) cancel
+playback once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.providers.base import AudioDone, AudioReceived
+from gateway.session.config import SessionConfig
+from gateway.session.events import InterruptedItem
+from gateway.session.playout import PlayoutBuffer, comfort_tone_frame
+from gateway.session.stats import RoundTrips
+from gateway.session.vad import EnergyVad
+from telcodecs.frames import Pcm
+
+_COMFORT_PERIOD = 100  # frames: a 200 ms tone every 2 s
+_COMFORT_ON = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interruption:
+    response_id: str | None  # the running response to cancel, if any
+    items: tuple[InterruptedItem, ...]  # provider items the caller did not hear to the end
+
+
+class Turns:
+    def __init__(self, config: SessionConfig, *, server_vad: bool, clock: Callable[[], float]) -> None:
+        self._config = config
+        self._clock = clock
+        self.playout = PlayoutBuffer()
+        self.vad = None if server_vad else EnergyVad(config.local_vad)
+        self.round_trips = RoundTrips()
+        self._comfort = comfort_tone_frame() if config.comfort_tone else None
+        self.active_response: str | None = None
+        self._interrupted_response: str | None = None
+        self.responses_started = 0
+        self.caller_speaking = False
+        self._speech_stopped_at: float | None = None
+        self._reply_wait_since: float | None = None
+        self._response_requested_at: float | None = None
+        self._response_wanted: tuple[str | None] | None = None
+        self._was_playing = False
+
+    # ------------------------------------------------------------------------------ provider side
+
+    def audio(self, event: AudioReceived) -> None:
+        self.playout.add(
+            response_id=event.response_id, item_id=event.item_id, content_index=event.content_index, pcm=event.pcm
+        )
+
+    def audio_done(self, event: AudioDone) -> None:
+        self.playout.finish_audio(response_id=event.response_id, item_id=event.item_id)
+
+    def response_started(self, response_id: str) -> None:
+        self.active_response = response_id
+        self.responses_started += 1
+        self._response_requested_at = None
+        self._reply_wait_since = None
+
+    def response_done(self, response_id: str) -> tuple[str | None] | None:
+        """Returns the deferred response request (its instructions) that may now be sent, if any."""
+        self.playout.finish_response(response_id)
+        if self.active_response == response_id or not response_id:
+            self.active_response = None
+        if self.active_response is None and self._response_wanted is not None:
+            wanted, self._response_wanted = self._response_wanted, None
+            return wanted
+        return None
+
+    def provider_stopped(self) -> None:
+        """The provider ended its response itself (Gemini interrupted)."""
+        self.active_response = None
+
+    def new_connection(self) -> None:
+        self.active_response = None
+        self._interrupted_response = None
+        self._response_requested_at = None
+        self._response_wanted = None
+        self.caller_speaking = False
+
+    # -------------------------------------------------------------------------------- caller side
+
+    def caller_started(self) -> None:
+        self.caller_speaking = True
+        self._speech_stopped_at = None
+
+    def caller_stopped(self) -> None:
+        self.caller_speaking = False
+        now = self._clock()
+        self._speech_stopped_at = now
+        self._reply_wait_since = now
+
+    def interrupt(self) -> Interruption | None:
+        """Drop queued agent audio and the running response's later deltas; None when nothing was interrupted."""
+        response = self.active_response if self.active_response != self._interrupted_response else None
+        items = tuple(i for i in self.playout.interrupt(also_drop=response) if i.content_index >= 0)
+        self._was_playing = False
+        if not items and response is None:
+            return None
+        if response is not None:
+            self._interrupted_response = response
+        return Interruption(response_id=response, items=items)
+
+    def silence_agent(self) -> None:
+        """Stop all agent audio without a barge-in (the connection is going away)."""
+        self.playout.interrupt(also_drop=self.active_response)
+        self._was_playing = False
+
+    def play_prompt(self, pcm: bytes) -> None:
+        self.playout.clear()
+        self.playout.add_prompt(pcm)
+
+    # --------------------------------------------------------------------------------------- tick
+
+    def next_frame(self, now: float, *, index: int, resuming: bool) -> tuple[Pcm | None, bool]:
+        """The agent frame to send this tick (or a comfort tone while resuming) and whether playout just drained."""
+        popped = self.playout.pop()
+        if popped is None:
+            drained = self._was_playing
+            self._was_playing = False
+            if resuming and self._comfort is not None and index % _COMFORT_PERIOD < _COMFORT_ON:
+                return self._comfort, drained
+            return None, drained
+        pcm, item = popped
+        self._was_playing = True
+        if self._speech_stopped_at is not None and item.content_index >= 0:
+            self.round_trips.add((now - self._speech_stopped_at) * 1000.0)
+            self._speech_stopped_at = None
+        return pcm, False
+
+    # -------------------------------------------------------------------------------- conditions
+
+    @property
+    def agent_quiet(self) -> bool:
+        return not self.playout.playing and self.active_response is None
+
+    @property
+    def between_turns(self) -> bool:
+        return self.agent_quiet and not self.caller_speaking
+
+    def idle(self, now: float) -> bool:
+        """Nobody speaks and no reply is running or about to start (server VAD replies shortly after speech)."""
+        if not self.between_turns or self.response_outstanding(now):
+            return False
+        return self._reply_wait_since is None or now - self._reply_wait_since >= self._config.reply_wait_s
+
+    def response_outstanding(self, now: float) -> bool:
+        at = self._response_requested_at
+        return at is not None and now - at < 2 * self._config.reply_wait_s
+
+    def want_response(self, instructions: str | None) -> bool:
+        """A response is wanted. True: send create_response now. False: deferred or already coming."""
+        if self.active_response is not None:
+            if self._response_wanted is None or instructions is not None:
+                self._response_wanted = (instructions,)
+            return False
+        now = self._clock()
+        if instructions is None and self.response_outstanding(now):
+            return False
+        self._response_requested_at = now
+        return True
+
+    def response_request_dropped(self) -> None:
+        self._response_requested_at = None
