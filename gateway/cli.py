@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gateway.commands.bench", "measure codec and call throughput (see docs/performance.md)"),
+    "control": ("gateway.commands.control", "run the control plane alone: ops API, events, metrics, dashboard"),
     "fake-provider": ("gateway.commands.fake_provider", "run the local OpenAI-Realtime-compatible fake server"),
 }
 

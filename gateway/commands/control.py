@@ -1,0 +1,94 @@
+"""``gateway control``: run the control plane alone (ops API, SSE, metrics, dashboard) with uvicorn.
+
+Host, port and token come from the GATEWAY_* environment (see gateway.control.settings), overridable by
+flags. Without GATEWAY_API_TOKEN it binds loopback only and says so; a non-loopback bind without a
+token is refused with exit status 2. SIGINT/SIGTERM stop it cleanly: event streams are closed first,
+then uvicorn finishes in-flight requests (bounded), then the lifespan closes the state store; exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+
+log = logging.getLogger("gateway.control")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="bind address (default: GATEWAY_HTTP_HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: GATEWAY_HTTP_PORT or 8080)")
+    parser.add_argument("--config", help="routes/profiles TOML (default: GATEWAY_CONFIG or the built-in echo config)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def main(args: argparse.Namespace) -> int:
+    import uvicorn
+    from pydantic import ValidationError
+
+    from gateway.control.app import create_app
+    from gateway.control.config import ConfigError
+    from gateway.control.settings import ControlSettings, InsecureBindError, check_bind
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        key: value
+        for key, value in (("http_host", args.host), ("http_port", args.port), ("config", args.config))
+        if value is not None
+    }
+    try:
+        settings = ControlSettings(**overrides)
+        mode = check_bind(settings)
+        app = create_app(settings)
+    except (ConfigError, InsecureBindError) as exc:
+        print(f"gateway control: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"gateway control: bad GATEWAY_* setting: {exc}", file=sys.stderr)
+        return 2
+    log.info("%s", mode)
+    log.info("control plane on http://%s:%d (dashboard: /dashboard)", settings.http_host, settings.http_port)
+
+    plane = app.state.plane
+    config = uvicorn.Config(
+        app,
+        host=settings.http_host,
+        port=settings.http_port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+        proxy_headers=False,
+    )
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # loop signal handlers instead of uvicorn's (which re-raise the signal after shutdown, so
+            # the process would die by SIGTERM instead of exiting 0).
+            loop = asyncio.get_running_loop()
+
+            def stop(sig: signal.Signals) -> None:
+                log.info("%s: shutting down", sig.name)
+                plane.shutting_down.set()  # ends the SSE streams so the connections can close
+                if self.should_exit:
+                    self.force_exit = True
+                self.should_exit = True
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop, sig)
+            try:
+                yield
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+
+    server = Server(config)
+    asyncio.run(server.serve())
+    if not server.started:
+        return 1
+    log.info("control plane stopped")
+    return 0
