@@ -64,8 +64,6 @@ class SipConfig:
     authenticator: Authenticator | None = None
     rate_limit: RateLimit | None = field(default_factory=RateLimit)
     session_timer: SessionTimerConfig = field(default_factory=SessionTimerConfig)
-    # An incoming REFER asks us to place a call for the peer; a gateway declines it (603) by default.
-    accept_incoming_refer: bool = False
     # Where out-of-dialog requests go instead of the Request-URI host (an outbound proxy / SBC).
     outbound_proxy: tuple[str, int] | None = None
     max_calls: int = 1000

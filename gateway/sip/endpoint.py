@@ -96,6 +96,8 @@ class SipEndpoint:
     def ring(self, call: CallHandle, now: float, *, status: int = 180, body: bytes = b"") -> None:
         """Send a provisional response (180 Ringing, or 183 with early-media SDP)."""
         c = self._offered(call)
+        if c is None:
+            return
         if not 101 <= status <= 199:
             raise LocalProtocolError("ring() needs a 1xx status above 100")
         headers = (("Contact", self._core.contact(c.transport)), *self._body_headers(body, "application/sdp"))
@@ -114,6 +116,8 @@ class SipEndpoint:
     ) -> None:
         """Accept an offered call with a 2xx (retransmitted until the ACK, §13.3.1.4)."""
         c = self._offered(call)
+        if c is None:
+            return
         if not 200 <= status <= 299:
             raise LocalProtocolError("answer() needs a 2xx status")
         assert c.invite_tx is not None
@@ -125,6 +129,8 @@ class SipEndpoint:
     ) -> None:
         """Refuse an offered call with a 3xx-6xx (the transaction retransmits it until the ACK)."""
         c = self._offered(call)
+        if c is None:
+            return
         if not 300 <= status <= 699:
             raise LocalProtocolError("reject() needs a 3xx-6xx status")
         assert c.invite_tx is not None
@@ -141,7 +147,7 @@ class SipEndpoint:
         if c is None or c.end_reported:
             return
         if c.state is CallState.OFFERED:
-            self.reject(call, now, status=480, reason=reason)
+            self.reject(call, now, status=480, reason=reason)  # Temporarily Unavailable
             return
         if c.state is CallState.CALLING:
             c.cancel_wanted = True
@@ -155,19 +161,25 @@ class SipEndpoint:
 
     def reinvite(self, call: CallHandle, now: float, *, body: bytes, content_type: str = "application/sdp") -> None:
         """Send a re-INVITE with a new offer (hold: a=sendonly / inactive; unhold: sendrecv)."""
-        self._start_update(self._confirmed(call), "INVITE", body, content_type, now, refresh=False)
+        c = self._confirmed(call)
+        if c is not None:
+            self._start_update(c, "INVITE", body, content_type, now, refresh=False)
 
     def update(
         self, call: CallHandle, now: float, *, body: bytes | None = None, content_type: str = "application/sdp"
     ) -> None:
         """Send an UPDATE (RFC 3311), with a new offer or none (a plain session refresh)."""
-        self._start_update(self._confirmed(call), "UPDATE", body or b"", content_type, now, refresh=False)
+        c = self._confirmed(call)
+        if c is not None:
+            self._start_update(c, "UPDATE", body or b"", content_type, now, refresh=False)
 
     def answer_reinvite(
         self, call: CallHandle, now: float, *, body: bytes, status: int = 200, content_type: str = "application/sdp"
     ) -> None:
         """Answer the pending ReinviteReceived with a 2xx carrying our SDP answer (or offer)."""
         c = self._confirmed(call)
+        if c is None:
+            return
         tx = c.incoming_update_tx
         if tx is None:
             raise LocalProtocolError("no re-INVITE or UPDATE is pending")
@@ -182,6 +194,8 @@ class SipEndpoint:
     def reject_reinvite(self, call: CallHandle, now: float, *, status: int = 488, reason: str | None = None) -> None:
         """Refuse the pending re-INVITE/UPDATE; the session goes on as it was (§14.2)."""
         c = self._confirmed(call)
+        if c is None:
+            return
         tx = c.incoming_update_tx
         if tx is None:
             raise LocalProtocolError("no re-INVITE or UPDATE is pending")
@@ -191,6 +205,8 @@ class SipEndpoint:
     def refer(self, call: CallHandle, now: float, *, target_uri: str) -> None:
         """Blind transfer (RFC 3515): REFER the peer to `target_uri`; progress comes as Transfer* events."""
         c = self._confirmed(call)
+        if c is None:
+            return
         target = self._parse_local_uri(target_uri)
         c.refer_pending = True
         assert c.dialog is not None
@@ -200,6 +216,8 @@ class SipEndpoint:
     def send_dtmf_info(self, call: CallHandle, now: float, *, digit: str, duration_ms: int = 160) -> None:
         """Send one digit as INFO application/dtmf-relay (for peers without RFC 4733)."""
         c = self._confirmed(call)
+        if c is None:
+            return
         if len(digit) != 1 or digit.upper() not in "0123456789*#ABCD":
             raise LocalProtocolError(f"not a DTMF digit: {digit!r}")
         body = f"Signal={digit.upper()}\r\nDuration={duration_ms}\r\n".encode()
@@ -446,16 +464,21 @@ class SipEndpoint:
     def _body_headers(body: bytes, content_type: str) -> tuple[tuple[str, str], ...]:
         return (("Content-Type", content_type),) if body else ()
 
-    def _offered(self, call: CallHandle) -> Call:
+    def _live(self, call: CallHandle) -> Call | None:
+        """The call, or None once it has ended: acting on an ended call is a race, not an error."""
         c = self._core.calls.get(call)
-        if c is None or c.state is not CallState.OFFERED or c.invite_tx is None:
-            raise LocalProtocolError(f"call {call} is not an offered incoming call")
+        return None if c is None or c.end_reported else c
+
+    def _offered(self, call: CallHandle) -> Call | None:
+        c = self._live(call)
+        if c is not None and (c.state is not CallState.OFFERED or c.invite_tx is None):
+            raise LocalProtocolError(f"call {call} is not an offered incoming call (state {c.state.value})")
         return c
 
-    def _confirmed(self, call: CallHandle) -> Call:
-        c = self._core.calls.get(call)
-        if c is None or c.state is not CallState.CONFIRMED or c.dialog is None:
-            raise LocalProtocolError(f"call {call} is not established")
+    def _confirmed(self, call: CallHandle) -> Call | None:
+        c = self._live(call)
+        if c is not None and (c.state is not CallState.CONFIRMED or c.dialog is None):
+            raise LocalProtocolError(f"call {call} is not established (state {c.state.value})")
         return c
 
     @staticmethod
@@ -467,7 +490,8 @@ class SipEndpoint:
 
     @staticmethod
     def _parse_local_addr(text: str) -> NameAddr:
+        # A bare URI is wrapped so its ;parameters stay URI parameters (§20.10 would make them header ones).
         try:
-            return parse_name_addr(text)
+            return parse_name_addr(text if "<" in text else f"<{text}>")
         except RemoteProtocolError as exc:
             raise LocalProtocolError(f"bad address {text!r}: {exc.reason}") from exc

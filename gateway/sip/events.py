@@ -193,7 +193,7 @@ class TransferFailed:
 
 @dataclass(frozen=True, kw_only=True)
 class TransferDeclined:
-    """The peer sent us a REFER; it was declined with 603 (see `SipConfig.accept_incoming_refer`)."""
+    """The peer sent us a REFER; a gateway places no calls for its peers, so it was declined with 603."""
 
     call: CallHandle
     refer_to: str

@@ -168,7 +168,8 @@ def _ack(core: Core, request: SipRequest, now: float) -> None:
         call.state = CallState.CONFIRMED
         if call.session_timer is not None:
             call.session_timer.refreshed(now)
-        core.emit(CallEstablished(call=call.handle, body=request.body))
+        if not call.end_reported:  # hung up while the ACK was on its way: only the BYE is left to do
+            core.emit(CallEstablished(call=call.handle, body=request.body))
         if call.bye_pending is not None:
             reason = call.bye_pending
             call.bye_pending = None

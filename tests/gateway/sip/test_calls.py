@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.sip.endpoint import SipEndpoint
+from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import (
     CallCancelled,
     CallEnded,
@@ -232,3 +235,36 @@ def test_outbound_uses_the_advertised_address() -> None:
     assert isinstance(invite, SipRequest)
     assert invite.top_via.sent_by == ("203.0.113.7", 15060)
     assert invite.contacts[0].uri.host_port() == ("203.0.113.7", 15060)
+
+
+def test_hang_up_before_the_ack_sends_bye_once_it_arrives() -> None:
+    net, a, b = setup()
+    net.drop = DropFirst("ACK", 1)
+    call_a, call_b = place_call(net, a, b)
+    b.hang_up(call_b, net.now, reason="changed mind")
+    net.pump()
+    assert not any(line.startswith("BYE") for line in net.lines())  # §15: not before the ACK
+    net.advance(500)  # the 2xx is retransmitted, the caller ACKs again, then the BYE goes
+    assert net.lines(source=B_ADDR)[-1] == "BYE sip:gateway@127.0.0.1:5061 SIP/2.0"
+    assert net.of_type(b, CallEstablished) == []
+    assert net.of_type(b, CallEnded) == [CallEnded(call=call_b, reason="changed mind", by="local")]
+    assert net.of_type(a, CallEnded) == [CallEnded(call=call_a, reason="remote hangup", by="remote")]
+
+
+def test_actions_on_ended_calls_are_ignored_and_illegal_ones_raise() -> None:
+    net, a, b = setup()
+    call_a, call_b = place_call(net, a, b)
+    with pytest.raises(LocalProtocolError):
+        b.answer(call_b, net.now, body=ANSWER)  # answered already
+    a.hang_up(call_a, net.now)
+    net.pump()
+    sent = len(net.log)
+    for endpoint, call in ((a, call_a), (b, call_b)):
+        endpoint.hang_up(call, net.now)
+        endpoint.reinvite(call, net.now, body=OFFER)
+        endpoint.send_dtmf_info(call, net.now, digit="1")
+    b.answer(call_b, net.now, body=ANSWER)
+    net.pump()
+    assert len(net.log) == sent
+    with pytest.raises(LocalProtocolError):
+        a.invite("not a uri", net.now, from_uri="<sip:a@h>", body=b"")
