@@ -87,9 +87,9 @@ class Downsampler24To16:
         self._phase = 0
 
     def process(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
-        upsampled = np.zeros(pcm.size * self.UP)
+        upsampled = np.zeros(pcm.size * self.UP, dtype=np.float64)
         upsampled[:: self.UP] = pcm
-        filtered, self._state = signal.lfilter(self._taps, 1.0, upsampled, zi=self._state)
+        filtered, self._state = signal.lfilter(self._taps, np.ones(1), upsampled, zi=self._state)
         out = filtered[self._phase :: self.DOWN]
         self._phase = (self._phase - filtered.size) % self.DOWN
         return np.clip(np.round(out), -32768, 32767).astype(np.int16)
