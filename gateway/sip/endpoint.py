@@ -100,7 +100,7 @@ class SipEndpoint:
             return
         if not 101 <= status <= 199:
             raise LocalProtocolError("ring() needs a 1xx status above 100")
-        headers = (("Contact", self._core.contact(c.transport)), *self._body_headers(body, "application/sdp"))
+        headers = (("Contact", self._core.contact(c.transport)), *_body_headers(body, "application/sdp"))
         assert c.invite_tx is not None
         self._core.respond(c.invite_tx, status, now, to_tag=c.local_tag, headers=headers, body=body)
 
@@ -207,7 +207,7 @@ class SipEndpoint:
         c = self._confirmed(call)
         if c is None:
             return
-        target = self._parse_local_uri(target_uri)
+        target = _parse_local_uri(target_uri)
         c.refer_pending = True
         assert c.dialog is not None
         refer_to = (("Refer-To", f"<{target}>"), ("Referred-By", f"<{c.dialog.local_uri.uri}>"))
@@ -239,9 +239,9 @@ class SipEndpoint:
     ) -> CallHandle:
         """Place a call. A 401/407 is answered once with `credentials`; events report progress."""
         core = self._core
-        uri = self._parse_local_uri(request_uri)
-        sender = self._parse_local_addr(from_uri)
-        recipient = self._parse_local_addr(to_uri or request_uri)
+        uri = _parse_local_uri(request_uri)
+        sender = _parse_local_addr(from_uri)
+        recipient = _parse_local_addr(to_uri or request_uri)
         if core.config.outbound_proxy is not None:
             destination, transport = core.config.outbound_proxy, core.config.transports[0]
         else:
@@ -258,7 +258,7 @@ class SipEndpoint:
             ("Contact", core.contact(transport)),
             *core.common_headers(),
             *offer_headers(core.config.session_timer),
-            *self._body_headers(body, content_type),
+            *_body_headers(body, content_type),
             *headers,
         ):
             invite.headers.add(name, value)
@@ -281,7 +281,7 @@ class SipEndpoint:
     def send_options(self, target_uri: str, now: float) -> str:
         """An out-of-dialog OPTIONS (a health ping); the answer comes as OptionsAnswered(request_id)."""
         core = self._core
-        uri = self._parse_local_uri(target_uri)
+        uri = _parse_local_uri(target_uri)
         destination, transport = core.uri_destination(uri)
         request = SipRequest(method="OPTIONS", uri=uri)
         request_id = f"options-{core.token(32)}"
@@ -318,7 +318,7 @@ class SipEndpoint:
         if not can_answer(message):
             core.stats.malformed_dropped += 1
             return
-        self._stamp_via(message, source)
+        _stamp_via(message, source)
         try:
             validate_request(message)
             if message.uri.scheme not in ACCEPTED_REQUEST_SCHEMES:
@@ -348,22 +348,10 @@ class SipEndpoint:
     def _answer_error(self, request: SipRequest, exc: RemoteProtocolError, source: Address, transport: str) -> None:
         self._core.stats.malformed_answered += 1
         with contextlib.suppress(RemoteProtocolError):  # answer even if the Via cannot take received=
-            self._stamp_via(request, source)
+            _stamp_via(request, source)
         self._core.reply_stateless(
             request, exc.status_code, source, transport, reason=exc.reason[:100], headers=exc.headers
         )
-
-    @staticmethod
-    def _stamp_via(request: SipRequest, source: Address) -> None:
-        """§18.2.1 and RFC 3581 §4: received= when the source differs (or rport asked), rport=<port>."""
-        values = request.headers.values("Via")
-        top = parse_via(values[0])
-        if top.sent_by[0] == source[0].lower() and not top.has_rport:
-            return
-        top = top.with_param("received", source[0])
-        if top.has_rport:
-            top = top.with_param("rport", str(source[1]))
-        request.headers.set("Via", ", ".join([str(top), *values[1:]]))
 
     def _on_response(self, response: SipResponse, now: float) -> None:
         core = self._core
@@ -448,7 +436,7 @@ class SipEndpoint:
             ("Contact", core.contact(call.transport)),
             *core.common_headers(),
             *call.answer_headers,
-            *self._body_headers(body, content_type),
+            *_body_headers(body, content_type),
             *headers,
         )
         response = core.respond(tx, status, now, to_tag=call.local_tag, headers=all_headers, body=body)
@@ -459,10 +447,6 @@ class SipEndpoint:
             call.ok_interval = self.config.timers.t1
             call.ok_next = now + call.ok_interval
             call.ok_give_up = now + 64 * self.config.timers.t1
-
-    @staticmethod
-    def _body_headers(body: bytes, content_type: str) -> tuple[tuple[str, str], ...]:
-        return (("Content-Type", content_type),) if body else ()
 
     def _live(self, call: CallHandle) -> Call | None:
         """The call, or None once it has ended: acting on an ended call is a race, not an error."""
@@ -481,17 +465,33 @@ class SipEndpoint:
             raise LocalProtocolError(f"call {call} is not established (state {c.state.value})")
         return c
 
-    @staticmethod
-    def _parse_local_uri(text: str) -> SipUri:
-        try:
-            return parse_uri(text)
-        except RemoteProtocolError as exc:
-            raise LocalProtocolError(f"bad URI {text!r}: {exc.reason}") from exc
 
-    @staticmethod
-    def _parse_local_addr(text: str) -> NameAddr:
-        # A bare URI is wrapped so its ;parameters stay URI parameters (§20.10 would make them header ones).
-        try:
-            return parse_name_addr(text if "<" in text else f"<{text}>")
-        except RemoteProtocolError as exc:
-            raise LocalProtocolError(f"bad address {text!r}: {exc.reason}") from exc
+def _stamp_via(request: SipRequest, source: Address) -> None:
+    """§18.2.1 and RFC 3581 §4: received= when the source differs (or rport asked), rport=<port>."""
+    values = request.headers.values("Via")
+    top = parse_via(values[0])
+    if top.sent_by[0] == source[0].lower() and not top.has_rport:
+        return
+    top = top.with_param("received", source[0])
+    if top.has_rport:
+        top = top.with_param("rport", str(source[1]))
+    request.headers.set("Via", ", ".join([str(top), *values[1:]]))
+
+
+def _body_headers(body: bytes, content_type: str) -> tuple[tuple[str, str], ...]:
+    return (("Content-Type", content_type),) if body else ()
+
+
+def _parse_local_uri(text: str) -> SipUri:
+    try:
+        return parse_uri(text)
+    except RemoteProtocolError as exc:
+        raise LocalProtocolError(f"bad URI {text!r}: {exc.reason}") from exc
+
+
+def _parse_local_addr(text: str) -> NameAddr:
+    # A bare URI is wrapped so its ;parameters stay URI parameters (§20.10 would make them header ones).
+    try:
+        return parse_name_addr(text if "<" in text else f"<{text}>")
+    except RemoteProtocolError as exc:
+        raise LocalProtocolError(f"bad address {text!r}: {exc.reason}") from exc
