@@ -374,3 +374,22 @@ def test_azure_style_auth_header() -> None:
     model = OpenAIRealtimeModel(OpenAIConfig(api_key="k", auth_header="api-key", auth_scheme=""))
     assert model.headers() == {"api-key": "k"}
     assert OpenAIRealtimeModel(OpenAIConfig()).headers() == {}
+
+
+async def test_records_prove_frame_order_across_a_reconnect(fake: FakeRealtimeServer) -> None:
+    frames = noise_frames(10, seed=11)
+    first, events = await open_session(fake.url + "?drop_after_frames=5")
+    try:
+        for frame in frames[:5]:
+            await first.send_audio(frame)
+        assert (await events.until(ProviderDisconnected)).retryable is True
+    finally:
+        await first.aclose()
+    second, _ = await open_session(fake.url, history=(HistoryItem(kind="message", role="user", text="hi"),))
+    try:
+        for frame in frames[5:]:
+            await second.send_audio(frame)
+        await fake.wait_until(lambda: 2 in fake.records and fake.record(2).audio_bytes == 5 * FRAME_BYTES)
+        assert bytes(fake.record(1).audio + fake.record(2).audio) == b"".join(frames)
+    finally:
+        await second.aclose()
