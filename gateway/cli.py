@@ -15,6 +15,8 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gateway.commands.bench", "measure codec and call throughput (see docs/performance.md)"),
     "control": ("gateway.commands.control", "run the control plane alone: ops API, events, metrics, dashboard"),
+    "run": ("gateway.commands.run", "all-in-one: control plane + media worker, echo agent by default"),
+    "worker": ("gateway.commands.worker", "one media worker (SIP, RTP, sessions) registered with a control plane"),
     "fake-provider": ("gateway.commands.fake_provider", "run the local OpenAI-Realtime-compatible fake server"),
 }
 

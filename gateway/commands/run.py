@@ -1,0 +1,91 @@
+"""``gateway run``: the all-in-one gateway — control plane + one media worker in one process.
+
+SIP on 127.0.0.1:5060 (UDP+TCP), HTTP (ops API, dashboard, browser phone) on 127.0.0.1:8080, and the echo
+agent unless GATEWAY_PROVIDER or the routes file says otherwise: no keys, no network needed. The worker
+registers with the control plane through the same interface a remote worker uses over HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gateway.commands import worker_args
+
+log = logging.getLogger("gateway")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--http-host", help="HTTP bind address (default: GATEWAY_HTTP_HOST or 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, help="HTTP port (default: GATEWAY_HTTP_PORT or 8080)")
+    parser.add_argument("--config", help="routes/profiles TOML (default: GATEWAY_CONFIG or built-in echo route)")
+    worker_args.add_worker_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from gateway.commands._serve import run_loop, serve
+    from gateway.control.app import create_app
+    from gateway.control.config import ConfigError
+    from gateway.control.plane import ControlPlane
+    from gateway.control.settings import ControlSettings, InsecureBindError, check_bind
+    from gateway.fleet.links import InProcessControlLink
+    from gateway.worker.worker import MediaWorker
+
+    worker_args.setup_logging(args.log_level)
+    overrides = {
+        key: value
+        for key, value in (("http_host", args.http_host), ("http_port", args.http_port), ("config", args.config))
+        if value is not None
+    }
+    try:
+        control_settings = ControlSettings(**overrides)
+        mode = check_bind(control_settings)
+        worker_settings = worker_args.worker_settings(args)
+        model_factory = worker_args.model_factory(args.provider)
+    except (ConfigError, InsecureBindError) as exc:
+        print(f"gateway run: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"gateway run: bad setting: {exc}", file=sys.stderr)
+        return 2
+
+    worker = MediaWorker(worker_settings, model_factory=model_factory, url="in-process")
+
+    async def start_worker(plane: ControlPlane) -> None:
+        worker.link = InProcessControlLink(plane, worker)
+        await worker.start()
+
+    try:
+        app = create_app(control_settings, startup=[start_worker])
+    except ConfigError as exc:
+        print(f"gateway run: {exc}", file=sys.stderr)
+        return 2
+
+    async def stop() -> None:
+        await worker.aclose("shutdown")
+        app.state.plane.shutting_down.set()
+
+    async def amain() -> int:
+        log.info("%s", mode)
+        log.info(
+            "gateway: SIP sip:agent@%s:%d, HTTP http://%s:%d (dashboard /dashboard, phone /phone)",
+            worker_settings.public_host,
+            worker_settings.public_sip_port,
+            control_settings.http_host,
+            control_settings.http_port,
+        )
+        started = await serve(
+            app,
+            host=control_settings.http_host,
+            port=control_settings.http_port,
+            log_level=args.log_level,
+            on_stop=stop,
+            stop_when=worker.exited,
+        )
+        await worker.aclose("shutdown")
+        return 0 if started else 1
+
+    return run_loop(amain, use_uvloop=not args.no_uvloop)

@@ -1,0 +1,84 @@
+"""``gateway worker --control URL``: one media worker as its own process.
+
+It registers with the control plane over HTTP, heartbeats its load and calls, asks the plane to admit each
+call, and serves the plane's commands (hang up, transfer, DTMF, originate, drain) on a small internal HTTP
+API of its own, which also serves this process's ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+
+from gateway.commands import worker_args
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--control", required=True, help="control plane base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--api-host", default="127.0.0.1", help="bind address of the worker's internal API")
+    parser.add_argument("--api-port", type=int, default=8081, help="port of the worker's internal API")
+    parser.add_argument("--api-url", help="URL the control plane uses to reach this worker (default from host/port)")
+    worker_args.add_worker_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    from fastapi import FastAPI, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from pydantic import ValidationError
+
+    from gateway.commands._serve import run_loop, serve
+    from gateway.control.settings import ControlSettings, is_loopback
+    from gateway.fleet.http import HttpControlLink
+    from gateway.fleet.worker_api import worker_api
+    from gateway.observability import REGISTRY
+    from gateway.providers.errors import ProviderError
+    from gateway.worker.worker import MediaWorker
+
+    worker_args.setup_logging(args.log_level)
+    try:
+        settings = worker_args.worker_settings(args)
+        model_factory = worker_args.model_factory(args.provider)
+        token = ControlSettings().token
+    except (ValidationError, ProviderError) as exc:
+        print(f"gateway worker: bad setting: {exc}", file=sys.stderr)
+        return 2
+    if token is None and not is_loopback(args.api_host):
+        print("gateway worker: refusing a non-loopback internal API without GATEWAY_API_TOKEN", file=sys.stderr)
+        return 2
+    url = args.api_url or f"http://{args.api_host}:{args.api_port}"
+    link = HttpControlLink(args.control, token)
+    worker = MediaWorker(settings, model_factory=model_factory, link=link, url=url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await worker.start()
+        yield
+
+    app = FastAPI(title=f"gateway worker {settings.worker_id}", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.include_router(worker_api(worker, token))
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    async def stop() -> None:
+        await worker.aclose("shutdown")
+
+    async def amain() -> int:
+        try:
+            started = await serve(
+                app,
+                host=args.api_host,
+                port=args.api_port,
+                log_level=args.log_level,
+                on_stop=stop,
+                stop_when=worker.exited,
+            )
+        finally:
+            await worker.aclose("shutdown")
+            await link.aclose()
+        return 0 if started else 1
+
+    return run_loop(amain, use_uvloop=not args.no_uvloop)

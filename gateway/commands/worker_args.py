@@ -1,0 +1,62 @@
+"""Command-line flags shared by ``gateway run`` and ``gateway worker`` (they override GATEWAY_* settings)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gateway.providers.base import RealtimeModel
+from gateway.worker.settings import WorkerSettings
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sip-host", help="SIP/RTP bind address (default: GATEWAY_SIP_HOST or 127.0.0.1)")
+    parser.add_argument("--sip-port", type=int, help="SIP port, UDP and TCP (default: GATEWAY_SIP_PORT or 5060)")
+    parser.add_argument("--advertised-host", help="address written in Contact/Via/SDP (behind NAT)")
+    parser.add_argument("--rtp-ports", help="RTP port range, e.g. 20000-29999")
+    parser.add_argument("--codecs", help="codec preference, e.g. PCMU,PCMA,opus")
+    parser.add_argument("--capacity", type=int, help="concurrent calls this worker accepts")
+    parser.add_argument("--worker-id", help="worker id (default: <hostname>-w1)")
+    parser.add_argument("--provider", help="default provider: echo, openai, gemini (default: GATEWAY_PROVIDER)")
+    parser.add_argument("--no-uvloop", action="store_true", help="use the stdlib asyncio loop")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def worker_settings(args: argparse.Namespace) -> WorkerSettings:
+    overrides: dict[str, Any] = {}
+    for flag, key in (
+        ("sip_host", "sip_host"),
+        ("sip_port", "sip_port"),
+        ("advertised_host", "advertised_host"),
+        ("rtp_ports", "rtp_ports"),
+        ("codecs", "codecs"),
+        ("capacity", "capacity"),
+        ("worker_id", "worker_id"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[key] = value
+    return WorkerSettings(**overrides)
+
+
+def model_factory(default_provider: str | None = None) -> Callable[[str], RealtimeModel]:
+    """Providers by name, configured from the environment; checked once up front for the default."""
+    from gateway.providers.registry import ProviderSettings, create_model
+
+    settings = ProviderSettings()
+    if default_provider:
+        settings = settings.model_copy(update={"provider": default_provider})
+    create_model(None, settings)  # fail at start-up, not on the first call, when a key is missing
+
+    def factory(name: str) -> RealtimeModel:
+        if name in ("", "default"):
+            name = settings.provider
+        return create_model(name, settings)
+
+    return factory

@@ -1,0 +1,98 @@
+"""One call as the worker sees it: its SIP leg, RTP sockets, media state and session, and its call control.
+
+:class:`CallLeg` is plain bookkeeping; :class:`SipCallControl` is how a session acts on its call (hang up,
+blind transfer with REFER/NOTIFY, RFC 4733 DTMF to the caller) through the worker that owns the SIP
+endpoint and the media tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from gateway.fleet.models import ProfileModel
+from gateway.session.control import TransferOutcome
+from gateway.session.session import CallSession
+from gateway.sip.events import CallHandle
+from gateway.sip.sdp import NegotiatedMedia, SessionDescription
+from gateway.transport.rtp_socket import RtpEndpoint
+
+if TYPE_CHECKING:
+    from gateway.worker.worker import MediaWorker
+
+LegState = Literal["admitted", "ringing", "active", "ending", "ended"]
+
+LEVEL_EVERY_TICKS = 25  # one caller level sample per 0.5 s for the dashboard sparkline
+
+
+@dataclass(eq=False)
+class CallLeg:
+    id: str
+    sip: CallHandle | None
+    direction: Literal["inbound", "outbound"]
+    from_uri: str
+    to_uri: str
+    source: str = ""
+    route: str = ""
+    profile: ProfileModel | None = None
+    state: LegState = "admitted"
+    rtp: RtpEndpoint | None = None
+    negotiated: NegotiatedMedia | None = None
+    local_sdp: SessionDescription | None = None
+    remote_sdp: SessionDescription | None = None
+    session: CallSession | None = None
+    media_added: bool = False
+    started_wall: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.monotonic)
+    answered_wall: float | None = None
+    ended_wall: float | None = None
+    end_reason: str = ""
+    task: asyncio.Task[None] | None = None
+    transfer: asyncio.Future[TransferOutcome] | None = None
+    transfer_seen_progress: bool = False
+    answered: asyncio.Future[bool] | None = None  # outbound: resolved on answer / failure
+    levels: deque[float] = field(default_factory=lambda: deque(maxlen=120))
+    last_level: float | None = None
+    tick_count: int = 0
+    session_version: int = 1
+
+    @property
+    def live(self) -> bool:
+        return self.state != "ended"
+
+
+class SipCallControl:
+    """The session's CallControl, implemented over the worker's SIP endpoint and media tick."""
+
+    def __init__(self, worker: MediaWorker, leg: CallLeg, *, transfer_timeout_s: float = 30.0) -> None:
+        self._worker = worker
+        self._leg = leg
+        self._transfer_timeout_s = transfer_timeout_s
+
+    async def hang_up(self, reason: str) -> None:
+        self._worker.hang_up_leg(self._leg, reason)
+
+    async def send_dtmf(self, digits: str) -> None:
+        self._worker.send_dtmf_leg(self._leg, digits)
+
+    async def transfer(self, target: str) -> TransferOutcome:
+        leg = self._leg
+        if not leg.live or leg.sip is None:
+            return TransferOutcome(status="failed", detail="call is not up")
+        if leg.transfer is not None and not leg.transfer.done():
+            return TransferOutcome(status="refused", detail="a transfer is already in progress")
+        loop = asyncio.get_running_loop()
+        leg.transfer = loop.create_future()
+        leg.transfer_seen_progress = False
+        try:
+            self._worker.refer_leg(leg, target)
+        except Exception as exc:  # e.g. a target that is not a SIP URI or number
+            leg.transfer = None
+            return TransferOutcome(status="refused", detail=str(exc))
+        try:
+            return await asyncio.wait_for(asyncio.shield(leg.transfer), timeout=self._transfer_timeout_s)
+        except TimeoutError:
+            return TransferOutcome(status="failed", detail="no final NOTIFY before the timeout")
