@@ -28,11 +28,15 @@ class ItemAudio:
     response_id: str
     item_id: str
     content_index: int
-    received_samples: int = 0
+    received_bytes: int = 0
     sent_samples: int = 0
     queued_frames: int = 0
     done: bool = False
     carry: bytes = b""
+
+    @property
+    def received_samples(self) -> int:
+        return self.received_bytes // 2
 
     @property
     def received_ms(self) -> int:
@@ -80,11 +84,15 @@ class PlayoutBuffer:
         if item is None:
             item = ItemAudio(response_id=response_id, item_id=item_id, content_index=content_index)
             self._items[key] = item
-        if self._last is not None and self._last is not item:
-            # A new item starts: the previous item's tail plays first, padded to a whole frame.
-            self._flush_carry(self._last)
+        previous = self._last
+        if previous is not None and previous is not item:
+            # A new item starts: the previous one is complete (items stream one after another); its tail plays
+            # first, padded to a whole frame.
+            previous.done = True
+            self._flush_carry(previous)
+            self._forget_if_played(previous)
         self._last = item
-        item.received_samples += len(pcm) // 2
+        item.received_bytes += len(pcm)
         data = item.carry + pcm if item.carry else pcm
         whole = len(data) // FRAME_BYTES
         for i in range(whole):

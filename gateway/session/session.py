@@ -489,10 +489,10 @@ class CallSession:
             return
         if self._state is not CallState.ACTIVE:
             # Connecting (start() notices the stale link) or already switching: stop using this connection.
-            self._pipe.retire()
+            self._connections.retire(self._pipe.retire())
             return
         if not retryable:
-            self._pipe.retire()
+            self._connections.retire(self._pipe.retire())
             self._tasks.spawn(self._end_unavailable(reason), name="end:provider-unavailable")
             return
         self._begin_switch(cause, reason, old_alive=False)
@@ -507,16 +507,16 @@ class CallSession:
     def _begin_switch(self, cause: ResumeCause, reason: str, *, old_alive: bool) -> None:
         self._transition(CallState.RESUMING, f"{cause}: {reason}")
         if not old_alive:
-            self._pipe.retire()
+            self._connections.retire(self._pipe.retire())
         self._turns.silence_agent()
         self._rotate_at = None
-        self._switch_task = self._tasks.spawn(self._switch(cause, reason), name=f"resume:{cause}")
+        held_before = self._pipe.frames_held
+        self._switch_task = self._tasks.spawn(self._switch(cause, reason, held_before), name=f"resume:{cause}")
 
-    async def _switch(self, cause: ResumeCause, reason: str) -> None:
+    async def _switch(self, cause: ResumeCause, reason: str, held_before: int) -> None:
         """RESUMING: connect anew with the transcript (and resume handle), flush held frames; or end politely."""
         config = self._config
         self._record(ResumeStarted(cause=cause, reason=reason))
-        held_before = self._pipe.frames_held
         error = "no attempt made"
         try:
             for attempt in range(1, config.resume_attempts + 1):
