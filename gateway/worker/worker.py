@@ -154,12 +154,15 @@ class MediaWorker:
     def _sip_config(settings: WorkerSettings) -> SipConfig:
         authenticator = None
         if settings.sip_auth_user is not None and settings.sip_auth_password is not None:
-            from gateway.sip.digest import DigestAuthenticator
+            from gateway.sip.auth import DigestAuthenticator
+            from gateway.sip.digest import DigestChallenger
 
             authenticator = DigestAuthenticator(
-                realm=settings.sip_auth_realm,
-                credentials={settings.sip_auth_user: settings.sip_auth_password},
-                secret=secrets.token_bytes(32),
+                DigestChallenger(
+                    realm=settings.sip_auth_realm,
+                    credentials={settings.sip_auth_user: settings.sip_auth_password}.get,
+                    nonce_secret=secrets.token_bytes(32),
+                )
             )
         return SipConfig(
             local_host=settings.sip_host,
