@@ -275,8 +275,8 @@ def is_state(state: CallState) -> Callable[[SessionEvent], bool]:
     return lambda event: isinstance(event, StateChanged) and event.new is state
 
 
-def of_type(kind: type[SessionEvent], **fields: Any) -> Callable[[SessionEvent], bool]:
-    return lambda event: isinstance(event, kind) and all(getattr(event, k) == v for k, v in fields.items())
+def of_type(event_type: type[SessionEvent], **fields: Any) -> Callable[[SessionEvent], bool]:
+    return lambda event: isinstance(event, event_type) and all(getattr(event, k) == v for k, v in fields.items())
 
 
 def fast_config(**overrides: Any) -> SessionConfig:
