@@ -12,6 +12,7 @@ from gateway.providers.base import (
     AudioReceived,
     RealtimeModel,
     RealtimeSession,
+    ResponseDone,
     ResponseInterrupted,
     ResponseStarted,
     SpeechStarted,
@@ -41,6 +42,7 @@ from gateway.session.events import (
 )
 from tests.gateway.session.fakes import (
     DEADLINE,
+    FakeClock,
     FakeModel,
     call_tasks,
     drained,
@@ -401,3 +403,44 @@ async def test_concurrent_interruptions_cancel_playback_once() -> None:
     assert len(fake.of("cancel_response")) == 1
     assert fake.of("truncate") == [("truncate", "i1", 0, 200)]
     await session.aclose()
+
+
+async def test_max_duration_ends_the_call_after_a_goodbye() -> None:
+    clock = FakeClock()
+    model = FakeModel()
+    config = fast_config(goodbye_message="We are out of time. Goodbye!")
+    session, control = make_session(model, clock=clock, config=config, profile=AgentProfile(max_duration_s=60.0))
+    await session.start()
+    fake = model.last
+    clock.advance(59.0)
+    assert session.pull_outbound() is None and session.state is CallState.ACTIVE
+    clock.advance(1.0)
+    session.pull_outbound()
+    (request,) = await fake.wait_sent(lambda s: [e for e in s if e[0] == "create_response"])
+    assert "We are out of time. Goodbye!" in request[1]
+    fake.emit(ResponseStarted(response_id="bye"), AudioReceived(response_id="bye", item_id="b", pcm=pcm_ms(40)))
+    fake.emit(ResponseDone(response_id="bye", status="completed"))
+    await drained(session, fake)
+    assert control.hang_ups == []
+    assert session.pull_outbound() is not None and session.pull_outbound() is not None
+    session.pull_outbound()  # drained: the goodbye has been heard
+    assert await asyncio.wait_for(session.wait_ended(), DEADLINE) == "max_duration"
+    await session.aclose()
+    assert control.hang_ups == ["max_duration"]
+    # The tick contract holds after the end: no exceptions, silence, nothing forwarded.
+    session.push_inbound(tone_frame(0))
+    session.dtmf_received("1")
+    assert session.pull_outbound() is None
+    assert call_tasks() == []
+
+
+async def test_max_duration_without_goodbye_hangs_up_at_once() -> None:
+    clock = FakeClock()
+    model = FakeModel()
+    session, control = make_session(model, clock=clock, profile=AgentProfile(max_duration_s=5.0))
+    await session.start()
+    clock.advance(5.0)
+    session.pull_outbound()
+    assert await asyncio.wait_for(session.wait_ended(), DEADLINE) == "max_duration"
+    await session.aclose()
+    assert control.hang_ups == ["max_duration"]
