@@ -67,7 +67,7 @@ class SessionInfo(BaseModel):
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": ErrorBody} for status in (401, 422, *statuses)}
+    return {status: {"model": ErrorBody} for status in (400, 401, 422, *statuses)}
 
 
 def get_plane(request: Request) -> ControlPlane:

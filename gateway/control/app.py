@@ -92,6 +92,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        plane.shutting_down.clear()  # a host may run the lifespan again after a shutdown
         sweeper_task = asyncio.create_task(plane.run_sweeper(), name="control-sweeper") if sweeper else None
         try:
             for hook in startup:
