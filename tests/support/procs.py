@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 __all__ = [
     "ManagedProcess",
     "PortAllocator",
@@ -46,6 +48,24 @@ _LIVE: set[int] = set()
 def _kill_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of group `pgid` exists that is not a zombie."""
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+    return False
+
+
+async def _wait_group_gone(pgid: int, *, within: float) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        # SIGKILL is delivered asynchronously; there is no event for a non-child's death.
+        await asyncio.sleep(0.02)
 
 
 @atexit.register
@@ -208,6 +228,7 @@ class ManagedProcess:
                 await self._proc.wait()
         # Children that ignored SIGTERM while the leader exited still share the group: make sure.
         _kill_group(self.pid, signal.SIGKILL)
+        await _wait_group_gone(self.pid, within=grace)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._reader_task), timeout=grace)
         if self._watchdog_task is not None and self._watchdog_task is not asyncio.current_task():
