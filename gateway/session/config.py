@@ -170,4 +170,4 @@ class SessionConfig:
 
     def backoff_s(self, retry: int) -> float:
         """Delay before retry number ``retry`` (1 = the first retry)."""
-        return min(self.resume_backoff_max_s, self.resume_backoff_base_s * 2 ** (retry - 1))
+        return float(min(self.resume_backoff_max_s, self.resume_backoff_base_s * 2.0 ** (retry - 1)))

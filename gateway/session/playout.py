@@ -185,6 +185,6 @@ def comfort_tone_frame(*, level_dbfs: float = -36.0, frequency_hz: float = 400.0
     """One 20 ms frame of a soft sine; 400 Hz fits 8 whole cycles into a frame so frames join seamlessly."""
     t = np.arange(FRAME_SAMPLES) / SAMPLE_RATE
     amplitude = 32768.0 * 10 ** (level_dbfs / 20) * np.sqrt(2)
-    tone = np.round(amplitude * np.sin(2 * np.pi * frequency_hz * t)).astype(np.int16)
+    tone: Pcm = np.round(amplitude * np.sin(2 * np.pi * frequency_hz * t)).astype(np.int16)
     tone.flags.writeable = False
     return tone

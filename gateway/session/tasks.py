@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 
@@ -46,8 +47,7 @@ class TaskOwner:
             self._guard(coro, name, critical) if guard else coro, name=f"{self._prefix}:{name}"
         )
         self._tasks.add(task)
-        # A task cancelled before its first step never awaits ``coro``: close it then (no "never awaited").
-        task.add_done_callback(lambda done: (self._done(done), coro.close()))
+        task.add_done_callback(partial(self._done, coro))
         return task
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle | None:
@@ -100,8 +100,10 @@ class TaskOwner:
             return False
         return True
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, coro: Coroutine[Any, Any, Any], task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        # A task cancelled before its first step never awaited ``coro``: close it (no "never awaited" warning).
+        coro.close()
         if not task.cancelled():
             task.exception()  # an unguarded task's starter reads it; never "exception was never retrieved"
 
