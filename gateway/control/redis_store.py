@@ -69,7 +69,8 @@ class RedisStore:
         ended_retention: int = 1000,
         client: aioredis.Redis | None = None,
     ) -> None:
-        self._redis = client or aioredis.Redis.from_url(url, decode_responses=False)
+        # redis-py's stubs type every answer as a union of everything; the decoding below is explicit.
+        self._redis: Any = client or aioredis.Redis.from_url(url, decode_responses=False)
         self._p = prefix
         self._ring_size = ring_size
         self._ended_retention = ended_retention
@@ -108,7 +109,7 @@ class RedisStore:
             self._k("admitted:route:" + reservation.route),
             self._k("admitted:worker:" + reservation.worker),
         ]
-        args = [
+        args: list[str | int] = [
             reservation.call_id,
             max_calls,
             -1 if route_max is None else route_max,
@@ -116,7 +117,10 @@ class RedisStore:
             reservation.model_dump_json(),
         ]
         outcome = await self._reserve(keys=keys, args=args)
-        return outcome.decode() if isinstance(outcome, bytes) else outcome  # type: ignore[no-any-return]
+        text = outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+        if text not in ("ok", "exists", "global", "route", "worker"):
+            raise RuntimeError(f"unexpected reserve answer from redis: {text!r}")
+        return text  # type: ignore[return-value]
 
     async def get_reservation(self, call_id: str) -> Reservation | None:
         raw = await self._redis.hget(self._k("admitted"), call_id)
@@ -166,7 +170,10 @@ class RedisStore:
     @staticmethod
     def _decode(entry_id: bytes | str, fields: dict[Any, Any]) -> FleetEvent:
         text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-        body = orjson.loads(fields.get(b"e") or fields.get("e"))
+        raw = fields.get(b"e") or fields.get("e")
+        if raw is None:
+            raise ValueError(f"event stream entry {text} has no 'e' field")
+        body = orjson.loads(raw)
         return FleetEvent(id=int(text.split("-", 1)[0]), **body)
 
     async def read_events(self, after: int, wait_s: float = 0.0) -> list[FleetEvent]:

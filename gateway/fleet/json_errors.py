@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from http import HTTPStatus
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -51,7 +52,7 @@ class ApiError(StarletteHTTPException):
 
 
 def error_response(
-    status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers)
 
