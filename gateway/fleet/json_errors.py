@@ -7,8 +7,8 @@ paths), 405, 422 and unexpected 500s all share one shape that clients and the fl
 from __future__ import annotations
 
 import logging
-from http import HTTPStatus
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
