@@ -61,7 +61,7 @@ class Wav:
 
     @property
     def duration(self) -> float:
-        return self.samples.shape[0] / self.rate
+        return float(self.samples.shape[0] / self.rate)
 
     def mono(self) -> FloatArray:
         return to_mono(self.samples)

@@ -44,7 +44,7 @@ def parse_dtmf_plan(text: str) -> list[tuple[float, str]]:
     return sorted(plan)
 
 
-class Player(pj.AudioMediaPlayer):
+class Player(pj.AudioMediaPlayer):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.ended = False
@@ -65,7 +65,7 @@ class Phone:
         self.eof_reported = False
 
 
-class PhoneCall(pj.Call):
+class PhoneCall(pj.Call):  # type: ignore[misc]
     def __init__(self, phone: Phone, account: pj.Account, call_id: int = pj.PJSUA_INVALID_ID) -> None:
         super().__init__(account, call_id)
         self.phone = phone
@@ -100,7 +100,7 @@ class PhoneCall(pj.Call):
         emit("dtmf_received", digit=prm.digit, method=int(prm.method))
 
 
-class PhoneAccount(pj.Account):
+class PhoneAccount(pj.Account):  # type: ignore[misc]
     def __init__(self, phone: Phone) -> None:
         super().__init__()
         self.phone = phone

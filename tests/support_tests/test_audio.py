@@ -33,7 +33,7 @@ def _voice_like(seconds: float, seed: int) -> np.ndarray:
     kernel = np.hanning(9)
     shaped = np.convolve(noise, kernel / kernel.sum(), mode="same")
     bursts = (np.sin(2 * np.pi * 3 * np.arange(n) / RATE) > -0.3).astype(float)
-    return np.round(8000 * shaped * bursts).astype(np.int16)
+    return np.asarray(np.round(8000 * shaped * bursts), dtype=np.int16)
 
 
 def test_wav_round_trip_keeps_samples_rate_and_channels(tmp_path: Path) -> None:
