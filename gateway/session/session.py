@@ -78,8 +78,9 @@ from gateway.session.pipe import (
     send_text,
     truncate_item,
 )
+from gateway.session.rotation import RotationPlan
 from gateway.session.state import CallState, check_transition
-from gateway.session.stats import SessionStats
+from gateway.session.stats import SessionStats, snapshot
 from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
@@ -168,9 +169,7 @@ class CallSession:
         self._ended = asyncio.Event()
         self._resume_handle: str | None = None
         self._handle_resumable = False
-        self._rotate_at: float | None = None  # checked on the tick
-        self._rotate_force_at = 0.0
-        self._rotate_cause: ResumeCause = "rotation"
+        self._rotation = RotationPlan(config, max_connection_s=self._caps.max_connection_s)
         self._deadline = float("inf")
         self._started_at = clock()
         self._out_index = 0
@@ -202,30 +201,14 @@ class CallSession:
         return self._profile
 
     def stats(self) -> SessionStats:
-        c, rt = self._counts, self._turns.round_trips
-        return SessionStats(
+        return snapshot(
             state=self._state.value,
-            epoch=self._pipe.epoch,
             duration_s=self._clock() - self._started_at,
-            frames_in=c["frames_in"],
-            frames_out=c["frames_out"],
-            frames_to_provider=self._pipe.frames_sent,
-            provider_audio_sends=self._pipe.audio_sends,
-            frames_held=self._pipe.frames_held,
-            frames_dropped=self._pipe.frames_dropped,
-            barge_ins=c["barge_ins"],
-            resumes=c["resumes"],
-            rotations=c["rotations"],
-            resume_failures=c["resume_failures"],
-            tool_calls=self._tools.calls,
-            tool_errors=self._tools.errors,
-            tools_promoted=self._tools.promoted,
-            dtmf_digits=c["dtmf"],
-            notices=c["notices"],
+            counts=self._counts,
             errors=self._errors,
-            round_trips=rt.count,
-            round_trip_ms_last=rt.last,
-            round_trip_ms_mean=rt.mean,
+            pipe=self._pipe,
+            tools=self._tools,
+            round_trips=self._turns.round_trips,
         )
 
     async def wait_ended(self) -> str | None:
@@ -332,7 +315,7 @@ class CallSession:
         if state is CallState.ENDING or state is CallState.ENDED:
             return None
         now = self._clock()
-        if self._rotate_at is not None and now >= self._rotate_at:
+        if now >= self._rotation.next_at:
             self._maybe_rotate(now)
         if now >= self._deadline:
             self._deadline = float("inf")
@@ -424,10 +407,7 @@ class CallSession:
         elif isinstance(event, ResumeHandleUpdated):
             self._resume_handle, self._handle_resumable = event.handle, event.resumable
         elif isinstance(event, ConnectionExpiring):
-            now = self._clock()
-            force_at = now + max(0.0, event.time_left_s - self._config.expiring_safety_s)
-            if self._rotate_at is None or force_at < self._rotate_force_at:
-                self._rotate_at, self._rotate_force_at, self._rotate_cause = now, force_at, "expiring"
+            self._rotation.expiring(self._clock(), event.time_left_s)
         elif isinstance(event, ProviderNoticed):
             self._counts["notices"] += 1
             log.info("call %s: provider notice %s: %s", self.call_id, event.code, event.message)
@@ -500,16 +480,16 @@ class CallSession:
     def _maybe_rotate(self, now: float) -> None:
         if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:
             return
-        if self._turns.between_turns or now >= self._rotate_force_at:
-            self._rotate_at = None
-            self._begin_switch(self._rotate_cause, "connection rotation", old_alive=True)
+        cause = self._rotation.due(now, between_turns=self._turns.between_turns)
+        if cause is not None:
+            self._begin_switch(cause, "connection rotation", old_alive=True)
 
     def _begin_switch(self, cause: ResumeCause, reason: str, *, old_alive: bool) -> None:
         self._transition(CallState.RESUMING, f"{cause}: {reason}")
         if not old_alive:
             self._connections.retire(self._pipe.retire())
         self._turns.silence_agent()
-        self._rotate_at = None
+        self._rotation.cancel()
         held_before = self._pipe.frames_held
         self._switch_task = self._tasks.spawn(self._switch(cause, reason, held_before), name=f"resume:{cause}")
 
@@ -559,12 +539,7 @@ class CallSession:
         link, old = self._connections.install(session)
         self._connections.retire(old)
         self._turns.new_connection()
-        max_s = self._caps.max_connection_s
-        if max_s is not None:
-            due = link.opened_at + max_s - self._config.rotation_margin_s
-            hard = link.opened_at + max_s - self._config.expiring_safety_s
-            self._rotate_at, self._rotate_cause = due, "rotation"
-            self._rotate_force_at = max(due, min(due + self._config.rotation_gap_wait_s, hard))
+        self._rotation.connection_opened(link.opened_at)
         return link
 
     async def _connect_at_start(self) -> RealtimeSession:

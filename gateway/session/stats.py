@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.session.pipe import ProviderPipe
+    from gateway.session.toolrunner import ToolRunner
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,3 +56,40 @@ class RoundTrips:
     @property
     def mean(self) -> float | None:
         return sum(self._samples) / len(self._samples) if self._samples else None
+
+
+def snapshot(
+    *,
+    state: str,
+    duration_s: float,
+    counts: Mapping[str, int],
+    errors: int,
+    pipe: ProviderPipe,
+    tools: ToolRunner,
+    round_trips: RoundTrips,
+) -> SessionStats:
+    """The session's counters as one frozen value."""
+    return SessionStats(
+        state=state,
+        epoch=pipe.epoch,
+        duration_s=duration_s,
+        frames_in=counts["frames_in"],
+        frames_out=counts["frames_out"],
+        frames_to_provider=pipe.frames_sent,
+        provider_audio_sends=pipe.audio_sends,
+        frames_held=pipe.frames_held,
+        frames_dropped=pipe.frames_dropped,
+        barge_ins=counts["barge_ins"],
+        resumes=counts["resumes"],
+        rotations=counts["rotations"],
+        resume_failures=counts["resume_failures"],
+        tool_calls=tools.calls,
+        tool_errors=tools.errors,
+        tools_promoted=tools.promoted,
+        dtmf_digits=counts["dtmf"],
+        notices=counts["notices"],
+        errors=errors,
+        round_trips=round_trips.count,
+        round_trip_ms_last=round_trips.last,
+        round_trip_ms_mean=round_trips.mean,
+    )

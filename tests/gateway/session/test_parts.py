@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gateway.session import CallState, InvalidTransitionError, LocalVadConfig, SessionConfig, SessionConfigError
 from gateway.session.events import EventRing, NoticeReceived
 from gateway.session.playout import PlayoutBuffer
+from gateway.session.rotation import RotationPlan
 from gateway.session.state import TRANSITIONS, check_transition
 from gateway.session.transcript import Transcript
 from gateway.session.vad import EnergyVad
@@ -200,3 +201,33 @@ def test_transcript_keeps_conversation_order_and_replays_history() -> None:
     ]
     assert history[2].arguments == '{"q": 1}' and history[3].output == '{"a": 2}'
     assert transcript.entries()[1].final is False
+
+
+# --------------------------------------------------------------------------------------- rotation
+
+
+def test_rotation_plan_waits_for_a_gap_until_its_deadline() -> None:
+    config = SessionConfig(rotation_margin_s=10.0, rotation_gap_wait_s=30.0, expiring_safety_s=5.0)
+    plan = RotationPlan(config, max_connection_s=100.0)
+    plan.connection_opened(0.0)
+    assert plan.next_at == 90.0
+    assert plan.due(89.9, between_turns=True) is None
+    assert plan.due(94.9, between_turns=False) is None
+    assert plan.due(95.0, between_turns=False) == "rotation", "forced 5 s before the connection's end"
+    assert plan.due(96.0, between_turns=True) is None, "consumed"
+    plan.connection_opened(100.0)
+    assert plan.due(190.0, between_turns=True) == "rotation"
+
+
+def test_rotation_plan_on_expiry_notice_and_unknown_life() -> None:
+    config = SessionConfig(expiring_safety_s=5.0)
+    plan = RotationPlan(config, max_connection_s=None)
+    plan.connection_opened(0.0)
+    assert plan.due(1e9, between_turns=True) is None
+    plan.expiring(10.0, 50.0)
+    assert plan.due(10.0, between_turns=False) is None
+    assert plan.due(54.9, between_turns=False) is None
+    assert plan.due(55.0, between_turns=False) == "expiring"
+    plan.expiring(60.0, 2.0)
+    plan.cancel()
+    assert plan.due(100.0, between_turns=True) is None
