@@ -59,7 +59,9 @@ def main(args: argparse.Namespace) -> int:
         await worker.start()
 
     try:
-        app = create_app(control_settings, startup=[start_worker])
+        from gateway.control.webrtc_api import webrtc_router
+
+        app = create_app(control_settings, routers=[webrtc_router(worker.webrtc)], startup=[start_worker])
     except ConfigError as exc:
         print(f"gateway run: {exc}", file=sys.stderr)
         return 2

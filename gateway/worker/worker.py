@@ -82,6 +82,7 @@ from gateway.transport.rtp_socket import PortsExhaustedError, RtpPortPool, RtpPo
 from gateway.transport.sip_transport import SipTransport
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.settings import WorkerSettings
+from gateway.worker.webrtc import WebRtcCalls
 from telcodecs.frames import dbfs
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class MediaWorker:
         self._started = False
         self._closing = False
         self._metric_worker = settings.worker_id
+        self.webrtc = WebRtcCalls(self)  # browser callers (gateway/worker/webrtc.py)
 
     @staticmethod
     def _sip_config(settings: WorkerSettings) -> SipConfig:
@@ -209,6 +211,7 @@ class MediaWorker:
         pending = [leg.task for leg in self.legs.values() if leg.task is not None]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
+        await self.webrtc.aclose(reason)  # browser calls
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -239,7 +242,7 @@ class MediaWorker:
             log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
 
     def info(self) -> WorkerInfo:
-        active = sum(1 for leg in self.legs.values() if leg.live)
+        active = sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count  # + browser calls
         return WorkerInfo(
             id=self.id,
             url=self.url,
@@ -732,9 +735,13 @@ class MediaWorker:
         return leg
 
     async def hang_up(self, call_id: str, reason: str) -> None:
+        if self.webrtc.owns(call_id):  # browser call
+            return await self.webrtc.hang_up(call_id, reason)
         self.hang_up_leg(self._leg(call_id), reason)
 
     async def transfer(self, call_id: str, target: str) -> None:
+        if self.webrtc.owns(call_id):  # browser call
+            return await self.webrtc.transfer(call_id, target)
         leg = self._leg(call_id)
         control = SipCallControl(self, leg)
         self._spawn(self._transfer_and_end(leg, control, target), name=f"call-{leg.id}-transfer")
@@ -746,6 +753,8 @@ class MediaWorker:
             self.hang_up_leg(leg, "transferred")
 
     async def send_dtmf(self, call_id: str, digits: str) -> None:
+        if self.webrtc.owns(call_id):  # browser call
+            return await self.webrtc.send_dtmf(call_id, digits)
         self.send_dtmf_leg(self._leg(call_id), digits)
 
     async def drain(self, exit_when_empty: bool) -> None:
@@ -906,7 +915,7 @@ class MediaWorker:
         )
 
     async def snapshot(self) -> list[CallSnapshot]:
-        return [self.snapshot_of(leg) for leg in list(self.legs.values())]
+        return [self.snapshot_of(leg) for leg in list(self.legs.values())] + await self.webrtc.snapshot()  # + browser
 
     async def _report(self, kind: str, leg: CallLeg) -> None:
         if self.link is None:

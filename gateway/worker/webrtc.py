@@ -1,0 +1,513 @@
+"""Browser (WebRTC) calls in the media worker: admission, one CallSession per call, reporting, clean-up.
+
+A browser call joins the same session core as a SIP call. The aiortc glue
+(:class:`gateway.transport.webrtc.WebRtcPeer`) turns Opus into 24 kHz frames for ``session.push_inbound`` and
+paces ``session.pull_outbound`` at 20 ms for the agent's voice; barge-in, resume and tools live in the session
+and behave exactly as for SIP. Keypad digits and hang-up arrive as JSON on the page's ``control`` data channel.
+
+Life of a call: ``answer()`` (from ``POST /v1/webrtc/offer``) checks the local limits, asks the control plane
+to admit it (``kind="webrtc"``), answers the offer, and starts the call's task, which runs the session until
+the peer closes (page hang-up, DTLS close, ICE failure, no caller audio), the session ends (agent hang-up,
+max duration, provider unavailable) or the ops API hangs up. Every path meets in :meth:`WebRtcCalls._finish`,
+which is idempotent, closes the session and the peer connection and reports ``call.ended``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gateway.fleet.errors import CallNotFoundError, CommandRejectedError
+from gateway.fleet.models import (
+    DTMF_DIGITS,
+    AdmissionRequest,
+    CallSnapshot,
+    CallStats,
+    ProfileModel,
+    TranscriptLine,
+    WorkerEvent,
+)
+from gateway.fleet.mos import estimate_mos
+from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
+from gateway.session.control import TransferOutcome
+from gateway.session.session import CallSession
+from gateway.transport.webrtc import (
+    CallRefusedError,
+    OfferError,
+    PeerStats,
+    WebRtcAnswer,
+    WebRtcConfig,
+    WebRtcPeer,
+    check_offer,
+    parse_ice_servers,
+)
+from telcodecs.frames import Frame, dbfs
+
+if TYPE_CHECKING:
+    from gateway.worker.worker import MediaWorker
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_PROFILE = ProfileModel(name="echo", provider="echo")
+_LEVEL_EVERY_FRAMES = 25  # one caller level sample per 0.5 s for the dashboard sparkline
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+WebRtcState = Literal["admitted", "ringing", "active", "ending", "ended"]
+
+
+class WebRtcSettings(BaseSettings):
+    """``GATEWAY_WEBRTC_*``: limits, ICE servers and addresses of the worker's browser calls."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_WEBRTC_", frozen=True, extra="ignore")
+
+    max_calls: int = Field(default=20, ge=0, description="Concurrent browser calls on this worker")
+    ice_servers: str = Field(default="", description="JSON list of {urls, username, credential}, or URLs")
+    advertised_host: str | None = Field(default=None, description="Address written into host candidates (NAT)")
+    # Local addresses for ICE host candidates; empty: the worker's media address (every interface when that
+    # is 0.0.0.0 / ::).
+    host_addresses: Annotated[tuple[str, ...], NoDecode] = ()
+    connect_timeout_s: float = Field(default=15.0, gt=0)
+    media_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("host_addresses", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("ice_servers")
+    @classmethod
+    def _ice_servers(cls, value: str) -> str:
+        parse_ice_servers(value)
+        return value
+
+    def peer_config(self, media_host: str) -> WebRtcConfig:
+        if self.host_addresses:
+            addresses: tuple[str, ...] | None = self.host_addresses
+        elif media_host in _ANY_ADDRESS:
+            addresses = None
+        else:
+            addresses = (media_host,)
+        return WebRtcConfig(
+            ice_servers=parse_ice_servers(self.ice_servers),
+            host_addresses=addresses,
+            advertised_host=self.advertised_host,
+            connect_timeout_s=self.connect_timeout_s,
+            media_timeout_s=self.media_timeout_s,
+        )
+
+
+@dataclass(eq=False)
+class WebRtcLeg:
+    """One browser call as the worker sees it."""
+
+    id: str
+    client: str
+    route: str = ""
+    profile: ProfileModel | None = None
+    state: WebRtcState = "admitted"
+    peer: WebRtcPeer | None = None
+    session: CallSession | None = None
+    started_wall: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.monotonic)
+    answered_wall: float | None = None
+    ended_wall: float | None = None
+    end_reason: str = ""
+    task: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    last_stats: PeerStats = field(default_factory=PeerStats)
+    levels: deque[float] = field(default_factory=lambda: deque(maxlen=120))
+    last_level: float | None = None
+    frames_in: int = 0
+    dtmf_in: int = 0
+    page_told: bool = False  # the page got {"type": "ended"}
+
+    @property
+    def live(self) -> bool:
+        return self.state != "ended"
+
+
+class WebRtcCallControl:
+    """The session's CallControl for a browser call: hang up, DTMF to the page; no transfer."""
+
+    def __init__(self, calls: WebRtcCalls, leg: WebRtcLeg) -> None:
+        self._calls = calls
+        self._leg = leg
+
+    async def hang_up(self, reason: str) -> None:
+        self._calls.hang_up_leg(self._leg, reason)
+
+    async def send_dtmf(self, digits: str) -> None:
+        self._calls.send_dtmf_leg(self._leg, digits)
+
+    async def transfer(self, target: str) -> TransferOutcome:
+        return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
+
+
+class WebRtcCalls:
+    """The worker's browser calls. ``answer()`` takes an offer; the rest mirrors the worker's commands."""
+
+    def __init__(self, worker: MediaWorker, settings: WebRtcSettings | None = None) -> None:
+        self._worker = worker
+        self.settings = settings or WebRtcSettings()
+        self.config = self.settings.peer_config(worker.settings.media_host)
+        self.legs: dict[str, WebRtcLeg] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # -------------------------------------------------------------------------------- bookkeeping
+
+    @property
+    def live_count(self) -> int:
+        return sum(1 for leg in self.legs.values() if leg.live)
+
+    def owns(self, call_id: str) -> bool:
+        return call_id in self.legs
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webrtc task %s failed", task.get_name(), exc_info=task.exception())
+
+    # -------------------------------------------------------------------------------------- answer
+
+    async def answer(self, sdp: str, *, route: str | None, public: bool, client: str = "") -> WebRtcAnswer:
+        """Admit a browser call and answer its offer. Raises OfferError (400) or CallRefusedError."""
+        worker = self._worker
+        if self._closing or worker.draining:
+            raise CallRefusedError(503, "draining", "the gateway is not taking new calls", retry_after_s=5)
+        if self.live_count >= self.settings.max_calls:
+            raise CallRefusedError(
+                503,
+                "webrtc_busy",
+                f"the limit of {self.settings.max_calls} concurrent browser calls is reached",
+                retry_after_s=5,
+            )
+        check_offer(sdp)
+        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client)
+        self.legs[leg.id] = leg  # counts against the limit from now on
+        try:
+            await self._admit(leg, route=route, public=public)
+            leg.peer = WebRtcPeer(
+                self.config,
+                on_frame=partial(self._caller_frame, leg),
+                pull_frame=partial(self._agent_frame, leg),
+                on_message=partial(self._page_message, leg),
+                name=f"call-{leg.id}",
+            )
+            answer = await leg.peer.answer(sdp)
+        except BaseException as exc:
+            if isinstance(exc, OfferError):
+                reason = "bad_sdp"
+            elif isinstance(exc, CallRefusedError):
+                reason = exc.code
+            else:
+                reason = "internal_error"
+            # Admitted calls hold a slot on the control plane until call.ended releases it.
+            admitted = bool(leg.route)
+            await self._finish(leg, reason if admitted else f"rejected_{reason}", report=admitted)
+            raise
+        leg.state = "ringing"
+        leg.task = self._spawn(self._run(leg), name=f"call-{leg.id}")
+        await self._report("call.started", leg)
+        log.info("browser call %s from %s: answered (route %s)", leg.id, client or "?", leg.route)
+        return WebRtcAnswer(sdp=answer, call_id=leg.id)
+
+    async def _admit(self, leg: WebRtcLeg, *, route: str | None, public: bool) -> None:
+        worker = self._worker
+        if worker.link is None:  # a worker without a control plane (tests, embedding): the default echo route
+            leg.route, leg.profile = route or "default", _DEFAULT_PROFILE
+            return
+        request = AdmissionRequest(
+            caller=leg.client[:256],
+            source=leg.client[:256],
+            kind="webrtc",
+            direction="inbound",
+            route=route,
+            worker=worker.id,
+            call_id=leg.id,
+            public=public,
+        )
+        try:
+            decision = await worker.link.admit(request)
+        except Exception as exc:
+            log.warning("admission for %s failed: %s", leg.id, exc)
+            raise CallRefusedError(503, "no_control", "control plane unreachable", retry_after_s=5) from None
+        if not decision.accepted:
+            raise CallRefusedError(
+                decision.status,
+                decision.code or "rejected",
+                decision.reason or "not admitted",
+                retry_after_s=decision.retry_after_s,
+            )
+        leg.route = decision.route
+        leg.profile = decision.profile or _DEFAULT_PROFILE
+
+    # --------------------------------------------------------------------------------- media edges
+
+    def _caller_frame(self, leg: WebRtcLeg, frame: Frame) -> None:
+        leg.frames_in += 1
+        if leg.frames_in % _LEVEL_EVERY_FRAMES == 0:
+            leg.last_level = max(dbfs(frame.pcm), -100.0)
+            leg.levels.append(leg.last_level)
+        session = leg.session
+        if session is not None and leg.state in ("ringing", "active"):
+            session.push_inbound(frame)
+
+    def _agent_frame(self, leg: WebRtcLeg) -> Frame | None:
+        session = leg.session
+        if session is None or leg.state not in ("ringing", "active"):
+            return None
+        return session.pull_outbound()
+
+    def _page_message(self, leg: WebRtcLeg, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "dtmf":
+            digit = message.get("digit")
+            if not isinstance(digit, str) or len(digit) != 1 or not DTMF_DIGITS.fullmatch(digit):
+                log.debug("call %s: ignored DTMF %r from the page", leg.id, digit)
+                return
+            duration = message.get("duration_ms")
+            duration_ms = int(duration) if isinstance(duration, int) and 0 < duration <= 2000 else 160
+            leg.dtmf_in += 1
+            if leg.session is not None:
+                leg.session.dtmf_received(digit.upper(), duration_ms=duration_ms)
+        elif kind == "hangup":
+            self.hang_up_leg(leg, "caller_hangup")
+
+    # ------------------------------------------------------------------------------------ the call
+
+    def _new_session(self, leg: WebRtcLeg) -> CallSession:
+        worker = self._worker
+        profile = (leg.profile or _DEFAULT_PROFILE).to_agent_profile()
+        return CallSession(
+            call_id=leg.id,
+            profile=profile,
+            model=worker._model(profile.provider),
+            control=WebRtcCallControl(self, leg),
+            config=worker.session_config,
+        )
+
+    async def _run(self, leg: WebRtcLeg) -> None:
+        reason = "ended"
+        try:
+            if leg.stop.is_set():
+                return
+            leg.session = self._new_session(leg)
+            try:
+                await leg.session.start()
+            except Exception as exc:
+                log.warning("call %s: session failed to start: %s", leg.id, exc)
+                reason = leg.end_reason or "provider_unavailable"
+                return
+            reason = await self._until_ended(leg)
+        except asyncio.CancelledError:
+            reason = leg.end_reason or "shutdown"
+            raise
+        except Exception:
+            log.exception("call %s failed", leg.id)
+            reason = "internal_error"
+        finally:
+            await self._finish(leg, leg.end_reason or reason)
+
+    async def _until_ended(self, leg: WebRtcLeg) -> str:
+        assert leg.peer is not None and leg.session is not None
+        watch = asyncio.create_task(
+            leg.peer.wait_closed(on_connected=partial(self._connected, leg)), name=f"call-{leg.id}-ice"
+        )
+        ended = asyncio.create_task(leg.session.wait_ended(), name=f"call-{leg.id}-session")
+        stop = asyncio.create_task(leg.stop.wait(), name=f"call-{leg.id}-stop")
+        waiting = (watch, ended, stop)
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waiting:
+                task.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+        if leg.end_reason:
+            return leg.end_reason
+        if watch.done() and not watch.cancelled():
+            return {"peer_closed": "caller_hangup"}.get(watch.result(), watch.result())
+        if ended.done() and not ended.cancelled():
+            return ended.result() or "agent_ended"
+        return "ended"
+
+    def _connected(self, leg: WebRtcLeg) -> None:
+        if leg.state != "ringing":
+            return
+        leg.state = "active"
+        leg.answered_wall = time.time()
+        worker_label = self._worker.id
+        CALL_SETUP_SECONDS.labels(worker_label).observe(time.monotonic() - leg.started_mono)
+        ACTIVE_CALLS.labels(worker_label).inc()
+        log.info("browser call %s connected", leg.id)
+        self._spawn(self._report("call.updated", leg), name=f"call-{leg.id}-report")
+
+    # -------------------------------------------------------------------------------------- ending
+
+    def hang_up_leg(self, leg: WebRtcLeg, reason: str) -> None:
+        """End a browser call from our side. Idempotent."""
+        if not leg.end_reason:
+            leg.end_reason = reason
+        self._tell_page_ended(leg)
+        leg.stop.set()
+        if leg.session is not None and leg.task is not None and not leg.task.done():
+            self._spawn(leg.session.aclose(leg.end_reason), name=f"call-{leg.id}-close")
+
+    def _tell_page_ended(self, leg: WebRtcLeg) -> None:
+        if leg.peer is not None and not leg.page_told:
+            leg.page_told = leg.peer.send_message({"type": "ended", "reason": leg.end_reason})
+
+    async def _finish(self, leg: WebRtcLeg, reason: str, *, report: bool = True) -> None:
+        if leg.state in ("ending", "ended"):
+            return
+        was_active = leg.state == "active"
+        leg.state = "ending"
+        if not leg.end_reason:
+            leg.end_reason = reason
+        if leg.session is not None:
+            try:
+                await leg.session.aclose(leg.end_reason)
+            except Exception:
+                log.exception("call %s: session close failed", leg.id)
+        if leg.peer is not None:
+            leg.last_stats = await leg.peer.stats()
+            self._tell_page_ended(leg)
+            await leg.peer.aclose()
+        leg.state = "ended"
+        leg.ended_wall = time.time()
+        worker_label = self._worker.id
+        if was_active:
+            ACTIVE_CALLS.labels(worker_label).dec()
+        CALLS_TOTAL.labels(worker_label, leg.end_reason).inc()
+        log.info("browser call %s ended: %s", leg.id, leg.end_reason)
+        if report:
+            await self._report("call.ended", leg)
+        self.legs.pop(leg.id, None)
+
+    async def aclose(self, reason: str = "shutdown") -> None:
+        """End every browser call and wait (bounded) for them; then cancel what is left."""
+        self._closing = True
+        for leg in list(self.legs.values()):
+            self.hang_up_leg(leg, reason)
+        pending = [leg.task for leg in self.legs.values() if leg.task is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------------------------ commands
+
+    def _leg(self, call_id: str) -> WebRtcLeg:
+        leg = self.legs.get(call_id)
+        if leg is None or not leg.live:
+            raise CallNotFoundError(call_id)
+        return leg
+
+    async def hang_up(self, call_id: str, reason: str) -> None:
+        self.hang_up_leg(self._leg(call_id), reason)
+
+    async def transfer(self, call_id: str, target: str) -> None:
+        self._leg(call_id)
+        raise CommandRejectedError("a browser call cannot be transferred")
+
+    def send_dtmf_leg(self, leg: WebRtcLeg, digits: str) -> None:
+        if leg.peer is None or not leg.peer.send_message({"type": "dtmf", "digits": digits}):
+            raise CommandRejectedError("the browser's control channel is not open")
+
+    async def send_dtmf(self, call_id: str, digits: str) -> None:
+        self.send_dtmf_leg(self._leg(call_id), digits)
+
+    # ----------------------------------------------------------------------------------- reporting
+
+    async def snapshot_of(self, leg: WebRtcLeg) -> CallSnapshot:
+        if leg.peer is not None and leg.live and leg.state != "ending":
+            leg.last_stats = await leg.peer.stats()
+        media = leg.last_stats
+        stats_fields: dict[str, Any] = {
+            "rtp_packets_in": media.packets_in,
+            "rtp_packets_out": media.packets_out,
+            "rtp_lost": media.packets_lost,
+            "loss_pct": min(100.0, media.loss_pct),
+            "jitter_ms": media.jitter_ms,
+        }
+        if media.rtt_ms is not None and "rtt_ms" in CallStats.model_fields:
+            stats_fields["rtt_ms"] = media.rtt_ms
+        if media.packets_in:
+            # Opus through aiortc's jitter buffer: about 4 packets of prefetch, plus half the round trip.
+            delay_ms = 80.0 + 40.0 + (media.rtt_ms or 0.0) / 2
+            stats_fields["mos"] = estimate_mos(loss_pct=stats_fields["loss_pct"], delay_ms=delay_ms, codec="opus")
+        transcript: list[TranscriptLine] = []
+        if leg.session is not None:
+            session_stats = leg.session.stats()
+            stats_fields.update(
+                provider_latency_last_ms=session_stats.round_trip_ms_last,
+                provider_latency_p50_ms=session_stats.round_trip_ms_mean,
+                barge_ins=session_stats.barge_ins,
+                resumes=session_stats.resumes,
+                tool_calls=session_stats.tool_calls,
+            )
+            transcript = [
+                TranscriptLine(role=entry.role, text=entry.text)  # type: ignore[arg-type]
+                for entry in leg.session.transcript[-50:]
+            ]
+        if leg.last_level is not None:
+            stats_fields.update(level_dbfs=min(leg.last_level, 0.0), level_history=[min(v, 0.0) for v in leg.levels])
+        state = leg.state
+        if leg.session is not None and state == "active" and leg.session.state.value == "resuming":
+            state = "resuming"  # type: ignore[assignment]
+        end = leg.ended_wall or time.time()
+        return CallSnapshot.model_validate(
+            {
+                "id": leg.id,
+                "direction": "inbound",
+                "kind": "webrtc",
+                "from": leg.client[:256],
+                "to": leg.route[:256],
+                "route": leg.route,
+                "provider": leg.profile.provider if leg.profile is not None else "",
+                "state": state,
+                "worker": self._worker.id,
+                "codec": "opus",
+                "started": leg.started_wall,
+                "answered": leg.answered_wall,
+                "ended": leg.ended_wall,
+                "duration_s": max(0.0, end - (leg.answered_wall or leg.started_wall)),
+                "end_reason": leg.end_reason if leg.state == "ended" else "",
+                "stats": CallStats(**stats_fields),
+                "transcript": transcript,
+            }
+        )
+
+    async def snapshot(self) -> list[CallSnapshot]:
+        return [await self.snapshot_of(leg) for leg in list(self.legs.values())]
+
+    async def _report(self, kind: str, leg: WebRtcLeg) -> None:
+        link = self._worker.link
+        if link is None:
+            return
+        try:
+            call = await self.snapshot_of(leg)
+            await link.report([WorkerEvent(type=kind, worker=self._worker.id, time=time.time(), call=call)])  # type: ignore[arg-type]
+        except Exception as exc:
+            log.warning("report %s for %s failed: %s", kind, leg.id, exc)
