@@ -92,7 +92,7 @@ class PjsuaPhone:
             f"--max-seconds={max_seconds}",
             f"--codecs={','.join(codecs)}",
             f"--clock-rate={clock_rate}",
-            f"--log={self.workdir / 'pjsip.log'}",
+            f"--log={self.pjsip_log}",
         ]
         if uri:
             self._argv.append(f"--uri={uri}")
@@ -110,6 +110,11 @@ class PjsuaPhone:
     @property
     def sip_uri(self) -> str:
         return f"sip:{self.user}@127.0.0.1:{self.sip_port}"
+
+    @property
+    def pjsip_log(self) -> Path:
+        """PJSIP's own log (SIP messages with SDP included)."""
+        return self.workdir / "pjsip.log"
 
     @property
     def log_path(self) -> Path | None:

@@ -9,7 +9,7 @@ import pytest
 from tests.support.audio import align_and_correlate, read_wav, rms_dbfs
 from tests.support.baresip import BaresipPhone
 from tests.support.peers import require_binary, require_module
-from tests.support.pjsua import PjsuaPhone
+from tests.support.pjsua import PJSUA_TELEPHONE_EVENT_PT, PjsuaPhone
 from tests.support.procs import ProcessGroup
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(60)]
@@ -83,3 +83,5 @@ async def test_pjsua_dtmf_reaches_baresip_callee(peer_procs: ProcessGroup, tmp_p
             assert await callee.wait_dtmf("123", within=5) == "123"
             await caller.wait_state("DISCONNECTED", within=10)
             await callee.wait_closed(within=5)
+    offer = caller.pjsip_log.read_text()
+    assert f"a=rtpmap:{PJSUA_TELEPHONE_EVENT_PT} telephone-event/8000" in offer
