@@ -113,9 +113,9 @@ class SessionConfig:
     dtmf_template: str = "The caller pressed {digit} on the keypad."
     dtmf_requests_response: bool = True
     greeting_template: str = "Greet the caller now, saying: {greeting}"
-    resume_instruction: str = (
-        "The connection was renewed. Continue the conversation where it left off; do not greet the caller again."
-    )
+    # Closing system item of the history replayed into a fresh session ("do not greet again"); "" uses the
+    # profile's resume_note. The session adds it itself, so adapters are handed resume_note="" (never twice).
+    resume_instruction: str = ""
     # Server VAD usually starts a reply right after the caller stops; background results wait this long for it.
     reply_wait_s: float = 1.5
     # Bookkeeping.

@@ -228,7 +228,7 @@ class CallSession:
         try:
             self._tasks.spawn(self._pipe.sender_loop(), name="inbound-sender", critical=True)
             self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
-            self._provider_profile = replace(self._profile, tools=self._registry.resolve(self._profile.tools))
+            self._provider_profile = self._for_provider(self._profile)
             link = self._install(await self._connect_at_start())
             if self._profile.greeting:
                 self._turns.want_response(None)
@@ -272,8 +272,8 @@ class CallSession:
         self._updating = True
         try:
             try:
-                provider_profile = replace(profile, tools=self._registry.resolve(profile.tools))
-                history = self._transcript.history(resume_instruction=self._config.resume_instruction)
+                provider_profile = self._for_provider(profile)
+                history = self._transcript.history(resume_instruction=self._resume_instruction(profile))
                 session = await self._connections.connect_owned(provider_profile, history=history)
             except Exception as exc:
                 self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
@@ -503,7 +503,7 @@ class CallSession:
                 if attempt > 1:
                     await asyncio.sleep(config.backoff_s(attempt - 1))
                 handle = self._resume_handle if self._caps.resume_handle and self._handle_resumable else None
-                history = self._transcript.history(resume_instruction=config.resume_instruction)
+                history = self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
                 try:
                     session = await self._connections.connect(
                         self._provider_profile, history=history, resume_handle=handle
@@ -638,6 +638,13 @@ class CallSession:
         self._errors += 1
         log.warning("call %s: %s failed: %s", self.call_id, where, _describe(exc), exc_info=exc)
         self._record(ErrorOccurred(where=where, error_type=type(exc).__name__, message=str(exc)))
+
+    def _for_provider(self, profile: AgentProfile) -> AgentProfile:
+        """The profile as the adapter gets it: resolved tools; no resume note (the replayed history has it)."""
+        return replace(profile, tools=self._registry.resolve(profile.tools), resume_note="")
+
+    def _resume_instruction(self, profile: AgentProfile) -> str:
+        return self._config.resume_instruction or profile.resume_note
 
     def _idle(self, now: float) -> bool:
         return self._turns.idle(now) and not self._tools.foreground_running

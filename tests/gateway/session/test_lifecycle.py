@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gateway.providers.base import (
+    RESUME_NOTE,
     AgentProfile,
     AudioReceived,
     RealtimeModel,
@@ -346,7 +347,8 @@ async def test_profile_update_success_switches_connection_with_history() -> None
     await first.changed.until(lambda: first.closed)
     second = model.last
     assert second.profile.name == "second"
-    assert second.history[-1].role == "system" and "do not greet" in second.history[-1].text
+    assert (second.history[-1].role, second.history[-1].text) == ("system", RESUME_NOTE)
+    assert second.profile.resume_note == "", "the note is replayed once, by the session"
     session.push_inbound(tone_frame(0))
     await second.wait_sent(lambda s: [e for e in s if e[0] == "audio"])
     await session.aclose()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from gateway.providers.base import (
+    RESUME_NOTE,
+    AgentProfile,
     AudioReceived,
     Capabilities,
     ConnectionExpiring,
@@ -84,7 +86,8 @@ async def test_resume_holds_frames_and_flushes_them_in_order_byte_identical() ->
     ]
     assert (history[2].kind, history[2].call_id, history[2].name) == ("function_call", "t1", "send_dtmf")
     assert (history[3].kind, history[3].call_id) == ("function_call_output", "t1")
-    assert history[-1].role == "system" and "do not greet" in history[-1].text
+    assert (history[-1].role, history[-1].text) == ("system", RESUME_NOTE)
+    assert second.profile.resume_note == "" and first.profile.resume_note == ""
     stats = session.stats()
     assert stats.frames_held == 40 and stats.frames_dropped == 0 and stats.resumes == 1 and stats.epoch == 2
 
@@ -313,4 +316,16 @@ async def test_failed_rotation_stays_on_the_working_connection() -> None:
     session.push_inbound(tone_frame(0))
     await first.wait_sent(lambda s: [e for e in s if e[0] == "audio"])
     assert control.hang_ups == []
+    await session.aclose()
+
+
+async def test_configured_resume_instruction_replaces_the_profile_note() -> None:
+    model = FakeModel()
+    config = fast_config(resume_instruction="Carry on; no greeting.")
+    session, _ = make_session(model, config=config, profile=AgentProfile(resume_note="profile note"))
+    await session.start()
+    model.last.drop()
+    await wait_event(session, of_type(Resumed))
+    notes = [h.text for h in model.last.history if h.role == "system"]
+    assert notes == ["Carry on; no greeting."]
     await session.aclose()
