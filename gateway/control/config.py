@@ -9,7 +9,8 @@ Routes are tried in file order; the first whose pattern matches the called numbe
 Each route names a profile (``[profiles.<name>]``, the fields of
 :class:`gateway.providers.base.AgentProfile`, plus webhook tools) and may cap its own concurrent calls.
 Every problem is reported as ``<file>: <key>: <problem>``, all of them at once, before anything starts.
-Without ``GATEWAY_CONFIG`` the built-in config routes every number to the ``echo`` profile.
+Without ``GATEWAY_CONFIG`` the built-in config routes every number to one profile whose provider is
+``default``: the worker's ``GATEWAY_PROVIDER`` (the echo agent unless set).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class _Section(BaseModel):
 
 
 class LimitsConfig(_Section):
-    max_calls: int = Field(default=100, ge=0, description="Concurrent calls over the whole fleet")
+    max_calls: int = Field(default=1000, ge=0, description="Concurrent calls over the whole fleet")
     retry_after_s: int = Field(default=5, ge=1, le=3600, description="Retry-After sent with 503")
 
 
@@ -72,7 +73,8 @@ class ToolConfig(_Section):
 
 
 class ProfileConfig(_Section):
-    provider: str = Field(default="echo", min_length=1)
+    # "default" means the worker's GATEWAY_PROVIDER (echo unless set), so one variable switches the agent.
+    provider: str = Field(default="default", min_length=1)
     model: str = ""
     voice: str = ""
     instructions: str = "You are a helpful voice agent on a phone call. Be brief."
@@ -235,7 +237,7 @@ def default_config() -> GatewayConfig:
     return parse_config(
         {
             "routes": [{"name": "default", "did": "*", "profile": "echo", "webrtc_public": True}],
-            "profiles": {"echo": {"provider": "echo", "greeting": ""}},
+            "profiles": {"echo": {"provider": "default", "greeting": ""}},
         },
         DEFAULT_SOURCE,
     )

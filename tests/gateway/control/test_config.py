@@ -83,10 +83,11 @@ def test_full_example_loads(tmp_path: Path) -> None:
     assert profile.tools[0].parameters["required"] == ["order_id"]
 
 
-def test_default_config_routes_everything_to_echo() -> None:
+def test_default_config_routes_everything_to_the_default_provider() -> None:
     config = default_config()
     route = config.resolve("anything at all")
-    assert route is not None and config.profile_for(route).provider == "echo"
+    # "default" is resolved by the worker to GATEWAY_PROVIDER (the echo agent unless set)
+    assert route is not None and config.profile_for(route).provider == "default"
     assert load_config(None).routes == config.routes
 
 
