@@ -38,6 +38,7 @@ class CallLeg:
     source: str = ""
     route: str = ""
     profile: ProfileModel | None = None
+    provider: str = ""  # the provider actually used (profiles may say "default")
     state: LegState = "admitted"
     rtp: RtpEndpoint | None = None
     negotiated: NegotiatedMedia | None = None

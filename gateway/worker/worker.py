@@ -88,7 +88,7 @@ from telcodecs.frames import dbfs
 log = logging.getLogger(__name__)
 
 ModelFactory = Callable[[str], RealtimeModel]
-_DEFAULT_PROFILE = ProfileModel(name="echo", provider="echo")
+_DEFAULT_PROFILE = ProfileModel(name="default", provider="default")
 _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
@@ -558,10 +558,12 @@ class MediaWorker:
         )
         if webhooks:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
+        model = self._model(profile.provider)
+        leg.provider = model.name
         session = CallSession(
             call_id=leg.id,
             profile=profile,
-            model=self._model(profile.provider),
+            model=model,
             control=SipCallControl(self, leg),
             config=config,
         )
@@ -850,7 +852,7 @@ class MediaWorker:
         now = self.clock_now()
         stats = CallStats()
         transcript: list[TranscriptLine] = []
-        provider = leg.profile.provider if leg.profile is not None else ""
+        provider = leg.provider or (leg.profile.provider if leg.profile is not None else "")
         if leg.media_added:
             media = self.engine.stats(leg.id, now)
             loss_pct = min(100.0, 100.0 * media.loss_fraction)
