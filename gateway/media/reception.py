@@ -27,6 +27,7 @@ MAX_DROPOUT = 3000
 MAX_MISORDER = 100
 _RING = 1024
 _UNSEEN = -(1 << 62)  # never an extended sequence number (those may be slightly negative)
+_FRESH_RING = (_UNSEEN,) * _RING
 
 ACCEPTED = 0
 REORDERED = 1
@@ -66,7 +67,7 @@ class ReceptionStats:
     def __init__(self, clock_rate: int) -> None:
         self.clock_rate = clock_rate
         self.ssrc: int | None = None
-        self._seen = [_UNSEEN] * _RING
+        self._seen = list(_FRESH_RING)
         self._lost_retired = 0
         self.received_total = 0
         self.duplicates = 0
@@ -155,8 +156,7 @@ class ReceptionStats:
         self._expected_prior = 0
         self._received_prior = 0
         self.jitter = 0.0
-        for i in range(_RING):
-            self._seen[i] = _UNSEEN
+        self._seen[:] = _FRESH_RING
 
     def _retire(self) -> None:
         self._lost_retired += max(0, self.expected - self.received)
