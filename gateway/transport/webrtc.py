@@ -39,7 +39,7 @@ import ipaddress
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -201,6 +201,18 @@ def _install_host_address_hook() -> None:
 
     get_host_addresses.gateway_hook = True  # type: ignore[attr-defined]
     ice.get_host_addresses = get_host_addresses
+
+
+@contextlib.contextmanager
+def ice_host_addresses(addresses: tuple[str, ...] | None) -> Iterator[None]:
+    """Within this block, aiortc peer connections gather host candidates on ``addresses`` only
+    (None: aioice's default, every interface but loopback)."""
+    _install_host_address_hook()
+    token = _HOST_ADDRESSES.set(addresses)
+    try:
+        yield
+    finally:
+        _HOST_ADDRESSES.reset(token)
 
 
 # --------------------------------------------------------------------------------------------- SDP
@@ -451,14 +463,11 @@ class WebRtcPeer:
         opus = [c for c in RTCRtpSender.getCapabilities("audio").codecs if c.mimeType.lower() == "audio/opus"]
         audio.setCodecPreferences(opus)
         answer = await self._pc.createAnswer()
-        _install_host_address_hook()
-        token = _HOST_ADDRESSES.set(self._config.host_addresses)
         try:
-            await asyncio.wait_for(self._pc.setLocalDescription(answer), timeout=self._config.gather_timeout_s)
+            with ice_host_addresses(self._config.host_addresses):
+                await asyncio.wait_for(self._pc.setLocalDescription(answer), timeout=self._config.gather_timeout_s)
         except TimeoutError:
             raise CallRefusedError(503, "ice_gathering_timeout", "ICE gathering did not complete in time") from None
-        finally:
-            _HOST_ADDRESSES.reset(token)
         sdp = self._pc.localDescription.sdp
         if "a=candidate:" not in sdp:
             raise CallRefusedError(503, "no_ice_candidates", "the gateway has no usable ICE candidate address")

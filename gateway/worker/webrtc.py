@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -37,7 +37,10 @@ from gateway.fleet.models import (
     WorkerEvent,
 )
 from gateway.fleet.mos import estimate_mos
+from gateway.fleet.protocols import ControlLink
 from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
+from gateway.providers.base import RealtimeModel
+from gateway.session.config import SessionConfig
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.transport.webrtc import (
@@ -50,10 +53,8 @@ from gateway.transport.webrtc import (
     check_offer,
     parse_ice_servers,
 )
+from gateway.worker.settings import WorkerSettings
 from telcodecs.frames import Frame, dbfs
-
-if TYPE_CHECKING:
-    from gateway.worker.worker import MediaWorker
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,18 @@ _LEVEL_EVERY_FRAMES = 25  # one caller level sample per 0.5 s for the dashboard 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 WebRtcState = Literal["admitted", "ringing", "active", "ending", "ended"]
+
+
+class WebRtcWorker(Protocol):
+    """What browser calls use of the worker that hosts them (:class:`gateway.worker.worker.MediaWorker`)."""
+
+    id: str
+    settings: WorkerSettings
+    link: ControlLink | None
+    session_config: SessionConfig
+    draining: bool
+
+    def _model(self, provider: str) -> RealtimeModel: ...
 
 
 class WebRtcSettings(BaseSettings):
@@ -157,7 +170,7 @@ class WebRtcCallControl:
 class WebRtcCalls:
     """The worker's browser calls. ``answer()`` takes an offer; the rest mirrors the worker's commands."""
 
-    def __init__(self, worker: MediaWorker, settings: WebRtcSettings | None = None) -> None:
+    def __init__(self, worker: WebRtcWorker, settings: WebRtcSettings | None = None) -> None:
         self._worker = worker
         self.settings = settings or WebRtcSettings()
         self.config = self.settings.peer_config(worker.settings.media_host)

@@ -1,0 +1,477 @@
+"""aiortc glue: audio conversion both ways, the paced agent track, SDP checks, and two aiortc peers in-process.
+
+The in-process call uses a Python aiortc client (the browser's role) that offers Opus with an audio track of
+generated speech-like audio, against :class:`WebRtcPeer` whose ``pull_frame`` plays back what ``on_frame``
+delivered (a loop at the 24 kHz frame edge). What the client hears must correlate with what it sent.
+The client helpers here are shared with the worker's WebRTC tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+import numpy.typing as npt
+import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from gateway.transport.webrtc import (
+    AgentAudioTrack,
+    IceServer,
+    InboundAudio,
+    OfferError,
+    OutboundAudio,
+    PeerStats,
+    WebRtcConfig,
+    WebRtcPeer,
+    check_offer,
+    ice_host_addresses,
+    parse_ice_servers,
+    rewrite_host_candidates,
+    stats_from_report,
+)
+from telcodecs.frames import FRAME_SAMPLES, Frame
+from tests.support.audio import align_and_correlate
+
+RATE = 48_000
+
+# ------------------------------------------------------------------------------------ test audio
+
+
+def speech_like(seconds: float, rate: int = RATE, *, seed: int = 7) -> npt.NDArray[np.int16]:
+    """Voiced 'syllables': a gliding pitch with formant-weighted harmonics, 4 Hz envelope, short pauses."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * rate)
+    t = np.arange(n) / rate
+    f0 = 150 + 50 * np.sin(2 * np.pi * 0.7 * t) + 20 * np.sin(2 * np.pi * 2.3 * t + 1.0)
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    voice = np.zeros(n)
+    for k in range(1, 25):
+        weight = np.exp(-(((k * 170) - 500) ** 2) / 2e5) + 0.6 * np.exp(-(((k * 170) - 1500) ** 2) / 4e5) + 0.05
+        voice += weight * np.sin(k * phase + rng.uniform(0, 2 * np.pi))
+    envelope = np.clip(np.sin(2 * np.pi * 4.0 * t + rng.uniform(0, 6)), 0, None) ** 0.7
+    pauses = (np.sin(2 * np.pi * 0.45 * t) > -0.6).astype(float)
+    signal = voice * envelope * pauses + 0.01 * rng.standard_normal(n)
+    return (signal / np.max(np.abs(signal)) * 0.5 * 32767).astype(np.int16)
+
+
+def tone(freq: float, samples: int, rate: int, amplitude: float = 0.3) -> npt.NDArray[np.int16]:
+    return (amplitude * 32767 * np.sin(2 * np.pi * freq * np.arange(samples) / rate)).astype(np.int16)
+
+
+def dominant_hz(pcm: npt.NDArray[np.int16], rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(pcm.astype(np.float64) * np.hanning(pcm.size)))
+    return float(np.argmax(spectrum) * rate / pcm.size)
+
+
+# ------------------------------------------------------------------------------- browser stand-in
+
+
+class PlaybackTrack(MediaStreamTrack):
+    """A microphone that plays `samples` (mono 48 kHz) in 20 ms frames at absolute deadlines, then silence."""
+
+    kind = "audio"
+
+    def __init__(self, samples: npt.NDArray[np.int16]) -> None:
+        super().__init__()
+        self.samples = samples
+        self._k = 0
+        self._t0: float | None = None
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        loop = asyncio.get_running_loop()
+        if self._t0 is None:
+            self._t0 = loop.time()
+        delay = self._t0 + self._k * 0.02 - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        piece = self.samples[self._k * 960 : (self._k + 1) * 960]
+        if piece.size < 960:
+            piece = np.concatenate((piece, np.zeros(960 - piece.size, dtype=np.int16)))
+        frame = av.AudioFrame.from_ndarray(piece.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = RATE
+        frame.pts = self._k * 960
+        frame.time_base = Fraction(1, RATE)
+        self._k += 1
+        return frame
+
+
+def to_mono48k(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
+    data = frame.to_ndarray()
+    channels = len(frame.layout.channels)
+    if channels == 1:
+        return data.reshape(-1).astype(np.int16)
+    per_channel = data.reshape(channels, -1) if frame.format.is_planar else data.reshape(-1, channels).T
+    return (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
+
+
+@dataclass
+class BrowserStandIn:
+    """A Python aiortc peer in the browser's role: offers Opus + a 'control' data channel, records what it hears."""
+
+    pc: RTCPeerConnection
+    track: PlaybackTrack
+    channel: Any
+    heard: list[npt.NDArray[np.int16]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+    channel_open: asyncio.Event = field(default_factory=asyncio.Event)
+    got_message: asyncio.Event = field(default_factory=asyncio.Event)
+    got_audio: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def heard_seconds(self) -> float:
+        return sum(piece.size for piece in self.heard) / RATE
+
+    def heard_audio(self) -> npt.NDArray[np.int16]:
+        return np.concatenate(self.heard) if self.heard else np.zeros(0, dtype=np.int16)
+
+    async def offer(self) -> str:
+        with ice_host_addresses(("127.0.0.1",)):
+            await self.pc.setLocalDescription(await self.pc.createOffer())
+        return str(self.pc.localDescription.sdp)
+
+    async def accept(self, answer_sdp: str) -> None:
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer_sdp, type="answer"))
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.channel.send(json.dumps(message))
+
+    async def wait_heard(self, seconds: float, *, within: float) -> None:
+        async with asyncio.timeout(within):
+            while True:
+                self.got_audio.clear()
+                if self.heard_seconds >= seconds:
+                    return
+                await self.got_audio.wait()
+
+    async def wait_message(self, kind: str, *, within: float) -> dict[str, Any]:
+        async with asyncio.timeout(within):
+            while True:
+                for message in self.messages:
+                    if message.get("type") == kind:
+                        return message
+                self.got_message.clear()
+                await self.got_message.wait()
+
+
+@contextlib.asynccontextmanager
+async def browser_stand_in(samples: npt.NDArray[np.int16]) -> AsyncIterator[BrowserStandIn]:
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    track = PlaybackTrack(samples)
+    pc.addTrack(track)
+    channel = pc.createDataChannel("control")
+    client = BrowserStandIn(pc=pc, track=track, channel=channel)
+    channel.on("open", client.channel_open.set)
+
+    def on_message(message: str) -> None:
+        client.messages.append(json.loads(message))
+        client.got_message.set()
+
+    channel.on("message", on_message)
+
+    async def read(remote: MediaStreamTrack) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                client.heard.append(to_mono48k(await remote.recv()))
+                client.got_audio.set()
+
+    def on_track(remote: MediaStreamTrack) -> None:
+        if remote.kind == "audio" and client.reader is None:
+            client.reader = asyncio.get_running_loop().create_task(read(remote), name="stand-in-reader")
+
+    pc.on("track", on_track)
+    try:
+        yield client
+    finally:
+        track.stop()
+        await asyncio.wait_for(pc.close(), timeout=5)
+        if client.reader is not None:
+            client.reader.cancel()
+            await asyncio.gather(client.reader, return_exceptions=True)
+
+
+def echo_correlation(sent: npt.NDArray[np.int16], heard: npt.NDArray[np.int16]) -> tuple[float, int]:
+    return align_and_correlate(sent.astype(np.float64), heard.astype(np.float64), RATE, max_lag_seconds=1.5)
+
+
+async def run_echo_call(
+    answer: Callable[[str], Awaitable[str]], sent: npt.NDArray[np.int16], *, listen_s: float
+) -> BrowserStandIn:
+    """Offer, take the answer from `answer`, play `sent` and keep what comes back for `listen_s` seconds."""
+    async with browser_stand_in(sent) as client:
+        await client.accept(await answer(await client.offer()))
+        await client.wait_heard(listen_s, within=listen_s + 15)
+        return client
+
+
+# -------------------------------------------------------------------------------------- the tests
+
+
+def test_inbound_stereo_packed_48k_becomes_24k_frames_with_the_same_tone() -> None:
+    inbound = InboundAudio()
+    left = tone(1000, 960 * 10, RATE)
+    stereo = np.stack((left, left), axis=1).reshape(1, -1)  # packed s16: L R L R ...
+    frames: list[Frame] = []
+    for i in range(10):
+        piece = np.ascontiguousarray(stereo[:, i * 1920 : (i + 1) * 1920])
+        frame = av.AudioFrame.from_ndarray(piece, format="s16", layout="stereo")
+        frame.sample_rate = RATE
+        frames += inbound.feed(frame)
+    assert [f.index for f in frames] == list(range(10))
+    pcm = np.concatenate([f.pcm for f in frames])
+    assert pcm.size == 10 * FRAME_SAMPLES
+    assert abs(dominant_hz(pcm[480:], 24_000) - 1000) < 30
+    assert 0.25 < np.max(np.abs(pcm[480:])) / 32767 < 0.35
+
+
+def test_inbound_planar_downmix_and_odd_piece_sizes_are_reframed() -> None:
+    inbound = InboundAudio()
+    left = tone(600, 960 * 6, RATE, amplitude=0.4)
+    right = np.zeros_like(left)  # the downmix halves a one-sided signal
+    planar = np.stack((left, right))
+    frames: list[Frame] = []
+    start = 0
+    for size in (300, 1000, 700, 2000, 1760):  # 5760 samples = 6 frames in uneven pieces
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(planar[:, start : start + size]), format="s16p", layout="stereo"
+        )
+        frame.sample_rate = RATE
+        frames += inbound.feed(frame)
+        start += size
+    assert [f.index for f in frames] == list(range(6))
+    pcm = np.concatenate([f.pcm for f in frames])[480:]
+    assert abs(dominant_hz(pcm, 24_000) - 600) < 30
+    assert 0.15 < np.max(np.abs(pcm)) / 32767 < 0.25
+
+
+def test_inbound_other_rates_go_through_the_fallback_resampler() -> None:
+    inbound = InboundAudio()
+    frames: list[Frame] = []
+    for _ in range(20):
+        frame = av.AudioFrame.from_ndarray(tone(440, 320, 16_000).reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = 16_000
+        frames += inbound.feed(frame)
+    assert len(frames) >= 18  # libswresample holds back a few samples
+    assert abs(dominant_hz(np.concatenate([f.pcm for f in frames])[960:], 24_000) - 440) < 30
+
+
+def test_outbound_upsamples_to_48k_with_consecutive_pts_and_silence_for_none() -> None:
+    outbound = OutboundAudio()
+    pcm = tone(800, FRAME_SAMPLES * 5, 24_000)
+    frames = [outbound.encode(Frame(index=i, pcm=pcm[i * 480 : (i + 1) * 480]), sequence=i) for i in range(5)]
+    for i, frame in enumerate(frames):
+        assert (frame.sample_rate, frame.format.name, frame.layout.name, frame.samples) == (RATE, "s16", "mono", 960)
+        assert frame.pts == i * 960
+    wire = np.concatenate([f.to_ndarray().reshape(-1) for f in frames])
+    assert abs(dominant_hz(wire[960:], RATE) - 800) < 30
+    quiet = [outbound.encode(None, sequence=5 + i) for i in range(3)]
+    assert not np.any(quiet[-1].to_ndarray())
+
+
+async def test_agent_track_pulls_once_per_20ms_at_absolute_deadlines() -> None:
+    pulls: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    def pull() -> Frame | None:
+        pulls.append(loop.time())
+        return None
+
+    track = AgentAudioTrack(pull)
+    first = await track.recv()
+    for _ in range(49):
+        await track.recv()
+    elapsed = pulls[-1] - pulls[0]
+    assert len(pulls) == 50
+    assert all(t - pulls[0] >= i * 0.02 - 0.002 for i, t in enumerate(pulls))  # never early
+    assert elapsed <= 0.98 + 0.1, elapsed  # 49 intervals of 20 ms, no drift accumulated per frame
+    assert first.pts == 0
+    # A stall longer than the catch-up window re-anchors: later frames are paced again, not burst.
+    await asyncio.sleep(0.3)
+    before = len(pulls)
+    for _ in range(10):
+        await track.recv()
+    assert len(pulls) == before + 10
+    assert track.skipped >= 10
+    assert pulls[-1] - pulls[before] >= 0.17
+    track.stop()
+    with pytest.raises(MediaStreamError):
+        await track.recv()
+
+
+async def test_agent_track_survives_a_failing_pull() -> None:
+    calls = 0
+
+    def pull() -> Frame | None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("boom")
+
+    track = AgentAudioTrack(pull)
+    frame = await track.recv()
+    frame = await track.recv()
+    assert calls == 2 and track.pull_errors == 2
+    assert not np.any(frame.to_ndarray())
+    track.stop()
+
+
+async def _aiortc_offer() -> str:
+    async with browser_stand_in(np.zeros(960, dtype=np.int16)) as client:
+        return await client.offer()
+
+
+async def test_check_offer_accepts_aiortc_and_names_what_is_wrong() -> None:
+    offer = await _aiortc_offer()
+    check_offer(offer)
+    assert "a=candidate:" in offer and " 127.0.0.1 " in offer
+    cases = {
+        "must start with v=0": offer.replace("v=0", "v=1", 1),
+        "no audio m-line": offer.replace("m=audio", "m=video"),
+        "does not offer opus": offer.replace("opus/48000", "speex/48000"),
+        "no DTLS fingerprint": "\r\n".join(
+            line for line in offer.split("\r\n") if not line.startswith("a=fingerprint")
+        ),
+        "no ICE credentials": "\r\n".join(line for line in offer.split("\r\n") if not line.startswith("a=ice-pwd")),
+        "larger than": offer + "a=x-pad:" + "x" * 70_000 + "\r\n",
+    }
+    for reason, sdp in cases.items():
+        with pytest.raises(OfferError, match=reason):
+            check_offer(sdp)
+
+
+def test_rewrite_host_candidates_for_an_advertised_address() -> None:
+    sdp = "\r\n".join(
+        [
+            "v=0",
+            "c=IN IP4 127.0.0.1",
+            "a=candidate:abc 1 udp 2130706431 127.0.0.1 40000 typ host",
+            "a=candidate:def 1 udp 1694498815 198.51.100.7 40000 typ srflx raddr 127.0.0.1 rport 40000",
+            "",
+        ]
+    )
+    out = rewrite_host_candidates(sdp, "203.0.113.9").split("\r\n")
+    assert out[1] == "c=IN IP4 203.0.113.9"
+    assert out[2] == "a=candidate:abc 1 udp 2130706431 203.0.113.9 40000 typ host"
+    assert out[3].startswith("a=candidate:def 1 udp 1694498815 198.51.100.7 ")
+
+
+def test_ice_server_settings() -> None:
+    assert parse_ice_servers("") == ()
+    assert parse_ice_servers("stun:stun.example.org:3478, stun:10.0.0.1") == (
+        IceServer(urls=("stun:stun.example.org:3478", "stun:10.0.0.1")),
+    )
+    servers = parse_ice_servers('[{"urls": "turn:turn.example.org", "username": "u", "credential": "p"}]')
+    assert servers == (IceServer(urls=("turn:turn.example.org",), username="u", credential="p"),)
+    config = WebRtcConfig(ice_servers=servers).rtc_configuration()
+    assert config.iceServers is not None and config.iceServers[0].username == "u"
+    assert WebRtcConfig().rtc_configuration().iceServers == []  # never aiortc's public STUN default
+    for bad in ("[{", '[{"username": "u"}]', "http://x"):
+        with pytest.raises(ValueError):
+            parse_ice_servers(bad)
+
+
+def test_stats_from_an_aiortc_report() -> None:
+    class Entry:
+        def __init__(self, **kw: Any) -> None:
+            self.__dict__.update(kw)
+
+    report = {
+        "a": Entry(type="inbound-rtp", packetsReceived=90, packetsLost=10, jitter=480),
+        "b": Entry(type="outbound-rtp", packetsSent=120),
+        "c": Entry(type="remote-inbound-rtp", roundTripTime=0.05, fractionLost=64),
+        "d": Entry(type="transport", bytesReceived=1000, bytesSent=2000),
+    }
+    stats = stats_from_report(report)
+    assert stats == PeerStats(
+        packets_in=90,
+        packets_out=120,
+        packets_lost=10,
+        jitter_ms=10.0,
+        rtt_ms=50.0,
+        remote_loss_fraction=0.25,
+        bytes_in=1000,
+        bytes_out=2000,
+    )
+    assert stats.loss_pct == pytest.approx(10.0)
+
+
+async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge() -> None:
+    """Opus in -> 24 kHz frames -> (looped back) -> paced track -> Opus out: the client hears itself."""
+    sent = speech_like(4.0)
+    looped: deque[Frame] = deque(maxlen=50)
+    received: list[Frame] = []
+    messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def on_frame(frame: Frame) -> None:
+        received.append(frame)
+        looped.append(frame)
+
+    peer = WebRtcPeer(
+        WebRtcConfig(connect_timeout_s=10),
+        on_frame=on_frame,
+        pull_frame=lambda: looped.popleft() if looped else None,
+        on_message=messages.put_nowait,
+        name="test-peer",
+    )
+    connected = asyncio.Event()
+    watch = asyncio.create_task(peer.wait_closed(on_connected=connected.set))
+    try:
+        async with browser_stand_in(sent) as client:
+            answer = await peer.answer(await client.offer())
+            assert "a=candidate:" in answer and " 127.0.0.1 " in answer
+            assert "opus/48000" in answer
+            await client.accept(answer)
+            await asyncio.wait_for(connected.wait(), timeout=10)
+            await asyncio.wait_for(client.channel_open.wait(), timeout=10)
+            client.send({"type": "dtmf", "digit": "5"})
+            client.send({"no": "type"})
+            await client.wait_heard(5.0, within=20)
+            first = await asyncio.wait_for(messages.get(), timeout=5)
+            stats = await peer.stats()
+            assert peer.send_message({"type": "ended", "reason": "test"})
+            await client.wait_message("ended", within=5)
+        assert first == {"type": "dtmf", "digit": "5"} and messages.empty()
+        assert peer.bad_messages == 1
+        assert [f.index for f in received] == list(range(len(received)))
+        assert len(received) >= 200
+        correlation, lag = echo_correlation(sent, client.heard_audio())
+        print(f"loop correlation {correlation:.3f} at lag {lag / RATE * 1000:.0f} ms")
+        assert correlation > 0.75, (correlation, lag)
+        assert 0 < lag < RATE  # played back within a second
+        assert stats.packets_in >= 150 and stats.packets_out >= 150
+        # The client closed: DTLS close_notify ends the call on our side.
+        reason = await asyncio.wait_for(watch, timeout=10)
+        assert reason in ("peer_closed", "ice_failed")
+    finally:
+        await peer.aclose()
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+    assert peer.connection_state == "closed"
+
+
+async def test_a_peer_that_never_connects_times_out_and_closes_cleanly() -> None:
+    peer = WebRtcPeer(
+        WebRtcConfig(connect_timeout_s=0.5),
+        on_frame=lambda frame: None,
+        pull_frame=lambda: None,
+        on_message=lambda message: None,
+        name="lonely",
+    )
+    answer = await peer.answer(await _aiortc_offer())  # the offerer is gone before it could connect
+    assert "a=candidate:" in answer
+    assert await asyncio.wait_for(peer.wait_closed(), timeout=5) in ("ice_timeout", "ice_failed")
+    await peer.aclose()
+    await peer.aclose()  # idempotent
+    assert peer.connection_state == "closed"
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("lonely")]
