@@ -17,6 +17,7 @@ process's own receive latency, so it is an upper bound on the sender's pacing er
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,9 +86,19 @@ def histogram_percentile(hist: np.ndarray, q: float) -> float:
 
 
 def analyze_call(
-    plan: CallAudio, receiver: CallReceiver, *, codec: Codec, send_t0: float, check_audio: bool = True
+    plan: CallAudio,
+    receiver: CallReceiver,
+    *,
+    codec: Codec,
+    frame_sent: Callable[[int], float],
+    codec_delay: int = 0,
+    check_audio: bool = True,
 ) -> CallAnalysis:
-    """Measure one finished call. ``send_t0``: deadline of the tick that sent the call's frame 0."""
+    """Measure one finished call.
+
+    ``frame_sent(k)``: when the call's frame *k* left (the clock its arrivals were stamped with).
+    ``codec_delay``: samples our own encoder delays the marker by (Opus look-ahead); not the target's doing.
+    """
     rate = plan.rate
     n = _codec.samples_per_frame(codec)
     empty = np.zeros(PACING_BINS, dtype=np.int64)
@@ -152,7 +163,8 @@ def analyze_call(
     correlations: list[float] = []
     expected = 0
     ok = True
-    sent_times = [send_t0 + m / rate for m in plan.markers]
+    send_t0 = frame_sent(0)
+    sent_times = [frame_sent(m // n) + (m % n) / rate for m in plan.markers]
     for j, (start, end) in enumerate(plan.spurts):
         if plan.barged[j]:
             continue  # its reply is planned to be cut off by the caller talking over it
@@ -170,16 +182,18 @@ def analyze_call(
             ok = False
             continue
         within = (match % n) / rate
-        rtts.append(float((slot_arrival[match // n] + within - t_sent) * 1000))
+        rtts.append(float((slot_arrival[match // n] + within - t_sent - codec_delay / rate) * 1000))
         rtt_at.append(t_sent - send_t0)
         lag = match - start
-        # padded by the slack at both ends, so the aligned window always exists
-        lo = start + lag
+        # The speech after the marker is compared (the marker itself is the same in every spurt and call).
+        # ``padded`` has the slack at both ends, so the aligned window always exists.
+        begin = start + marker.size
+        lo = begin + lag
         hi = end + lag + 2 * _SEARCH_SLACK
         if hi > padded.size:
             ok = False
             continue
-        corr = echo_correlation(plan.pcm[start:end], padded[lo:hi], max_lag=2 * _SEARCH_SLACK).correlation
+        corr = echo_correlation(plan.pcm[begin:end], padded[lo:hi], max_lag=2 * _SEARCH_SLACK).correlation
         correlations.append(float(corr))
         if corr < CORRELATION_OK[codec]:
             ok = False
@@ -192,12 +206,12 @@ def analyze_call(
         audio_ok=ok,
         pacing_hist=hist,
         pacing_p99_ms=p99,
-        barge_in_stop_ms=_barge_in_stops(plan, received, sample_arrival, send_t0, n),
+        barge_in_stop_ms=_barge_in_stops(plan, received, sample_arrival, frame_sent, n),
     )
 
 
 def _barge_in_stops(
-    plan: CallAudio, received: Pcm, sample_arrival: np.ndarray, send_t0: float, n: int
+    plan: CallAudio, received: Pcm, sample_arrival: np.ndarray, frame_sent: Callable[[int], float], n: int
 ) -> tuple[float, ...]:
     """For each spurt that talks over a reply: ms from its start until the returned audio falls silent.
 
@@ -213,7 +227,7 @@ def _barge_in_stops(
     for j, barged in enumerate(plan.barged):
         if not barged or j + 1 >= len(plan.spurts):
             continue
-        t_start = send_t0 + plan.spurts[j + 1][0] / plan.rate
+        t_start = frame_sent(plan.spurts[j + 1][0] // n)
         after = np.flatnonzero(frame_arrival >= t_start)
         if after.size < 3 or after[0] == 0 or levels[after[0] - 1] < _SILENT_DBFS:
             continue  # the agent was quiet when the caller started talking: nothing to interrupt

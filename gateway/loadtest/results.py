@@ -142,12 +142,12 @@ def _shifted(c: CallResult, shift: float) -> CallResult:
 
 
 def _merge_timelines(runs: list[RunResult], t0: float) -> list[TimelineSample]:
-    """Sum the workers' samples per whole second; loss and jitter take the worst worker."""
+    """Sum the workers' samples per whole second (each worker samples once a second); loss and jitter: the worst."""
     buckets: dict[int, list[TimelineSample]] = {}
     for run in runs:
         shift = run.started_wall - t0
         for s in run.timeline:
-            buckets.setdefault(round(s.t_s + shift), []).append(s)
+            buckets.setdefault(math.floor(s.t_s + shift), []).append(s)
     out = []
     for second in sorted(buckets):
         group = buckets[second]

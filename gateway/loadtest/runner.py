@@ -79,7 +79,8 @@ class LoadRunner:
         self._spf = _codec.samples_per_frame(codec)
         self._silence = _codec.silence_payload(codec)
         self._source = source_audio(config.audio, config.clock_rate, wav=config.wav)
-        self._plans: dict[int, tuple[CallAudio, list[bytes]]] = {}
+        self._plans: dict[int, tuple[CallAudio, list[bytes], int]] = {}
+        self._tick_times: dict[int, float] = {}  # tick -> time.monotonic() when its packets left
         self._sending: dict[int, tuple[CallSender, RtpEndpoint, tuple[str, int]]] = {}
         self._schedule: FrameSchedule | None = None
         self._tick = 0
@@ -98,7 +99,8 @@ class LoadRunner:
 
     # ------------------------------------------------------------------------------------- plans
 
-    def _plan(self, variant: int) -> tuple[CallAudio, list[bytes]]:
+    def _plan(self, variant: int) -> tuple[CallAudio, list[bytes], int]:
+        """A send plan, its payloads, and how many samples our own codec delays its first marker."""
         plan = self._plans.get(variant)
         if plan is None:
             rate = self.config.clock_rate
@@ -109,7 +111,8 @@ class LoadRunner:
                 pattern=self.config.talk,
                 offset=variant * rate * 7 // 10,
             )
-            plan = (audio, _codec.encode(audio.pcm, self.config.codec))
+            payloads = _codec.encode(audio.pcm, self.config.codec)
+            plan = (audio, payloads, _own_delay(audio, payloads, self.config.codec))
             self._plans[variant] = plan
         return plan
 
@@ -158,7 +161,7 @@ class LoadRunner:
         self.ports = RtpPortPool(RtpPortRange(host=config.local_host, first=first, last=last))
         self.clock = MediaClock(self._on_tick, max_catch_up=3)
         started_wall = time.time()
-        self._t_start = loop.time()
+        self._t_start = time.monotonic()
         await self.sip.start()
         self.clock.start()
         sampler = asyncio.create_task(self._sample_loop(), name="loadtest-sampler")
@@ -172,7 +175,7 @@ class LoadRunner:
             placer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await placer
-            self.calls.hang_up_all(loop.time(), outcome="completed")
+            self.calls.hang_up_all(time.monotonic(), outcome="completed")
             self._pump()
             await self._await_byes()
             sampler.cancel()
@@ -182,7 +185,7 @@ class LoadRunner:
             if self._timer is not None:
                 self._timer.cancel()
             await self.sip.aclose()
-        elapsed = loop.time() - self._t_start
+        elapsed = time.monotonic() - self._t_start
         stats = self.clock.stats
         generator = GeneratorStats(
             ticks=stats.ticks,
@@ -239,27 +242,23 @@ class LoadRunner:
         self._check_done()
 
     def _place(self, index: int) -> None:
-        now = self.sip.now()
         rtp = self.ports.allocate()
         receiver = CallReceiver(audio_pt=self._pt, clock_rate=self.config.clock_rate)
+        monotonic = time.monotonic  # arrival stamps: uvloop's loop.time() has 1 ms steps
         rtp.start(
-            lambda data, addr: receiver.datagram(data, self.clock_now()),
+            lambda data, addr: receiver.datagram(data, monotonic()),
             lambda data, addr: receiver.rtcp_datagram(data, 0.0),
         )
-        call = self.calls.place(index, rtp_host=rtp.host, rtp_port=rtp.port, now=now)
+        call = self.calls.place(index, rtp_host=rtp.host, rtp_port=rtp.port, now=time.monotonic())
         call.media = _Media(rtp=rtp, receiver=receiver, variant=index % PLAN_VARIANTS)
         self._placed += 1
-        self._placed_recent.append(now)
+        self._placed_recent.append(call.invited_at)
         self._pump()
-
-    def clock_now(self) -> float:
-        assert self._loop is not None
-        return self._loop.time()
 
     # ------------------------------------------------------------------------------------- SIP
 
     def _on_sip_events(self, events: list) -> None:  # type: ignore[type-arg]
-        self.calls.on_events(events, self.sip.now())
+        self.calls.on_events(events, time.monotonic())
         self._arm()
 
     def _pump(self) -> None:
@@ -278,14 +277,14 @@ class LoadRunner:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.calls.handle_timers(self.sip.now())
+        self.calls.handle_timers(time.monotonic())
         self._pump()
 
     def _answered(self, call: LoadCall, now: float) -> None:
         media: _Media = call.media  # type: ignore[assignment]
         negotiated = call.negotiated
         assert negotiated is not None
-        plan, payloads = self._plan(media.variant)
+        plan, payloads, _ = self._plan(media.variant)
         te_pt = negotiated.telephone_event_payload_type
         media.sender = CallSender(
             payloads=payloads,
@@ -325,6 +324,7 @@ class LoadRunner:
         if schedule is None:
             schedule = self._schedule = FrameSchedule(deadline)
         tick = schedule.tick(deadline)
+        self._tick_times[tick] = time.monotonic()
         for sender, rtp, remote in self._sending.values():
             if sender.start_tick < 0:
                 sender.start_tick = tick
@@ -338,7 +338,7 @@ class LoadRunner:
         while True:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             next_at += 1.0
-            self._sample(loop.time())
+            self._sample(time.monotonic())
 
     def _sample(self, now: float) -> None:
         expected = lost = 0
@@ -401,12 +401,24 @@ class LoadRunner:
             return CallResult(**base)  # type: ignore[arg-type]
         sender = media.sender
         stats = media.receiver.stats
-        plan, _ = self._plan(media.variant)
-        send_t0 = schedule.deadline(sender.start_tick) if schedule is not None and sender.start_tick >= 0 else None
+        plan, _, own_delay = self._plan(media.variant)
+        send_t0 = None
         analysis = None
-        if send_t0 is not None:
+        if schedule is not None and sender.start_tick >= 0:
+            start, times = sender.start_tick, self._tick_times
+            deadline = schedule.deadline
+
+            def frame_sent(k: int) -> float:
+                return times.get(start + k) or deadline(start + k)
+
+            send_t0 = frame_sent(0)
             analysis = analyze_call(
-                plan, media.receiver, codec=self.config.codec, send_t0=send_t0, check_audio=self.config.analyze
+                plan,
+                media.receiver,
+                codec=self.config.codec,
+                frame_sent=frame_sent,
+                codec_delay=own_delay,
+                check_audio=self.config.analyze,
             )
             hist += analysis.pacing_hist
         correlations = analysis.correlations if analysis is not None else ()
@@ -438,3 +450,18 @@ async def run_load(
     config: LoadConfig, *, worker: int = 0, progress: Callable[[Progress], None] | None = None
 ) -> RunResult:
     return await LoadRunner(config, worker=worker, progress=progress).run()
+
+
+def _own_delay(plan: CallAudio, payloads: list[bytes], codec: str) -> int:
+    """Samples between a marker in the plan and in our own decoded payloads (Opus look-ahead; 0 for G.711)."""
+    if codec != "opus" or not plan.markers:
+        return 0
+    from gateway.loadtest.analysis import chirp, find_marker
+    from gateway.loadtest.audio import MARKER_MS
+
+    first = plan.markers[0]
+    n = _codec.samples_per_frame(codec)  # type: ignore[arg-type]
+    k = first // n
+    decoded = _codec.decode(payloads[k : k + 10], codec)  # type: ignore[arg-type]
+    match = find_marker(decoded, chirp(plan.rate, ms=MARKER_MS))
+    return 0 if match is None else match.offset - (first - k * n)

@@ -1,0 +1,122 @@
+"""Spreading one load test over worker processes, each with its own event loop and RTP port range.
+
+``run(config, workers=N)`` gives worker *i* ``config.share(i, N)`` (its share of cps, concurrency and total,
+a disjoint RTP port block, its own seed), starts N ``spawn`` processes, relays their progress snapshots,
+collects their :class:`~gateway.loadtest.results.RunResult` and merges them. With one worker it runs in
+this process. Either way the run is bounded: each worker stops at its hard deadline, and the parent stops
+any worker still alive one minute after that (by its PID).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import queue
+import time
+import traceback
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from gateway.loadtest.config import LoadConfig, LoadConfigError
+from gateway.loadtest.results import Progress, RunResult, merge
+from gateway.loadtest.runner import run_load
+
+log = logging.getLogger(__name__)
+
+_PARENT_GRACE_S = 60.0
+
+
+class LoadWorkerError(RuntimeError):
+    """A load-generator worker process failed; the message carries its traceback."""
+
+
+def run_coroutine(coro: Coroutine[Any, Any, RunResult], *, use_uvloop: bool = True) -> RunResult:
+    """Run on a fresh loop: uvloop when available (the load generator should be cheaper than what it loads)."""
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(coro)
+    return asyncio.run(coro)
+
+
+def _worker_main(config: LoadConfig, index: int, channel: Any, use_uvloop: bool) -> None:
+    try:
+        result = run_coroutine(
+            run_load(config, worker=index, progress=lambda p: channel.put(("progress", index, p))),
+            use_uvloop=use_uvloop,
+        )
+        channel.put(("result", index, result))
+    except BaseException:
+        channel.put(("error", index, traceback.format_exc()))
+
+
+def run(
+    config: LoadConfig,
+    *,
+    workers: int = 1,
+    progress: Callable[[list[Progress]], None] | None = None,
+    use_uvloop: bool = True,
+) -> RunResult:
+    if workers < 1:
+        raise LoadConfigError("workers must be >= 1")
+    if workers > config.total_calls or workers > config.calls:
+        raise LoadConfigError(f"{workers} workers for {config.total_calls} calls: use fewer workers")
+    if workers == 1:
+
+        def relay(p: Progress) -> None:
+            if progress is not None:
+                progress([p])
+
+        return run_coroutine(run_load(config, progress=relay), use_uvloop=use_uvloop)
+
+    context = multiprocessing.get_context("spawn")
+    channel = context.Queue()
+    processes = [
+        context.Process(
+            target=_worker_main,
+            args=(config.share(i, workers), i, channel, use_uvloop),
+            name=f"loadtest-{i}",
+            daemon=True,
+        )
+        for i in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    latest: dict[int, Progress] = {}
+    results: dict[int, RunResult] = {}
+    errors: dict[int, str] = {}
+    give_up = time.monotonic() + config.hard_deadline_s + _PARENT_GRACE_S
+    try:
+        while len(results) + len(errors) < workers:
+            if time.monotonic() > give_up:
+                raise LoadWorkerError("load workers did not finish within their deadline")
+            try:
+                kind, index, payload = channel.get(timeout=0.5)
+            except queue.Empty:
+                dead = [i for i, p in enumerate(processes) if not p.is_alive() and i not in results and i not in errors]
+                for i in dead:
+                    # a worker that died without a word (killed, out of memory)
+                    errors[i] = f"worker {i} exited with code {processes[i].exitcode}"
+                continue
+            if kind == "progress":
+                latest[index] = payload
+                if progress is not None:
+                    progress(list(latest.values()))
+            elif kind == "result":
+                results[index] = payload
+            else:
+                errors[index] = payload
+    finally:
+        for process in processes:
+            process.join(timeout=5.0)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5.0)
+    if errors:
+        raise LoadWorkerError("\n".join(errors[i] for i in sorted(errors)))
+    return merge([results[i] for i in sorted(results)])

@@ -1,0 +1,250 @@
+"""Unit tests of the load generator's pure pieces: config bounds, send schedule, plans, analysis, merging."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.loadtest import _codec
+from gateway.loadtest.audio import plan_call_audio, speech_like
+from gateway.loadtest.callanalysis import PACING_BINS, analyze_call, histogram_percentile, pacing_histogram
+from gateway.loadtest.config import (
+    LoadConfig,
+    LoadConfigError,
+    TalkPattern,
+    TargetNotAllowedError,
+    check_target,
+    parse_target,
+)
+from gateway.loadtest.media import CallReceiver, CallSender, FrameSchedule
+from gateway.loadtest.results import CallResult, RunResult, TimelineSample, aggregate, merge
+
+# ----------------------------------------------------------------------------------------- bounds
+
+
+def test_non_loopback_targets_are_refused_unless_allowed() -> None:
+    with pytest.raises(TargetNotAllowedError):
+        LoadConfig(target=("192.0.2.10", 5060))
+    with pytest.raises(TargetNotAllowedError):
+        LoadConfig(target=("192.0.2.10", 5060), allow_targets=("198.51.100.0/24",))
+    assert LoadConfig(target=("192.0.2.10", 5060), allow_targets=("192.0.2.0/24",)).target[0] == "192.0.2.10"
+    check_target("127.0.0.5", ())
+    check_target("::1", ())
+    with pytest.raises(LoadConfigError):
+        check_target("192.0.2.1", ("not-a-cidr",))
+
+
+def test_targets_must_be_ip_literals_with_a_port() -> None:
+    assert parse_target("127.0.0.1:5080") == ("127.0.0.1", 5080)
+    assert parse_target("[::1]:5060") == ("::1", 5060)
+    for bad in ("localhost:5060", "127.0.0.1", "127.0.0.1:0", "sip.example.com:5060"):
+        with pytest.raises(LoadConfigError):
+            parse_target(bad)
+
+
+def test_every_run_has_a_finite_hard_deadline() -> None:
+    config = LoadConfig(cps=10, calls=30, duration_s=10, total=60)
+    # 6 s placing, two waves of (10 s + setup timeout), plus the margin
+    assert config.hard_deadline_s == pytest.approx(6 + 2 * (10 + 10) + 15)
+    assert math.isfinite(LoadConfig().hard_deadline_s)
+
+
+def test_shares_split_the_load_and_the_port_range_without_overlap() -> None:
+    config = LoadConfig(cps=30, calls=10, total=31, rtp_ports=(40000, 40999))
+    shares = [config.share(i, 3) for i in range(3)]
+    assert sum(s.total_calls for s in shares) == 31
+    assert sum(s.calls for s in shares) == 10
+    assert sum(s.cps for s in shares) == pytest.approx(30)
+    ranges = [s.rtp_ports for s in shares]
+    for (_, a_hi), (b_lo, _) in itertools.pairwise(ranges):
+        assert a_hi < b_lo
+    assert len({s.seed for s in shares}) == 3
+
+
+# ----------------------------------------------------------------------------------------- pacing
+
+
+def _seq_ts(packet: bytes) -> tuple[int, int, int]:
+    _, b1, seq, ts, _ = struct.unpack_from("!BBHII", packet)
+    return b1 & 0x7F, seq, ts
+
+
+def test_frame_index_comes_from_the_absolute_deadline_not_from_counting() -> None:
+    schedule = FrameSchedule(1000.0)
+    sender = CallSender(
+        payloads=[bytes([k]) * 160 for k in range(100)],
+        silence=b"\xff" * 160,
+        payload_type=0,
+        samples_per_frame=160,
+        ssrc=1,
+        seq0=65530,
+        ts0=2**32 - 320,
+        start_tick=schedule.tick(1000.0 + 5 * 0.02),
+    )
+    # ticks 5, 6, then the clock skips 7 and 8 (it fell behind), then 9
+    sent = [sender.packet(schedule.tick(1000.0 + k * 0.02 + 0.0004)) for k in (4, 5, 6, 9)]
+    assert sent[0] is None  # before the call's first tick
+    fields = [_seq_ts(p) for p in sent[1:] if p is not None]
+    assert [seq for _, seq, _ in fields] == [65530, 65531, (65530 + 4) & 0xFFFF]
+    assert [ts for _, _, ts in fields] == [2**32 - 320, 2**32 - 160, 320]
+    assert sent[3] is not None and sent[3][12:] == bytes([4]) * 160  # frame 4 of the plan, not frame 2
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False), st.integers(min_value=0, max_value=10**6))
+def test_schedule_ticks_round_trip_and_tolerate_late_firing(t0: float, k: int) -> None:
+    schedule = FrameSchedule(t0)
+    assert schedule.tick(schedule.deadline(k)) == k
+    assert schedule.tick(schedule.deadline(k) + 0.009) == k  # a tick that fired 9 ms late is still tick k
+    assert schedule.next_tick(schedule.deadline(k) + 0.001) == k + 1
+
+
+def test_dtmf_replaces_audio_frames_with_telephone_events_on_the_same_sequence() -> None:
+    sender = CallSender(
+        payloads=[b"\x00" * 160] * 50,
+        silence=b"\xff" * 160,
+        payload_type=0,
+        samples_per_frame=160,
+        ssrc=7,
+        seq0=10,
+        ts0=0,
+        start_tick=0,
+        dtmf="5",
+        dtmf_at_frame=3,
+        telephone_event_pt=101,
+    )
+    packets = [sender.packet(k) for k in range(15)]
+    types = [_seq_ts(p)[0] for p in packets if p is not None]
+    assert types[:3] == [0, 0, 0] and types[3] == 101
+    assert [_seq_ts(p)[1] for p in packets if p is not None] == list(range(10, 25))
+    assert sender.dtmf_sent == 1 and sender.sent == 15
+
+
+# ----------------------------------------------------------------------------------------- plans
+
+
+def test_plan_puts_a_marker_at_the_start_of_every_spurt_and_silence_between() -> None:
+    pattern = TalkPattern(talk_ms=400, pause_ms=600, barge_in_ms=200)
+    plan = plan_call_audio(speech_like(8000, 3.0), 8000, seconds=4.0, pattern=pattern)
+    assert plan.pcm.size == 32000
+    assert plan.markers == tuple(start for start, _ in plan.spurts)
+    assert plan.barged[0] and not plan.barged[1]  # every second pause is a barge-in
+    # spurt 0: 0-400 ms, barge pause 200 ms, spurt 1: 600-1000 ms, pause 600 ms, spurt 2 at 1600 ms ...
+    assert plan.spurts[:3] == ((0, 3200), (4800, 8000), (12800, 16000))
+    assert not plan.pcm[3200:4800].any()
+    assert all(end + 600 * 8 <= 32000 for _, end in plan.spurts)  # the full pause fits after each
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+def _receiver_for(pcm: np.ndarray, *, delay_frames: int, lose: set[int] = frozenset(), late: dict[int, float] = {}):  # noqa: B006
+    """What a receiver would hold for an echo of ``pcm`` (frames sent at k * 20 ms) delayed by N frames."""
+    payloads = _codec.encode(pcm, "PCMU")
+    receiver = CallReceiver(audio_pt=0, clock_rate=8000)
+    silence = b"\xff" * 160
+    stream = [silence] * delay_frames + payloads
+    for i, payload in enumerate(stream):
+        if i in lose:
+            continue
+        header = struct.pack("!BBHII", 0x80, 0, (60000 + i) & 0xFFFF, 5000 + 160 * i, 9)
+        receiver.datagram(header + payload, 10.0 + i * 0.02 + 0.001 + late.get(i, 0.0))
+    return receiver
+
+
+def _frame_sent(k: int) -> float:
+    return 10.0 + k * 0.02
+
+
+def test_analysis_measures_the_marker_round_trip_and_matching_audio() -> None:
+    pattern = TalkPattern(talk_ms=400, pause_ms=600)
+    plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
+    result = analyze_call(plan, _receiver_for(plan.pcm, delay_frames=3), codec="PCMU", frame_sent=_frame_sent)
+    assert result.markers_expected == result.markers_found == 3
+    assert result.rtt_ms == pytest.approx((61.0, 61.0, 61.0), abs=0.01)  # 3 frames + 1 ms transit
+    assert result.audio_ok and min(result.correlations) > 0.98
+    assert result.pacing_p99_ms == pytest.approx(0.0, abs=1e-6)
+
+
+def test_analysis_fails_audio_that_is_not_what_was_sent() -> None:
+    pattern = TalkPattern(talk_ms=400, pause_ms=600)
+    plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
+    other = plan_call_audio(speech_like(8000, 2.0, seed=99), 8000, seconds=3.0, pattern=pattern, offset=4321)
+    result = analyze_call(plan, _receiver_for(other.pcm, delay_frames=2), codec="PCMU", frame_sent=_frame_sent)
+    assert result.markers_found == 3  # markers are the same chirp: the speech after them is what differs
+    assert result.audio_ok is False and max(result.correlations) < 0.5
+
+
+def test_analysis_reports_late_packets_as_pacing_error_and_lost_markers() -> None:
+    pattern = TalkPattern(talk_ms=400, pause_ms=600)
+    plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
+    late = {i: 0.015 for i in range(0, 150, 10)}  # 15 of 150 packets 15 ms late
+    first = plan.markers[0] // 160 + 1  # the echoed first marker's three frames are lost
+    receiver = _receiver_for(plan.pcm, delay_frames=1, late=late, lose={first, first + 1, first + 2})
+    result = analyze_call(plan, receiver, codec="PCMU", frame_sent=_frame_sent)
+    assert result.markers_found == 2 and result.audio_ok is False
+    assert result.pacing_p99_ms == pytest.approx(15.0, abs=0.01)
+    assert receiver.stats.lost == 3
+
+
+def test_pacing_histogram_percentiles() -> None:
+    errors = np.concatenate([np.zeros(980), np.full(20, 0.012)])
+    hist = pacing_histogram(errors)
+    assert hist.size == PACING_BINS and hist.sum() == 1000
+    assert histogram_percentile(hist, 50) == 0.25
+    assert histogram_percentile(hist, 99) == pytest.approx(12.25)
+
+
+# ----------------------------------------------------------------------------------------- merging
+
+
+def _run(worker: int, started: float, setups: list[float], lost: int) -> RunResult:
+    calls = [
+        CallResult(
+            index=i,
+            worker=worker,
+            placed_s=i * 0.1,
+            outcome="completed",
+            status=200,
+            setup_ms=s,
+            answered_s=i * 0.1 + s / 1000,
+            ended_s=5.0,
+            packets_sent=250,
+            packets_received=250 - lost,
+            expected=250,
+            lost=lost,
+            jitter_ms=1.0,
+            rtt_ms=(40.0 + worker,),
+            rtt_at_s=(1.0,),
+            markers_expected=1,
+            markers_found=1,
+            correlation_min=0.99,
+            audio_ok=True,
+        )
+        for i, s in enumerate(setups)
+    ]
+    hist = np.zeros(PACING_BINS, dtype=np.int64)
+    hist[4] = 250 * len(setups)
+    timeline = [TimelineSample(t_s=1.0, up=len(setups), placed=len(setups), failed=0, loss_pct=0.0, jitter_p99_ms=1)]
+    return RunResult(
+        worker=worker, started_wall=started, elapsed_s=6.0, calls=calls, timeline=timeline, pacing_hist=hist
+    )
+
+
+def test_merge_puts_workers_on_one_time_axis_and_sums_everything() -> None:
+    merged = merge([_run(0, 100.0, [10.0, 20.0], 0), _run(1, 100.5, [30.0], 5)])
+    assert len(merged.calls) == 3
+    late = next(c for c in merged.calls if c.worker == 1)
+    assert late.placed_s == pytest.approx(0.5) and late.rtt_at_s == (1.5,)
+    assert merged.elapsed_s == pytest.approx(6.5)
+    summary = aggregate(merged)
+    assert summary["calls"] == summary["answered"] == 3
+    assert summary["packets_lost"] == 5 and summary["loss_pct"] == pytest.approx(100 * 5 / 750)
+    assert summary["setup_ms"]["max"] == 30.0 and summary["rtt_ms"]["count"] == 3
+    assert summary["pacing_error_ms"]["packets"] == 750
+    assert summary["max_concurrent"] == 3  # the two workers' samples of the same second add up
