@@ -1,0 +1,350 @@
+"""Streaming and batched polyphase FIR resamplers between the telephony rates and the 24 kHz frame rate.
+
+This module owns sample-rate conversion for 20 ms frames: 8000<->24000, 16000<->24000 and 48000<->24000.
+Each direction is one rational polyphase FIR (up by L, low-pass at the intermediate rate, down by M),
+designed once per rate pair with ``scipy.signal.remez`` and cached.
+
+Filter specification (:data:`PAIR_SPECS`), for the lower rate ``fs`` of the pair and its passband ``fp``:
+
+* passband 0 .. fp with ripple < 0.2 dB: fp = 3.4 kHz (8 kHz side), 7 kHz (16 kHz side), 10 kHz (48 kHz
+  <-> 24 kHz, where 24 kHz is the lower rate);
+* stopband from ``fs - fp`` (4.6 kHz for 8 kHz, the G.712 edge), >= 84 dB by design. Upsampling: every
+  image of passband content lies at or above ``fs - fp``, so all images are >= 80 dB down. Downsampling:
+  everything that folds into the passband comes from at or above ``fs - fp``, so every alias that lands in
+  the passband is >= 80 dB down; only content between fs/2 and fs - fp folds, into the band between fp
+  and fs/2 above the passband, as G.712 allows for telephone channels. Moving the edge down to fs/2
+  would double the taps (143 instead of 72 for 8 kHz) and the cost of the hottest loop of a media worker;
+  see docs/adr/0003-exact-batched-resampling.md.
+
+Streaming: output sample ``m`` of a stream is sample ``m`` of ``upfirdn(h, x, L, M)`` over the whole
+signal, so there is no pre-roll beyond the filter's own group delay (:attr:`StreamResampler.delay_ms`),
+and every 20 ms input frame yields exactly one 20 ms output frame.
+
+Arithmetic is exact. Taps are quantized to integers scaled by 2**-24 and inputs are int16, so every
+product and partial sum is an integer below 2**53 and float64 BLAS computes it exactly, in whatever order
+the library chooses. That is what makes a :class:`BatchResampler` row bit-identical to a
+:class:`StreamResampler` fed the same frames (float32 BLAS results depend on a row's position in the
+matrix, see docs/adr/0003-exact-batched-resampling.md), and what keeps streamed output equal to
+whole-signal filtering: the only rounding is the final one to int16.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import scipy.signal
+
+__all__ = [
+    "PAIR_SPECS",
+    "BatchResampler",
+    "FilterDesign",
+    "PairSpec",
+    "ResampleError",
+    "StreamResampler",
+    "design",
+    "supported_pairs",
+]
+
+FRAME_MS: Final = 20
+_COEFF_BITS: Final = 24  # taps are integers / 2**24: exact in float64 with int16 inputs (sums < 2**53)
+_SCALE: Final = 1.0 / (1 << _COEFF_BITS)
+_ROW_CHUNK: Final = 256  # calls per matmul: bounds the working set for large batches
+
+
+class ResampleError(ValueError):
+    """Unsupported rate pair, wrong frame shape or dtype, or a row that is not open."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PairSpec:
+    """Filter requirements for one conversion direction."""
+
+    passband_hz: float
+    stopband_hz: float
+    numtaps: int
+
+
+# numtaps: the smallest remez length meeting ripple < 0.2 dB and stopband <= -84 dB for the given edges.
+# One prototype per pair serves both directions (same edges, same intermediate rate).
+PAIR_SPECS: Final[dict[tuple[int, int], PairSpec]] = {
+    (8000, 24000): PairSpec(passband_hz=3400, stopband_hz=4600, numtaps=72),
+    (24000, 8000): PairSpec(passband_hz=3400, stopband_hz=4600, numtaps=72),
+    (16000, 24000): PairSpec(passband_hz=7000, stopband_hz=9000, numtaps=85),
+    (24000, 16000): PairSpec(passband_hz=7000, stopband_hz=9000, numtaps=85),
+    (48000, 24000): PairSpec(passband_hz=10000, stopband_hz=14000, numtaps=43),
+    (24000, 48000): PairSpec(passband_hz=10000, stopband_hz=14000, numtaps=43),
+}
+
+
+def supported_pairs() -> tuple[tuple[int, int], ...]:
+    return tuple(PAIR_SPECS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilterDesign:
+    """One direction's polyphase filter and the per-frame matrices derived from it.
+
+    ``taps`` is the prototype low-pass at ``in_rate * up`` with gain ``up`` (float64, as designed);
+    ``taps_int`` the same taps quantized to integers (value * 2**-24), which are what is applied.
+    ``block`` is the (window, block_out) matrix shared by all ``blocks`` output blocks of a frame:
+    block output i = sum over window sample j of ``window[j] * block[j, i]``.
+    """
+
+    in_rate: int
+    out_rate: int
+    up: int
+    down: int
+    taps: npt.NDArray[np.float64]
+    taps_int: npt.NDArray[np.float64]
+    in_frame: int
+    out_frame: int
+    history: int
+    blocks: int
+    block_in: int
+    block_out: int
+    block: npt.NDArray[np.float64]
+
+    @property
+    def delay_ms(self) -> float:
+        """Group delay of the linear-phase filter, in milliseconds."""
+        return float((self.taps.shape[0] - 1) / 2 / (self.in_rate * self.up) * 1000.0)
+
+    @property
+    def window(self) -> int:
+        return self.history + self.block_in
+
+
+def _pick_blocks(in_frame: int, out_frame: int, up: int, down: int, history: int) -> int:
+    # Split a frame's outputs into blocks that each start on a whole input sample. More blocks waste fewer
+    # multiplies on the zeros of the banded frame matrix; fewer blocks make larger, BLAS-friendlier
+    # matmuls. About half the history in new inputs per block measured fastest on x86-64 (AVX2).
+    period_out = up // math.gcd(up, down)  # outputs per whole-input step
+    best = 1
+    for blocks in range(1, out_frame + 1):
+        if out_frame % blocks or (out_frame // blocks) % period_out or in_frame % blocks:
+            continue
+        if in_frame // blocks >= max(history // 2, 8):
+            best = blocks
+    return best
+
+
+@functools.cache
+def design(in_rate: int, out_rate: int) -> FilterDesign:
+    """The cached filter design for one direction (built once per process)."""
+    spec = PAIR_SPECS.get((in_rate, out_rate))
+    if spec is None:
+        pairs = ", ".join(f"{a}->{b}" for a, b in PAIR_SPECS)
+        raise ResampleError(f"unsupported rate pair {in_rate}->{out_rate}; supported: {pairs}")
+    g = math.gcd(in_rate, out_rate)
+    up, down = out_rate // g, in_rate // g
+    rate = in_rate * up
+    taps = up * scipy.signal.remez(
+        spec.numtaps, [0, spec.passband_hz, spec.stopband_hz, rate / 2], [1, 0], weight=[1, 100], fs=rate
+    ).astype(np.float64)
+    taps_int = np.round(taps * (1 << _COEFF_BITS))
+    in_frame = in_rate * FRAME_MS // 1000
+    out_frame = out_rate * FRAME_MS // 1000
+    history = (taps.shape[0] - 1) // up
+    blocks = _pick_blocks(in_frame, out_frame, up, down, history)
+    block_in, block_out = in_frame // blocks, out_frame // blocks
+    # block[j, i]: weight of window sample j (window starts `history` samples before the block's first new
+    # input) in block output i: taps_int[i*down - (j - history)*up] where that index is a tap.
+    j = np.arange(history + block_in)[:, None]
+    i = np.arange(block_out)[None, :]
+    k = i * down - (j - history) * up
+    valid = (k >= 0) & (k < taps.shape[0])
+    # Scaling by a power of two keeps every product and partial sum exact (it only moves the exponent).
+    block = np.where(valid, taps_int[np.clip(k, 0, taps.shape[0] - 1)] * _SCALE, 0.0)
+    block = np.ascontiguousarray(block, dtype=np.float64)
+    for array in (taps, taps_int, block):
+        array.flags.writeable = False
+    return FilterDesign(
+        in_rate=in_rate,
+        out_rate=out_rate,
+        up=up,
+        down=down,
+        taps=taps,
+        taps_int=taps_int,
+        in_frame=in_frame,
+        out_frame=out_frame,
+        history=history,
+        blocks=blocks,
+        block_in=block_in,
+        block_out=block_out,
+        block=block,
+    )
+
+
+def _filter_rows(d: FilterDesign, buf: npt.NDArray[np.float64], out: npt.NDArray[np.int16]) -> None:
+    """Filter ``buf`` (n, history + in_frame), one call per row, into ``out`` (n, out_frame).
+
+    The input window of output block b is the column slice ``buf[:, b*block_in : b*block_in + window]``;
+    stacked as a strided view (blocks, n, window) each slice is a plain BLAS operand (row stride >= window),
+    so numpy runs one gemm per block with no window copy.
+    """
+    n = buf.shape[0]
+    row_stride, item = buf.strides
+    windows = np.lib.stride_tricks.as_strided(
+        buf, shape=(d.blocks, n, d.window), strides=(d.block_in * item, row_stride, item), writeable=False
+    )
+    acc = np.matmul(windows, d.block)  # (blocks, n, block_out): exact, see the module docstring
+    np.clip(acc, -32768, 32767, out=acc)
+    np.rint(acc, out=out.reshape(n, d.blocks, d.block_out).transpose(1, 0, 2), casting="unsafe")
+
+
+def _check_frames(d: FilterDesign, x: npt.NDArray[np.int16], ndim: int) -> None:
+    if not isinstance(x, np.ndarray) or x.dtype != np.int16 or x.ndim != ndim or x.shape[-1] != d.in_frame:
+        want = f"int16[{d.in_frame}]" if ndim == 1 else f"int16[N, {d.in_frame}]"
+        got = f"{getattr(x, 'dtype', type(x).__name__)}{list(getattr(x, 'shape', ()))}"
+        raise ResampleError(f"{d.in_rate}->{d.out_rate} needs {want} per 20 ms, got {got}")
+
+
+class StreamResampler:
+    """One call's resampler: a 20 ms frame in, a 20 ms frame out, filter state kept across frames."""
+
+    __slots__ = ("_buf", "_design")
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self._design = design(in_rate, out_rate)
+        d = self._design
+        self._buf = np.zeros((1, d.history + d.in_frame), dtype=np.float64)
+
+    @property
+    def in_rate(self) -> int:
+        return self._design.in_rate
+
+    @property
+    def out_rate(self) -> int:
+        return self._design.out_rate
+
+    @property
+    def in_frame(self) -> int:
+        """Input samples per 20 ms frame."""
+        return self._design.in_frame
+
+    @property
+    def out_frame(self) -> int:
+        """Output samples per 20 ms frame."""
+        return self._design.out_frame
+
+    @property
+    def delay_ms(self) -> float:
+        """Group delay: output sample t shows the input at t - delay."""
+        return self._design.delay_ms
+
+    def reset(self) -> None:
+        """Forget the history (as if newly constructed)."""
+        self._buf[:] = 0.0
+
+    def process(self, x: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+        """Resample one frame: int16[in_frame] -> int16[out_frame]."""
+        d = self._design
+        _check_frames(d, x, 1)
+        buf = self._buf
+        h = d.history
+        buf[0, h:] = x
+        out = np.empty((1, d.out_frame), dtype=np.int16)
+        _filter_rows(d, buf, out)
+        buf[0, :h] = buf[0, d.in_frame :]  # the last `history` inputs become the next frame's history
+        return out[0]
+
+
+class BatchResampler:
+    """Many calls' resamplers in one object: one (N, in_frame) array per tick, one matmul per output block.
+
+    Each call owns a row from :meth:`open` until :meth:`close`; :meth:`process` takes the rows present this
+    tick (any subset, any order, no duplicates) and their frames, and returns their output frames in the
+    same order. A row's output is bit-identical to a :class:`StreamResampler` fed the same frames.
+    """
+
+    __slots__ = ("_design", "_free", "_history", "_is_open")
+
+    def __init__(self, in_rate: int, out_rate: int, *, capacity: int = 64) -> None:
+        if capacity < 1:
+            raise ResampleError(f"capacity must be >= 1, got {capacity}")
+        self._design = design(in_rate, out_rate)
+        d = self._design
+        self._history = np.zeros((capacity, d.history), dtype=np.float64)
+        self._is_open = np.zeros(capacity, dtype=bool)
+        self._free: list[int] = list(range(capacity - 1, -1, -1))  # pop() hands out low rows first
+
+    @property
+    def in_frame(self) -> int:
+        return self._design.in_frame
+
+    @property
+    def out_frame(self) -> int:
+        return self._design.out_frame
+
+    @property
+    def delay_ms(self) -> float:
+        return self._design.delay_ms
+
+    @property
+    def capacity(self) -> int:
+        return int(self._history.shape[0])
+
+    @property
+    def open_rows(self) -> int:
+        return int(np.count_nonzero(self._is_open))
+
+    def open(self) -> int:
+        """Allocate a zeroed state row for a new call and return its index (grows the table when full)."""
+        if not self._free:
+            self._grow()
+        row = self._free.pop()
+        self._history[row] = 0.0
+        self._is_open[row] = True
+        return row
+
+    def close(self, row: int) -> None:
+        """Free a row; its index may be handed out again by :meth:`open`."""
+        if not 0 <= row < self.capacity or not self._is_open[row]:
+            raise ResampleError(f"row {row} is not open")
+        self._is_open[row] = False
+        self._free.append(row)
+
+    def reset(self, row: int) -> None:
+        """Zero one open row's history (a new stream on the same call)."""
+        if not 0 <= row < self.capacity or not self._is_open[row]:
+            raise ResampleError(f"row {row} is not open")
+        self._history[row] = 0.0
+
+    def process(self, rows: npt.NDArray[np.intp], x: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+        """Resample one frame for each of ``rows``: int16 (N, in_frame) -> int16 (N, out_frame)."""
+        d = self._design
+        _check_frames(d, x, 2)
+        rows = np.asarray(rows, dtype=np.intp)
+        if rows.ndim != 1 or rows.shape[0] != x.shape[0]:
+            raise ResampleError(f"rows {rows.shape} do not match frames {x.shape}")
+        n = rows.shape[0]
+        out = np.empty((n, d.out_frame), dtype=np.int16)
+        if n == 0:
+            return out
+        if rows.min() < 0 or rows.max() >= self.capacity or not self._is_open[rows].all():
+            raise ResampleError("process() got a row that is not open")
+        h = d.history
+        for start in range(0, n, _ROW_CHUNK):
+            stop = min(n, start + _ROW_CHUNK)
+            chunk_rows = rows[start:stop]
+            buf = np.empty((stop - start, h + d.in_frame), dtype=np.float64)
+            buf[:, :h] = self._history[chunk_rows]
+            buf[:, h:] = x[start:stop]
+            _filter_rows(d, buf, out[start:stop])
+            self._history[chunk_rows] = buf[:, d.in_frame :]
+        return out
+
+    def _grow(self) -> None:
+        old = self.capacity
+        new = old * 2
+        history = np.zeros((new, self._design.history), dtype=np.float64)
+        history[:old] = self._history
+        is_open = np.zeros(new, dtype=bool)
+        is_open[:old] = self._is_open
+        self._history, self._is_open = history, is_open
+        self._free.extend(range(new - 1, old - 1, -1))
