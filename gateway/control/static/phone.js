@@ -63,7 +63,7 @@
 
   function showLevel(db) {
     const clamped = Math.max(-80, Math.min(0, db));
-    $("meter-fill").style.width = `${((clamped + 80) / 80) * 100}%`;
+    $("meter-mask").style.width = `${100 - ((clamped + 80) / 80) * 100}%`;
     $("meter").setAttribute("aria-valuenow", String(Math.round(clamped)));
     $("meter-db").textContent = Number.isFinite(db) ? `${db.toFixed(0)} dB` : "–∞ dB";
   }
