@@ -251,7 +251,8 @@ class StreamResampler:
         out = np.empty((1, d.out_frame), dtype=np.int16)
         _filter_rows(d, buf, out)
         buf[0, :h] = buf[0, d.in_frame :]  # the last `history` inputs become the next frame's history
-        return out[0]
+        frame: npt.NDArray[np.int16] = out[0]
+        return frame
 
 
 class BatchResampler:

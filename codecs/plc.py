@@ -1,0 +1,153 @@
+"""Packet-loss concealment by pitch-synchronous waveform substitution (after ITU-T G.711 Appendix I).
+
+This module owns concealment for decoders that cannot conceal by themselves: G.711, and Opus as carried
+by PyAV (FFmpeg's libopus wrapper treats an empty packet as end of stream and exposes neither libopus PLC
+nor ``decode_fec``; see docs/adr/0004-opus-packet-loss.md). It keeps the last 40 ms of decoded audio:
+
+* :meth:`Concealer.conceal` finds the pitch period of the recent history (normalized autocorrelation over
+  2.5..15 ms, the range G.711 Appendix I searches), repeats the last period cyclically, overlap-adds a
+  quarter period at the seam, and fades: full level for the first 10 ms of a loss, then 20 % less per
+  10 ms, silence after 60 ms, as Appendix I does;
+* :meth:`Concealer.observe` is called with every really decoded frame. After a loss it cross-fades the
+  first 2.5 ms of the new frame from the concealment continuation, so the loss leaves no click;
+* :meth:`Concealer.bridge` fills a lost frame when the *next* frame is already known: a forward
+  continuation of the past and a backward periodic extension of the next frame, cross-faded over the gap.
+
+Pure numpy on int16 arrays shaped (samples, channels); no state other than the history and loss counter.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Concealer"]
+
+_HISTORY_MS: Final = 40
+_PITCH_MIN_MS: Final = 2.5
+_PITCH_MAX_MS: Final = 15.0
+_FULL_LEVEL_MS: Final = 10.0
+_FADE_PER_10MS: Final = 0.2
+_SEAM_MS: Final = 2.5
+
+
+class Concealer:
+    """Concealment state for one stream of ``channels`` interleaved channels at ``sample_rate``."""
+
+    __slots__ = ("_channels", "_history", "_lost_samples", "_phase", "_rate", "_source")
+
+    def __init__(self, *, sample_rate: int, channels: int = 1) -> None:
+        self._rate = sample_rate
+        self._channels = channels
+        self._history = np.zeros((sample_rate * _HISTORY_MS // 1000, channels), dtype=np.float64)
+        self._lost_samples = 0  # samples concealed since the last real frame
+        self._source: npt.NDArray[np.float64] | None = None  # the repeated period during a loss
+        self._phase = 0  # position inside the repeated period, carried across consecutive losses
+
+    @property
+    def in_loss(self) -> bool:
+        return self._lost_samples > 0
+
+    def observe(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+        """Record a decoded frame (samples, channels); returns it, smoothed at the seam after a loss."""
+        frame = pcm.astype(np.float64)
+        if self._lost_samples:
+            seam = min(frame.shape[0], int(self._rate * _SEAM_MS / 1000))
+            tail = self._continue(seam)
+            ramp = np.linspace(0.0, 1.0, seam, endpoint=False)[:, None]
+            frame[:seam] = tail * (1.0 - ramp) + frame[:seam] * ramp
+            self._lost_samples = 0
+            self._source = None
+        self._push(frame)
+        return _to_int16(frame)
+
+    def conceal(self, samples: int) -> npt.NDArray[np.int16]:
+        """``samples`` of concealment (samples, channels) for a missing frame."""
+        out = self._continue(samples)
+        out *= self._gains(samples)[:, None]
+        self._lost_samples += samples
+        self._push(out)
+        return _to_int16(out)
+
+    def bridge(self, samples: int, following: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+        """Fill a missing frame that sits right before ``following`` (samples, channels), already decoded."""
+        forward = self._continue(samples) * self._gains(samples)[:, None]
+        nxt = following.astype(np.float64)
+        period = _pitch_period(nxt[: min(nxt.shape[0], 2 * self._max_lag())], self._rate) or nxt.shape[0]
+        # Backward periodic extension: sample t of the gap (t = samples - 1 is just before `following`)
+        # repeats following[(t - samples) mod period].
+        index = (np.arange(samples) - samples) % period
+        backward = nxt[index]
+        ramp = np.linspace(0.0, 1.0, samples)[:, None]
+        out = forward * (1.0 - ramp) + backward * ramp
+        self._push(out)
+        self._lost_samples = 0  # the following frame is continuous with the bridge's end
+        self._source = None
+        return _to_int16(out)
+
+    # --- internals -------------------------------------------------------------------------------------
+
+    def _max_lag(self) -> int:
+        return int(self._rate * _PITCH_MAX_MS / 1000)
+
+    def _continue(self, samples: int) -> npt.NDArray[np.float64]:
+        """The next ``samples`` of the periodic continuation of the history (no fade)."""
+        history = self._history
+        first = self._source is None
+        if self._source is None:
+            period = _pitch_period(history, self._rate) or history.shape[0] // 2
+            self._source = history[-period:].copy()  # fixed for the whole loss
+            self._phase = 0
+        source = self._source
+        period = source.shape[0]
+        out: npt.NDArray[np.float64] = source[(self._phase + np.arange(samples)) % period]
+        self._phase = (self._phase + samples) % period
+        if first:
+            # The repetition starts at the sample one period back; glide from the last real sample to it
+            # over a quarter period so a pitch estimate that is slightly off leaves no step.
+            seam = min(samples, max(1, period // 4))
+            ramp = np.linspace(0.0, 1.0, seam, endpoint=False)[:, None]
+            out[:seam] = history[-1] * (1.0 - ramp) + out[:seam] * ramp
+        return out
+
+    def _gains(self, samples: int) -> npt.NDArray[np.float64]:
+        t_ms = (self._lost_samples + np.arange(samples)) * 1000.0 / self._rate
+        gains: npt.NDArray[np.float64] = np.clip(
+            1.0 - _FADE_PER_10MS * np.maximum(0.0, t_ms - _FULL_LEVEL_MS) / 10.0, 0.0, 1.0
+        )
+        return gains
+
+    def _push(self, frame: npt.NDArray[np.float64]) -> None:
+        keep = self._history.shape[0]
+        if frame.shape[0] >= keep:
+            self._history = frame[-keep:].copy()
+        else:
+            self._history = np.concatenate([self._history[frame.shape[0] :], frame])
+
+
+def _pitch_period(signal: npt.NDArray[np.float64], rate: int) -> int:
+    """Pitch period in samples by normalized autocorrelation of the channel mean; 0 if no signal."""
+    x = signal.mean(axis=1) if signal.ndim == 2 else signal
+    lo = int(rate * _PITCH_MIN_MS / 1000)
+    hi = min(int(rate * _PITCH_MAX_MS / 1000), x.shape[0] // 2)
+    if hi <= lo or not np.any(x):
+        return 0
+    window = hi  # correlate the last `hi` samples with the ones `lag` earlier
+    tail = x[-window:]
+    best_lag, best_score = 0, -np.inf
+    energy_tail = float(tail @ tail)
+    for lag in range(lo, hi + 1):
+        past = x[-window - lag : -lag] if lag else tail
+        if past.shape[0] < window:
+            break
+        denom = np.sqrt(energy_tail * float(past @ past))
+        score = float(tail @ past) / denom if denom > 0 else 0.0
+        if score > best_score:
+            best_lag, best_score = lag, score
+    return best_lag
+
+
+def _to_int16(x: npt.NDArray[np.float64]) -> npt.NDArray[np.int16]:
+    return np.clip(np.rint(x), -32768, 32767).astype(np.int16)
