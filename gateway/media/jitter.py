@@ -229,7 +229,8 @@ class JitterBuffer:
         if state == _PREFILL and (self._high + 1 - self._next) * self._unit_ms >= self.target_ms:
             self._state = state = _PLAYING
         if state != _PLAYING:
-            return self._gap_frame()
+            self._gap_frame()
+            return None
         slots = self._slots
         nxt = self._next
         upf = self._upf
@@ -250,7 +251,8 @@ class JitterBuffer:
             else:
                 self.underruns += 1
                 self._state = _REBUFFER
-            return self._gap_frame()
+            self._gap_frame()
+            return None
         nxt += upf
         self._next = nxt
         self._played_end = self._anchor + nxt * self._unit_samples
@@ -268,7 +270,6 @@ class JitterBuffer:
             self.status = CONCEALED
         else:
             self.status = SILENT
-        return None
 
     def _shrink(self, nxt: int) -> None:
         span_ms = (self._high + 1 - nxt) * self._unit_ms

@@ -75,6 +75,11 @@ class ReceptionStats:
         self.out_of_range = 0
         self.restarts = 0
         self.source_changes = 0
+        self.base_ext_seq = self.max_ext_seq = self.ext_seq = self.ext_ts = self._last_ext_ts = 0
+        self._last_transit: float | None = None
+        self._bad_seq = -1
+        self.received = self._expected_prior = self._received_prior = 0
+        self.jitter = 0.0
         self._reset_source(0, 0, None)
 
     # ------------------------------------------------------------------------------------------ update
@@ -150,7 +155,7 @@ class ReceptionStats:
         self.ext_seq = seq
         self.ext_ts = ts
         self._last_ext_ts = ts
-        self._last_transit: float | None = None
+        self._last_transit = None
         self._bad_seq = -1
         self.received = 0
         self._expected_prior = 0

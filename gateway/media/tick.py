@@ -1,0 +1,388 @@
+"""The worker's media tick: every call's inbound and outbound 20 ms of audio, DSP batched across calls.
+
+One :class:`TickEngine` per media worker holds every call's :class:`~gateway.media.call.MediaCall`. The
+transport glue (the only owner of sockets and clocks) drives it:
+
+- ``packet_received`` from ``datagram_received``: parse the RTP header, hand the payload to the call's jitter
+  buffer (or its RFC 4733 receiver). Malformed input is counted by reason and dropped; nothing raises.
+- every 20 ms, at absolute deadlines: ``tick_inbound(now)`` pops one frame per call and returns a 24 kHz
+  :class:`~telcodecs.frames.Frame` per call plus the DTMF presses; then ``tick_outbound(frames, now)`` turns
+  each call's outbound frame (``None`` = silence) into the RTP datagrams to send.
+- ``rtcp_due(now)`` (call it each tick; it is cheap) and ``rtcp_received`` for RTCP; ``remove_call`` returns
+  the RTCP BYE to send.
+
+Batching: all G.711 calls (PCMU rows first, then PCMA) are decoded with one ``*_decode_batch`` call per law
+and resampled 8k->24k as one (N, 160) -> (N, 480) batch with per-call state rows of a
+:class:`~telcodecs.resample.BatchResampler`; outbound runs the mirror image (24k->8k batch, encode batch).
+Opus calls decode/encode per call (libopus state is per call) and resample 48k<->24k as one batch.
+
+PLC: G.711 repeats the last decoded 20 ms frame with a linear fade to silence over ``PLC_FADE_FRAMES``
+frames; Opus uses the decoder's in-band FEC when the next packet is already buffered, else its PLC.
+
+Clocks: ``now`` is the transport's monotonic clock in seconds; RTCP needs wall-clock NTP timestamps, taken as
+``now + wall_clock_offset`` (the transport measures the offset once, at start-up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.media import jitter
+from gateway.media.call import Address, Direction, MediaCall, MediaCallConfig, MediaStats
+from gateway.media.errors import LocalMediaError, RtpError
+from gateway.media.rfc4733 import DtmfReceived
+from gateway.media.rtcp import build_bye, ntp_timestamp
+from gateway.media.rtp import looks_like_rtcp, parse_rtp
+from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.g711 import (
+    ALAW_SILENCE,
+    ULAW_SILENCE,
+    alaw_decode_batch,
+    alaw_encode_batch,
+    ulaw_decode_batch,
+    ulaw_encode_batch,
+)
+from telcodecs.opus import OpusDecoder, OpusEncoder, OpusError
+from telcodecs.resample import BatchResampler
+
+PLC_FADE_FRAMES = 3
+G711_FRAME = 160
+OPUS_FRAME = 960
+
+#: (call_id, destination address, datagram)
+Datagram = tuple[str, Address, bytes]
+
+_ZERO_24K = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+_ZERO_48K = np.zeros(OPUS_FRAME, dtype=np.int16)
+_SILENT_CODES = {"PCMU": bytes([ULAW_SILENCE]) * G711_FRAME, "PCMA": bytes([ALAW_SILENCE]) * G711_FRAME}
+# Per-sample position inside a frame, for fades that are continuous across frame boundaries.
+_RAMP = (np.arange(1, G711_FRAME + 1, dtype=np.float32) / G711_FRAME)[None, :]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboundTick:
+    """What one inbound tick produced: one frame per call (silence when nothing arrived) and DTMF presses."""
+
+    frames: dict[str, Frame]
+    events: list[DtmfReceived]
+
+
+class _OpusLeg:
+    __slots__ = ("decoder", "encoder", "row_in", "row_out")
+
+    def __init__(self, decoder: OpusDecoder, encoder: OpusEncoder, row_in: int, row_out: int) -> None:
+        self.decoder = decoder
+        self.encoder = encoder
+        self.row_in = row_in
+        self.row_out = row_out
+
+
+class TickEngine:
+    """All calls of one worker; pure (no I/O, no clock). See the module docstring for the cycle."""
+
+    def __init__(self, *, rtcp_interval: float = 5.0, wall_clock_offset: float = 0.0) -> None:
+        if rtcp_interval <= 0:
+            raise LocalMediaError("rtcp_interval must be positive")
+        self.rtcp_interval = rtcp_interval
+        self.wall_clock_offset = wall_clock_offset
+        self._calls: dict[str, MediaCall] = {}
+        self.dropped: dict[str, int] = {}
+        # G.711: resampler rows per call, PLC history indexed by the inbound row (stable for the call's life).
+        self._up8 = BatchResampler(8000, 24000)
+        self._down8 = BatchResampler(24000, 8000)
+        self._g711_rows: dict[str, tuple[int, int]] = {}
+        self._g711_order: list[MediaCall] = []
+        self._g711_in_rows = np.zeros(0, dtype=np.intp)
+        self._g711_out_rows = np.zeros(0, dtype=np.intp)
+        self._g711_ulaw = 0
+        self._plc_last = np.zeros((64, G711_FRAME), dtype=np.int16)
+        self._plc_gap = np.zeros(64, dtype=np.int32)
+        # Opus.
+        self._up48 = BatchResampler(24000, 48000)
+        self._down48 = BatchResampler(48000, 24000)
+        self._opus: dict[str, _OpusLeg] = {}
+        self._opus_order: list[MediaCall] = []
+        self._opus_in_rows = np.zeros(0, dtype=np.intp)
+        self._opus_out_rows = np.zeros(0, dtype=np.intp)
+
+    # ------------------------------------------------------------------------------------------ calls
+
+    def add_call(self, config: MediaCallConfig, *, now: float) -> MediaCall:
+        """Start a call's media (after SDP negotiation). Raises LocalMediaError if the id is in use."""
+        if config.call_id in self._calls:
+            raise LocalMediaError(f"call {config.call_id!r} already has media")
+        call = MediaCall(config, now=now)
+        if config.codec == "opus":
+            leg = _OpusLeg(
+                OpusDecoder(channels_out=1),
+                OpusEncoder(channels=config.channels, bitrate=config.opus_bitrate),
+                self._down48.open(),
+                self._up48.open(),
+            )
+            self._opus[config.call_id] = leg
+        else:
+            row_in = self._up8.open()
+            self._g711_rows[config.call_id] = (row_in, self._down8.open())
+            if row_in >= self._plc_last.shape[0]:
+                grow = max(row_in + 1, 2 * self._plc_last.shape[0])
+                self._plc_last = np.resize(self._plc_last, (grow, G711_FRAME))
+                self._plc_gap = np.resize(self._plc_gap, grow)
+            self._plc_last[row_in] = 0
+            self._plc_gap[row_in] = PLC_FADE_FRAMES
+        self._calls[config.call_id] = call
+        self._rebuild()
+        return call
+
+    def remove_call(self, call_id: str) -> list[Datagram]:
+        """Stop a call's media, free its DSP rows; returns the RTCP BYE to send (RFC 3550 §6.6)."""
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            return []
+        rows = self._g711_rows.pop(call_id, None)
+        if rows is not None:
+            self._up8.close(rows[0])
+            self._down8.close(rows[1])
+        leg = self._opus.pop(call_id, None)
+        if leg is not None:
+            self._down48.close(leg.row_in)
+            self._up48.close(leg.row_out)
+        self._rebuild()
+        cfg = call.config
+        return [(call_id, call.rtcp_address, build_bye(ssrc=cfg.ssrc, cname=cfg.cname))]
+
+    def _rebuild(self) -> None:
+        calls = self._calls.values()
+        ulaw = [c for c in calls if c.config.codec == "PCMU"]
+        alaw = [c for c in calls if c.config.codec == "PCMA"]
+        self._g711_order = ulaw + alaw
+        self._g711_ulaw = len(ulaw)
+        rows = [self._g711_rows[c.config.call_id] for c in self._g711_order]
+        self._g711_in_rows = np.array([r[0] for r in rows], dtype=np.intp)
+        self._g711_out_rows = np.array([r[1] for r in rows], dtype=np.intp)
+        self._opus_order = [c for c in calls if c.config.codec == "opus"]
+        legs = [self._opus[c.config.call_id] for c in self._opus_order]
+        self._opus_in_rows = np.array([leg.row_in for leg in legs], dtype=np.intp)
+        self._opus_out_rows = np.array([leg.row_out for leg in legs], dtype=np.intp)
+
+    def call(self, call_id: str) -> MediaCall:
+        try:
+            return self._calls[call_id]
+        except KeyError:
+            raise LocalMediaError(f"no media for call {call_id!r}") from None
+
+    @property
+    def call_ids(self) -> list[str]:
+        return list(self._calls)
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def send_dtmf(self, call_id: str, digits: str, *, duration_ms: int = 100, volume: int = 10) -> None:
+        """Queue RFC 4733 digits; they replace this call's audio packets while they play."""
+        self.call(call_id).send_dtmf(digits, duration_ms=duration_ms, volume=volume)
+
+    def set_direction(self, call_id: str, direction: Direction) -> None:
+        self.call(call_id).set_direction(direction)
+
+    def update_remote(self, call_id: str, remote_rtp: Address, remote_rtcp: Address | None = None) -> None:
+        self.call(call_id).update_remote(remote_rtp, remote_rtcp)
+
+    def stats(self, call_id: str, now: float) -> MediaStats:
+        return self.call(call_id).stats(now)
+
+    def inactive_for(self, call_id: str, now: float) -> float:
+        return self.call(call_id).inactive_for(now)
+
+    # -------------------------------------------------------------------------------------- receiving
+
+    def _count(self, reason: str) -> str:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        return reason
+
+    def packet_received(self, call_id: str, data: bytes, source: tuple[Any, ...], now: float) -> str | None:
+        """One datagram from the call's RTP port. Returns None when used, else the (counted) drop reason."""
+        call = self._calls.get(call_id)
+        if call is None:
+            return self._count("unknown_call")
+        if call.config.rtcp_mux and looks_like_rtcp(data):
+            return self.rtcp_received(call_id, data, source, now)
+        try:
+            packet = parse_rtp(data)
+        except RtpError as exc:
+            return self._count(call.drop("malformed_" + exc.reason))
+        reason = call.receive(packet, source, now)
+        if reason is not None:
+            self._count(reason)
+        return reason
+
+    def rtcp_received(self, call_id: str, data: bytes, source: tuple[Any, ...], now: float) -> str | None:
+        """One datagram from the call's RTCP port (or muxed). None when used, else the (counted) drop reason."""
+        call = self._calls.get(call_id)
+        if call is None:
+            return self._count("unknown_call")
+        reason = call.rtcp_receive(data, source, ntp_timestamp(now + self.wall_clock_offset))
+        if reason is not None:
+            self._count(reason)
+        return reason
+
+    # ----------------------------------------------------------------------------------- inbound tick
+
+    def tick_inbound(self, now: float) -> InboundTick:
+        """Pop one 20 ms frame per call (PLC or silence when missing), decode and resample to 24 kHz."""
+        frames: dict[str, Frame] = {}
+        events: list[DtmfReceived] = []
+        for call in self._calls.values():
+            if call.events:
+                events.extend(call.events)
+                call.events.clear()
+        if self._g711_order:
+            self._inbound_g711(frames)
+        if self._opus_order:
+            self._inbound_opus(frames)
+        return InboundTick(frames=frames, events=events)
+
+    def _inbound_g711(self, frames: dict[str, Frame]) -> None:
+        calls = self._g711_order
+        n = len(calls)
+        nu = self._g711_ulaw
+        parts: list[bytes] = []
+        statuses: list[int] = []
+        for call in calls:
+            jb = call.jitter_buffer
+            rx = call.reception
+            jb.adapt(rx.jitter, rx.received, 8000)
+            payload = jb.pop()
+            parts.append(payload if payload is not None else _SILENT_CODES[call.config.codec])
+            statuses.append(jb.status)
+        codes = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, G711_FRAME)
+        pcm8 = np.empty((n, G711_FRAME), dtype=np.int16)
+        if nu:
+            pcm8[:nu] = ulaw_decode_batch(codes[:nu])
+        if nu < n:
+            pcm8[nu:] = alaw_decode_batch(codes[nu:])
+        rows = self._g711_in_rows
+        status = np.array(statuses, dtype=np.int8)
+        played = status == jitter.PLAYED
+        if not played.all():
+            self._conceal(pcm8, rows, status, played)
+        if played.any():
+            played_rows = rows[played]
+            self._plc_last[played_rows] = pcm8[played]
+            self._plc_gap[played_rows] = 0
+        pcm24 = self._up8.process(rows, pcm8)
+        pcm24.flags.writeable = False
+        for i, call in enumerate(calls):
+            frames[call.config.call_id] = Frame(index=call.inbound_index, pcm=pcm24[i])
+            call.inbound_index += 1
+
+    def _conceal(
+        self,
+        pcm8: npt.NDArray[np.int16],
+        rows: npt.NDArray[np.intp],
+        status: npt.NDArray[np.int8],
+        played: npt.NDArray[np.bool_],
+    ) -> None:
+        """Repeat-and-fade: missing rows get the last good frame under a fade that reaches 0 after N frames."""
+        idx = np.flatnonzero(~played)
+        missing_rows = rows[idx]
+        gap = self._plc_gap[missing_rows]
+        concealing = status[idx] == jitter.CONCEALED
+        step = 1.0 / PLC_FADE_FRAMES
+        g0 = np.clip(1.0 - gap * step, 0.0, 1.0).astype(np.float32)
+        g1 = np.clip(g0 - step, 0.0, 1.0).astype(np.float32)
+        g0[~concealing] = 0.0
+        g1[~concealing] = 0.0
+        ramp = g0[:, None] + (g1 - g0)[:, None] * _RAMP
+        pcm8[idx] = (self._plc_last[missing_rows] * ramp).astype(np.int16)
+        self._plc_gap[missing_rows] = np.where(concealing, gap + 1, PLC_FADE_FRAMES)
+
+    def _inbound_opus(self, frames: dict[str, Frame]) -> None:
+        calls = self._opus_order
+        pcm48 = np.empty((len(calls), OPUS_FRAME), dtype=np.int16)
+        for i, call in enumerate(calls):
+            jb = call.jitter_buffer
+            rx = call.reception
+            jb.adapt(rx.jitter, rx.received, 48000)
+            payload = jb.pop()
+            decoder = self._opus[call.config.call_id].decoder
+            pcm48[i] = self._opus_decode(call, decoder, payload, jb.status, jb.fec_payload)
+        pcm24 = self._down48.process(self._opus_in_rows, pcm48)
+        pcm24.flags.writeable = False
+        for i, call in enumerate(calls):
+            frames[call.config.call_id] = Frame(index=call.inbound_index, pcm=pcm24[i])
+            call.inbound_index += 1
+
+    def _opus_decode(
+        self, call: MediaCall, decoder: OpusDecoder, payload: bytes | None, status: int, fec: bytes | None
+    ) -> npt.NDArray[np.int16]:
+        try:
+            if payload is not None:
+                return decoder.decode(payload)
+            if status == jitter.CONCEALED:
+                return decoder.decode_fec(fec) if fec is not None else decoder.conceal()
+        except OpusError:  # libopus rejected the peer's payload: counted, concealed
+            self._count(call.drop("malformed_opus"))
+            return decoder.conceal()
+        return _ZERO_48K
+
+    # ---------------------------------------------------------------------------------- outbound tick
+
+    def tick_outbound(self, outbound: Mapping[str, Frame | None], now: float) -> list[Datagram]:
+        """Encode each call's frame (missing/None = silence) into RTP; returns (call_id, address, datagram)."""
+        out: list[Datagram] = []
+        if self._g711_order:
+            self._outbound_g711(outbound, now, out)
+        if self._opus_order:
+            self._outbound_opus(outbound, now, out)
+        return out
+
+    def _outbound_g711(self, outbound: Mapping[str, Frame | None], now: float, out: list[Datagram]) -> None:
+        calls = self._g711_order
+        n = len(calls)
+        nu = self._g711_ulaw
+        frames = [outbound.get(call.config.call_id) for call in calls]
+        pcm24 = np.stack([_ZERO_24K if f is None else f.pcm for f in frames])
+        pcm8 = self._down8.process(self._g711_out_rows, pcm24)
+        blob = b""
+        if nu:
+            blob = ulaw_encode_batch(pcm8[:nu]).tobytes()
+        if nu < n:
+            blob += alaw_encode_batch(pcm8[nu:]).tobytes()
+        for i, call in enumerate(calls):
+            start = i * G711_FRAME
+            packet = call.next_packet(blob[start : start + G711_FRAME], frames[i] is not None, now)
+            if packet is not None:
+                out.append((call.config.call_id, call.send_address, packet))
+
+    def _outbound_opus(self, outbound: Mapping[str, Frame | None], now: float, out: list[Datagram]) -> None:
+        calls = self._opus_order
+        frames = [outbound.get(call.config.call_id) for call in calls]
+        pcm24 = np.stack([_ZERO_24K if f is None else f.pcm for f in frames])
+        pcm48 = self._up48.process(self._opus_out_rows, pcm24)
+        for i, call in enumerate(calls):
+            leg = self._opus[call.config.call_id]
+            mono = pcm48[i]
+            pcm = np.repeat(mono, 2) if call.config.channels == 2 else mono
+            packet = call.next_packet(leg.encoder.encode(pcm), frames[i] is not None, now)
+            if packet is not None:
+                out.append((call.config.call_id, call.send_address, packet))
+
+    # ------------------------------------------------------------------------------------------- RTCP
+
+    def rtcp_due(self, now: float) -> list[Datagram]:
+        """Compound SR/RR for every call whose report interval elapsed (~``rtcp_interval``, randomised)."""
+        out: list[Datagram] = []
+        ntp = 0
+        for call in self._calls.values():
+            if call.next_rtcp_at > now:
+                continue
+            if not ntp:
+                ntp = ntp_timestamp(now + self.wall_clock_offset)
+            out.append((call.config.call_id, call.rtcp_address, call.rtcp_report(now, ntp)))
+            call.schedule_rtcp(now, self.rtcp_interval)
+        return out

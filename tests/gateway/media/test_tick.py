@@ -1,0 +1,365 @@
+"""The batched media tick: G.711/Opus in and out, batching equivalence, add/remove, PLC, DTMF, RTCP, latching."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from gateway.media.call import MediaCallConfig
+from gateway.media.errors import LocalMediaError
+from gateway.media.rfc4733 import parse_telephone_event
+from gateway.media.rtcp import parse_rtcp
+from gateway.media.rtp import build_rtp, parse_rtp
+from gateway.media.tick import TickEngine
+from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+
+PEER = ("192.0.2.10", 4000)
+
+
+def config(call_id: str = "c1", codec: str = "PCMU", **overrides: object) -> MediaCallConfig:
+    pt = {"PCMU": 0, "PCMA": 8, "opus": 111}[codec]
+    fields: dict[str, object] = {
+        "call_id": call_id,
+        "codec": codec,
+        "payload_type": pt,
+        "telephone_event_pt": 101,
+        "remote_rtp": PEER,
+        "ssrc": 1000 + sum(call_id.encode()),
+        "initial_sequence": 65500,
+        "initial_timestamp": 2**32 - 1600,
+    }
+    fields.update(overrides)
+    return MediaCallConfig(**fields)  # type: ignore[arg-type]
+
+
+def tone(freq: float, rate: int, seconds: float, amp: float = 8000.0, phase: float = 0.0) -> npt.NDArray[np.int16]:
+    t = np.arange(int(rate * seconds)) / rate
+    return (amp * np.sin(2 * np.pi * freq * t + phase)).astype(np.int16)
+
+
+def best_correlation(a: npt.NDArray[np.int16], b: npt.NDArray[np.int16], max_lag: int) -> float:
+    """Normalised correlation of b against a at the lag (0..max_lag, b lagging a) where they match best."""
+    x = a.astype(np.float64)
+    y = b.astype(np.float64)
+    size = len(x) + len(y)
+    cross = np.fft.irfft(np.fft.rfft(y, size) * np.conj(np.fft.rfft(x, size)), size)  # cross[k] = sum y[t+k] x[t]
+    lag = int(np.argmax(cross[: max_lag + 1]))
+    n = min(len(x), len(y) - lag)
+    xs, ys = x[:n], y[lag : lag + n]
+    denom = float(np.sqrt(np.dot(xs, xs) * np.dot(ys, ys)))
+    return float(np.dot(xs, ys)) / denom if denom else 0.0
+
+
+def feed_g711(engine: TickEngine, call_id: str, signal8: npt.NDArray[np.int16], *, law: str = "PCMU") -> list[Frame]:
+    """Send signal8 as 20 ms packets, one per tick, and collect the inbound frames."""
+    encode = ulaw_encode if law == "PCMU" else alaw_encode
+    frames = []
+    ticks = len(signal8) // 160
+    for k in range(ticks + 6):
+        now = k * 0.02
+        if k < ticks:
+            payload = encode(signal8[k * 160 : (k + 1) * 160])
+            data = build_rtp(
+                payload_type=0 if law == "PCMU" else 8,
+                sequence_number=(60000 + k) & 0xFFFF,
+                timestamp=(2**32 - 320 + k * 160) & 0xFFFFFFFF,
+                ssrc=77,
+                payload=payload,
+            )
+            assert engine.packet_received(call_id, data, PEER, now) is None
+        frames.append(engine.tick_inbound(now + 0.001).frames[call_id])
+    return frames
+
+
+@pytest.mark.parametrize("law", ["PCMU", "PCMA"])
+def test_g711_inbound_frames_correlate_with_the_source(law: str) -> None:
+    engine = TickEngine()
+    engine.add_call(config(codec=law), now=0.0)
+    signal8 = tone(440, 8000, 0.5) + tone(1300, 8000, 0.5, amp=3000)
+    frames = feed_g711(engine, "c1", signal8, law=law)
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert all(f.pcm.shape == (FRAME_SAMPLES,) for f in frames)
+    out = np.concatenate([f.pcm for f in frames])
+    reference = tone(440, 24000, 0.5) + tone(1300, 24000, 0.5, amp=3000)
+    assert best_correlation(reference, out, 24000 // 10) > 0.98
+    stats = engine.stats("c1", 1.0)
+    assert stats.received == 25 and stats.lost == 0 and stats.late == 0
+
+
+def test_outbound_rtp_sequence_timestamps_marker_and_content() -> None:
+    engine = TickEngine()
+    engine.add_call(config(), now=0.0)
+    signal24 = tone(500, 24000, 0.4)
+    packets = []
+    for k in range(20):
+        frame = Frame(index=k, pcm=signal24[k * 480 : (k + 1) * 480])
+        out = engine.tick_outbound({"c1": frame}, k * 0.02)
+        assert len(out) == 1 and out[0][0] == "c1" and out[0][1] == PEER
+        packets.append(parse_rtp(out[0][2]))
+    assert [p.sequence_number for p in packets] == [(65500 + k) & 0xFFFF for k in range(20)]
+    assert [p.timestamp for p in packets] == [(2**32 - 1600 + 160 * k) & 0xFFFFFFFF for k in range(20)]
+    assert [p.marker for p in packets] == [True] + [False] * 19
+    assert {len(p.payload) for p in packets} == {160}
+    decoded = np.concatenate([ulaw_decode(p.payload) for p in packets])
+    assert best_correlation(tone(500, 8000, 0.4), decoded, 800) > 0.98
+
+
+def test_silence_is_still_sent_when_no_frame() -> None:
+    engine = TickEngine()
+    engine.add_call(config(), now=0.0)
+    engine.add_call(config("c2", "PCMA"), now=0.0)
+    first = engine.tick_outbound({}, 0.0)
+    second = engine.tick_outbound({"c1": None}, 0.02)
+    assert sorted(c for c, _, _ in first) == ["c1", "c2"] and len(second) == 2
+    for _, _, data in first + second:
+        p = parse_rtp(data)
+        pcm = ulaw_decode(p.payload) if p.payload_type == 0 else alaw_decode(p.payload)
+        assert np.abs(pcm.astype(np.int32)).max() <= 8
+    stamps = {c: parse_rtp(d).timestamp for c, _, d in second}
+    assert stamps["c1"] == stamps["c2"] == (2**32 - 1600 + 160) & 0xFFFFFFFF
+
+
+CODECS = {"a": "PCMU", "b": "PCMA", "c": "PCMU", "d": "PCMA", "e": "PCMU"}
+
+
+def _run(engine: TickEngine, active: list[str], ticks: int) -> tuple[dict, dict]:
+    """Drive the calls in ``active`` with the same pseudo-random audio every run (drawn for all of CODECS)."""
+    rng = np.random.default_rng(7)
+    signals = {cid: (rng.standard_normal(160 * ticks) * 3000).astype(np.int16) for cid in CODECS}
+    outbound = {cid: (rng.standard_normal(480 * ticks) * 3000).astype(np.int16) for cid in CODECS}
+    frames: dict[str, list[npt.NDArray[np.int16]]] = {cid: [] for cid in active}
+    packets: dict[str, list[bytes]] = {cid: [] for cid in active}
+    for k in range(ticks):
+        for cid in active:
+            law = CODECS[cid]
+            encode = ulaw_encode if law == "PCMU" else alaw_encode
+            payload = encode(signals[cid][k * 160 : (k + 1) * 160])
+            data = build_rtp(
+                payload_type=0 if law == "PCMU" else 8, sequence_number=k, timestamp=k * 160, ssrc=5, payload=payload
+            )
+            if k % 7 != 3:  # some loss, so concealed rows are part of the batch too
+                engine.packet_received(cid, data, PEER, k * 0.02)
+        tick = engine.tick_inbound(k * 0.02 + 0.001)
+        for cid in active:
+            frames[cid].append(tick.frames[cid].pcm.copy())
+        # Every fifth tick has no outbound frame (silence) for everyone.
+        mapping = {cid: Frame(index=k, pcm=outbound[cid][k * 480 : (k + 1) * 480]) for cid in active if k % 5}
+        for cid, _, data in engine.tick_outbound(mapping, k * 0.02):
+            if cid in packets:
+                packets[cid].append(data)
+    return frames, packets
+
+
+def test_batched_output_equals_per_call_processing() -> None:
+    ids = list(CODECS)
+    batched = TickEngine()
+    for cid in ids:
+        batched.add_call(config(cid, CODECS[cid]), now=0.0)
+    frames, packets = _run(batched, ids, 30)
+    for cid in ids:
+        single = TickEngine()
+        single.add_call(config(cid, CODECS[cid]), now=0.0)
+        solo_frames, solo_packets = _run(single, [cid], 30)
+        assert all(np.array_equal(x, y) for x, y in zip(frames[cid], solo_frames[cid], strict=True))
+        assert packets[cid] == solo_packets[cid]
+        assert sum(int(np.abs(f).sum() > 0) for f in frames[cid]) > 20
+    assert batched.stats("a", 1.0).concealed >= 3
+
+
+def test_add_and_remove_calls_between_ticks() -> None:
+    engine = TickEngine()
+    for cid in ("a", "b", "c"):
+        engine.add_call(config(cid, CODECS[cid]), now=0.0)
+    tick = engine.tick_inbound(0.0)
+    assert sorted(tick.frames) == ["a", "b", "c"]
+    bye = engine.remove_call("b")
+    assert len(bye) == 1 and bye[0][:2] == ("b", ("192.0.2.10", 4001))
+    assert [type(p).__name__ for p in parse_rtcp(bye[0][2])] == ["ReceiverReport", "Bye"]
+    assert engine.remove_call("b") == []
+    tick = engine.tick_inbound(0.02)
+    assert sorted(tick.frames) == ["a", "c"] and tick.frames["a"].index == 1
+    assert sorted(c for c, _, _ in engine.tick_outbound({}, 0.02)) == ["a", "c"]
+    # A call added later reuses the freed DSP rows, with fresh state: it behaves like a call alone.
+    engine.add_call(config("d", "PCMA"), now=0.04)
+    assert engine.tick_inbound(0.04).frames["d"].index == 0
+    with pytest.raises(LocalMediaError):
+        engine.add_call(config("d", "PCMA"), now=0.04)
+    fresh = TickEngine()
+    fresh.add_call(config("d", "PCMA"), now=0.0)
+    mine, my_packets = _run(engine, ["d"], 10)
+    theirs, their_packets = _run(fresh, ["d"], 10)
+    # Zero state fed one silent frame is still zero state: the reused rows carry nothing over from "b".
+    assert all(np.array_equal(x, y) for x, y in zip(mine["d"], theirs["d"], strict=True))
+    assert my_packets == their_packets
+    with pytest.raises(LocalMediaError):
+        engine.stats("b", 0.0)
+
+
+def test_plc_repeats_and_fades_then_silence() -> None:
+    engine = TickEngine()
+    engine.add_call(config(), now=0.0)
+    signal8 = tone(300, 8000, 0.2, amp=10000)
+    frames = []
+    for k in range(14):
+        if k < 6:
+            data = build_rtp(
+                payload_type=0,
+                sequence_number=k,
+                timestamp=k * 160,
+                ssrc=9,
+                payload=ulaw_encode(signal8[k * 160 : (k + 1) * 160]),
+            )
+            engine.packet_received("c1", data, PEER, k * 0.02)
+        frames.append(engine.tick_inbound(k * 0.02 + 0.001).frames["c1"].pcm)
+    levels = [float(np.sqrt(np.mean(f.astype(np.float64) ** 2))) for f in frames]
+    # Tick 0 prefills (20 ms < 40 ms), ticks 1-6 play frames 0-5, then the stream stops: ticks 7-9 repeat the
+    # last frame under a fade, and from tick 10 on it is silence (up to the resampler's tail).
+    assert levels[0] == 0.0
+    assert all(lv > 5000 for lv in levels[2:7])
+    assert levels[6] > levels[7] > levels[8] > levels[9] > 0
+    assert 0.6 < levels[7] / levels[6] < 0.95
+    assert max(levels[11:]) == 0.0
+    stats = engine.stats("c1", 1.0)
+    assert stats.concealed == 7 and stats.underruns == 1 and stats.lost == 0
+
+
+def test_dtmf_received_events_come_out_of_the_inbound_tick() -> None:
+    engine = TickEngine()
+    engine.add_call(config(), now=0.0)
+
+    def send(seq: int, ts: int, payload: bytes, marker: bool = False) -> None:
+        data = build_rtp(payload_type=101, sequence_number=seq, timestamp=ts, ssrc=3, payload=payload, marker=marker)
+        assert engine.packet_received("c1", data, PEER, 0.0) is None
+
+    seq = 0
+    for press_ts, digit in ((800, 1), (4000, 1), (8000, 11)):
+        for k in range(3):
+            send(seq, press_ts, bytes([digit, 10]) + (160 * (k + 1)).to_bytes(2, "big"), marker=k == 0)
+            seq += 1
+        for _ in range(3):  # the end packet and its two retransmissions
+            send(seq, press_ts, bytes([digit, 0x80 | 10]) + (640).to_bytes(2, "big"))
+            seq += 1
+    events = engine.tick_inbound(0.02).events
+    assert [(e.call_id, e.digit, e.rtp_timestamp) for e in events] == [
+        ("c1", "1", 800),
+        ("c1", "1", 4000),
+        ("c1", "#", 8000),
+    ]
+    assert engine.tick_inbound(0.04).events == []
+    assert engine.stats("c1", 0.1).dtmf_received == 3
+
+
+def test_dtmf_send_packet_sequence_through_the_engine() -> None:
+    engine = TickEngine()
+    engine.add_call(config(initial_sequence=0, initial_timestamp=0), now=0.0)
+    engine.tick_outbound({}, 0.0)
+    engine.send_dtmf("c1", "9", duration_ms=60)
+    packets = [parse_rtp(engine.tick_outbound({}, 0.02 * (k + 1))[0][2]) for k in range(8)]
+    events = [(p.payload_type, p.marker, p.timestamp, parse_telephone_event(p.payload)) for p in packets[:5]]
+    assert events == [
+        (101, True, 160, (9, False, 10, 160)),
+        (101, False, 160, (9, False, 10, 320)),
+        (101, False, 160, (9, True, 10, 480)),
+        (101, False, 160, (9, True, 10, 480)),
+        (101, False, 160, (9, True, 10, 480)),
+    ]
+    assert packets[5].payload_type == 0 and packets[5].timestamp == 6 * 160
+    assert [p.sequence_number for p in packets] == list(range(1, 9))
+    with pytest.raises(LocalMediaError):
+        engine.send_dtmf("c1", "Z")
+    with pytest.raises(LocalMediaError):
+        engine.send_dtmf("nope", "1")
+
+
+def test_latching_malformed_and_unknown_calls_are_counted() -> None:
+    engine = TickEngine()
+    engine.add_call(config(), now=0.0)
+    good = build_rtp(payload_type=0, sequence_number=1, timestamp=0, ssrc=1, payload=b"\xff" * 160)
+    assert engine.packet_received("c1", good, ("203.0.113.5", 4000), 0.0) == "foreign_source"
+    assert engine.packet_received("c1", b"\x80\x00", PEER, 0.0) == "malformed_short"
+    assert engine.packet_received("c1", b"\x00" * 20, PEER, 0.0) == "malformed_version"
+    assert engine.packet_received("zz", good, PEER, 0.0) == "unknown_call"
+    assert engine.packet_received("c1", good, ("192.0.2.10", 40000), 0.1) is None
+    out = engine.tick_outbound({}, 0.12)
+    assert out[0][1] == ("192.0.2.10", 40000)  # latched to the NAT-mapped port
+    assert engine.dropped == {"foreign_source": 1, "malformed_short": 1, "malformed_version": 1, "unknown_call": 1}
+    stats = engine.stats("c1", 0.2)
+    assert stats.malformed == 2 and stats.foreign_source == 1 and stats.latched
+    assert engine.inactive_for("c1", 0.6) == pytest.approx(0.5)
+
+
+def test_rtcp_between_two_engines_reports_rtt_and_loss() -> None:
+    alice, bob = TickEngine(wall_clock_offset=1.7e9), TickEngine(wall_clock_offset=1.7e9 + 123.0)
+    alice.add_call(config("x", remote_rtp=("10.0.0.2", 5000), ssrc=1), now=0.0)
+    bob.add_call(config("x", remote_rtp=("10.0.0.1", 6000), ssrc=2), now=0.0)
+    for k in range(50):
+        for _, _, data in alice.tick_outbound({}, k * 0.02):
+            if k != 10:
+                bob.packet_received("x", data, ("10.0.0.1", 6000), k * 0.02 + 0.03)
+    assert alice.rtcp_due(0.5) == []
+    due = alice.rtcp_due(5.0)
+    assert len(due) == 1 and due[0][1] == ("10.0.0.2", 5001)
+    assert alice.rtcp_due(5.0) == []  # rescheduled 2.5..7.5 s later
+    assert bob.rtcp_received("x", due[0][2], ("10.0.0.1", 6001), 5.04) is None
+    reply = bob.rtcp_due(7.5)
+    assert len(reply) == 1
+    assert alice.rtcp_received("x", reply[0][2], ("10.0.0.2", 5001), 5.0 + 0.08 + (7.5 - 5.04)) is None
+    stats = alice.stats("x", 8.0)
+    assert stats.rtt_ms == pytest.approx(80.0, abs=0.1)  # 2.54 s elapsed minus 2.46 s held by bob
+    assert stats.remote_cumulative_lost == 1 and stats.remote_fraction_lost == pytest.approx(5 / 256)
+
+
+def test_rtcp_mux_packets_on_the_rtp_port_are_routed_to_rtcp() -> None:
+    engine = TickEngine()
+    engine.add_call(config(rtcp_mux=True), now=0.0)
+    assert engine.call("c1").rtcp_address == PEER
+    other = TickEngine()
+    other.add_call(config(ssrc=77, remote_rtp=("192.0.2.1", 1)), now=0.0)
+    other.tick_outbound({}, 0.0)
+    _, _, sr = other.rtcp_due(10.0)[0]
+    assert engine.packet_received("c1", sr, PEER, 0.0) is None
+    assert engine.stats("c1", 0.0).received == 0  # RTCP is not counted as RTP
+
+
+def test_opus_call_round_trip_between_two_engines() -> None:
+    alice, bob = TickEngine(), TickEngine()
+    alice.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    bob.add_call(config("o", "opus", remote_rtp=("10.0.0.1", 6000)), now=0.0)
+    signal24 = tone(440, 24000, 0.6, amp=6000)
+    received = []
+    for k in range(30 + 8):
+        now = k * 0.02
+        frame = Frame(index=k, pcm=signal24[k * 480 : (k + 1) * 480]) if k < 30 else None
+        for _, _, data in alice.tick_outbound({"o": frame}, now):
+            assert bob.packet_received("o", data, ("10.0.0.1", 6000), now + 0.005) is None
+        received.append(bob.tick_inbound(now + 0.01).frames["o"].pcm)
+    out = np.concatenate(received)
+    assert best_correlation(signal24, out, 24000 // 5) > 0.9
+    assert bob.stats("o", 1.0).received == 38
+
+
+def test_opus_loss_is_concealed_and_garbage_is_counted() -> None:
+    engine = TickEngine()
+    sender = TickEngine()
+    sender.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    engine.add_call(config("o", "opus"), now=0.0)
+    signal24 = tone(300, 24000, 0.4, amp=6000)
+    levels = []
+    for k in range(20):
+        frame = Frame(index=k, pcm=signal24[k * 480 : (k + 1) * 480])
+        for _, _, data in sender.tick_outbound({"o": frame}, k * 0.02):
+            if k not in (8, 9):
+                engine.packet_received("o", data, PEER, k * 0.02)
+        levels.append(engine.tick_inbound(k * 0.02 + 0.01).frames["o"].level_dbfs)
+    stats = engine.stats("o", 1.0)
+    assert stats.concealed == 2 and stats.lost == 2
+    assert min(levels[10:]) > -40  # audio went on through the concealed frames
+    # A packet whose TOC says 20 ms but which libopus rejects (over-long): counted, concealed, no exception.
+    for k, payload in enumerate([b"\xfc" + b"\xff" * 1500, b"\xfc" + b"\xff" * 1500]):
+        bogus = build_rtp(payload_type=111, sequence_number=0xABC0 + k, timestamp=k * 960, ssrc=0xABC, payload=payload)
+        engine.packet_received("o", bogus, PEER, 0.5 + 0.02 * k)
+    frames = [engine.tick_inbound(0.52 + 0.02 * k).frames["o"] for k in range(4)]
+    assert [f.index for f in frames] == [20, 21, 22, 23]
+    assert engine.stats("o", 1.0).dropped["malformed_opus"] == 2
