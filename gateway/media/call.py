@@ -14,6 +14,10 @@ Rules (pure logic, no I/O):
   peer put us on hold); the RTP clock keeps running, so timestamps stay continuous, and the first packet
   after resuming carries the marker bit. RTCP continues in every direction, as §5.1 requires.
   Telephone-events are honoured whatever the direction.
+- **Telephone-events on receive** are handled on arrival (not through the jitter buffer). A sender replaces
+  audio with them, so the audio playout sees a gap for the event's length: it is concealed (faded) and then
+  silent, and playout re-anchors on the next audio packet; the gap is counted in ``concealed``/``underruns``
+  but not in ``lost`` (sequence numbers stay contiguous).
 - **Sender.** SSRC, first sequence number and first timestamp are passed in (random, from the caller). Each
   tick advances the timestamp by 20 ms of the clock (160 at 8 kHz, 960 at 48 kHz) whether or not a packet is
   sent; the sequence number advances per packet sent. The marker bit is set on the first packet, after a

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
@@ -363,3 +365,24 @@ def test_opus_loss_is_concealed_and_garbage_is_counted() -> None:
     frames = [engine.tick_inbound(0.52 + 0.02 * k).frames["o"] for k in range(4)]
     assert [f.index for f in frames] == [20, 21, 22, 23]
     assert engine.stats("o", 1.0).dropped["malformed_opus"] == 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(min_size=0, max_size=60), max_size=8), st.sampled_from(["PCMU", "opus"]))
+def test_no_datagram_makes_the_engine_raise(datagrams: list[bytes], codec: str) -> None:
+    engine = TickEngine()
+    engine.add_call(config(codec=codec, rtcp_mux=True), now=0.0)
+    for k, data in enumerate(datagrams):
+        # Valid-looking headers with arbitrary payloads too, so the payload paths see garbage.
+        rtp = build_rtp(
+            payload_type=engine.call("c1").config.payload_type,
+            sequence_number=k,
+            timestamp=k * 960,
+            ssrc=1,
+            payload=data,
+        )
+        for datagram in (data, rtp, bytes([0x80, 101]) + data):
+            engine.packet_received("c1", datagram, PEER, k * 0.02)
+            engine.rtcp_received("c1", datagram, PEER, k * 0.02)
+        engine.tick_inbound(k * 0.02 + 0.01)
+    assert engine.tick_outbound({}, 1.0)[0][0] == "c1"
