@@ -290,7 +290,8 @@ class InboundAudio:
             per_channel = data.reshape(channels, -1)
         else:
             per_channel = data.reshape(-1, channels).T
-        return (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
+        mono: npt.NDArray[np.int16] = (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
+        return mono
 
     def feed(self, frame: av.AudioFrame) -> list[Frame]:
         """The whole 24 kHz frames this piece of audio completes (usually exactly one per 20 ms packet)."""
@@ -491,6 +492,8 @@ class WebRtcPeer:
                 decoded = await track.recv()
             except MediaStreamError:
                 return
+            if not isinstance(decoded, av.AudioFrame):
+                continue
             self.last_frame_at = loop.time()
             for frame in self._inbound.feed(decoded):
                 self.frames_in += 1

@@ -480,10 +480,7 @@ class WebRtcCalls:
                 resumes=session_stats.resumes,
                 tool_calls=session_stats.tool_calls,
             )
-            transcript = [
-                TranscriptLine(role=entry.role, text=entry.text)  # type: ignore[arg-type]
-                for entry in leg.session.transcript[-50:]
-            ]
+            transcript = [TranscriptLine(role=entry.role, text=entry.text) for entry in leg.session.transcript[-50:]]
         if leg.last_level is not None:
             stats_fields.update(level_dbfs=min(leg.last_level, 0.0), level_history=[min(v, 0.0) for v in leg.levels])
         state = leg.state

@@ -268,3 +268,22 @@ def test_settings_choose_ice_addresses_from_the_media_bind() -> None:
     assert config.host_addresses == ("10.0.0.5", "127.0.0.1") and config.advertised_host == "203.0.113.9"
     with pytest.raises(ValueError):
         WebRtcSettings(ice_servers="[{")
+
+
+async def test_session_end_closes_the_peer_and_leaves_no_task(calls: WebRtcCalls, link: FakeLink) -> None:
+    baseline = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+    async with browser_stand_in(speech_like(1.0)) as client:
+        answer = await calls.answer(await client.offer(), route="web", public=False)
+        await client.accept(answer.sdp)
+        await link.wait_event("call.updated", answer.call_id)
+        await asyncio.wait_for(client.channel_open.wait(), timeout=10)
+        session = calls.legs[answer.call_id].session
+        assert session is not None
+        await session.aclose("max_duration")  # the session ends the call (agent hang-up, max duration, ...)
+        assert (await client.wait_message("ended", within=5))["reason"] == "max_duration"
+        ended = await link.wait_event("call.ended", answer.call_id)
+        assert ended.end_reason == "max_duration"
+    assert not calls.legs
+    await calls.aclose()
+    leftover = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} - baseline
+    assert not [t for t in leftover if not t.done()], sorted(t.get_name() for t in leftover)
