@@ -160,7 +160,7 @@ class OpusDecoder:
             raise OpusError(f"libopus rejected a packet of {len(payload)} bytes: {exc}") from exc
         if not frames:
             raise OpusError("libopus returned no audio for a packet")
-        parts = [frame.to_ndarray().reshape(-1, self._channels) for frame in frames]
+        parts = [frame.to_ndarray().reshape(-1) for frame in frames]  # packed s16: interleaved
         pcm = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return np.ascontiguousarray(pcm, dtype=np.int16)
 

@@ -13,7 +13,8 @@ nor ``decode_fec``; see docs/adr/0004-opus-packet-loss.md). It keeps the last 40
 * :meth:`Concealer.bridge` fills a lost frame when the *next* frame is already known: a forward
   continuation of the past and a backward periodic extension of the next frame, cross-faded over the gap.
 
-Pure numpy on int16 arrays shaped (samples, channels); no state other than the history and loss counter.
+Pure numpy on int16 arrays: 1-D for mono, (samples, channels) otherwise; no state other than the history,
+the repeated period and the loss counter.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Concealer:
 
     def observe(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
         """Record a decoded frame (samples, channels); returns it, smoothed at the seam after a loss."""
-        frame = pcm.astype(np.float64)
+        frame = pcm.astype(np.float64).reshape(-1, self._channels)
         if self._lost_samples:
             seam = min(frame.shape[0], int(self._rate * _SEAM_MS / 1000))
             tail = self._continue(seam)
@@ -61,7 +62,7 @@ class Concealer:
             self._lost_samples = 0
             self._source = None
         self._push(frame)
-        return _to_int16(frame)
+        return self._shape(_to_int16(frame))
 
     def conceal(self, samples: int) -> npt.NDArray[np.int16]:
         """``samples`` of concealment (samples, channels) for a missing frame."""
@@ -69,12 +70,12 @@ class Concealer:
         out *= self._gains(samples)[:, None]
         self._lost_samples += samples
         self._push(out)
-        return _to_int16(out)
+        return self._shape(_to_int16(out))
 
     def bridge(self, samples: int, following: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
         """Fill a missing frame that sits right before ``following`` (samples, channels), already decoded."""
         forward = self._continue(samples) * self._gains(samples)[:, None]
-        nxt = following.astype(np.float64)
+        nxt = following.astype(np.float64).reshape(-1, self._channels)
         period = _pitch_period(nxt[: min(nxt.shape[0], 2 * self._max_lag())], self._rate) or nxt.shape[0]
         # Backward periodic extension: sample t of the gap (t = samples - 1 is just before `following`)
         # repeats following[(t - samples) mod period].
@@ -85,9 +86,14 @@ class Concealer:
         self._push(out)
         self._lost_samples = 0  # the following frame is continuous with the bridge's end
         self._source = None
-        return _to_int16(out)
+        return self._shape(_to_int16(out))
 
     # --- internals -------------------------------------------------------------------------------------
+
+    def _shape(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+        # Mono streams are 1-D in and out; multichannel ones (samples, channels).
+        shaped: npt.NDArray[np.int16] = pcm.reshape(-1) if self._channels == 1 else pcm
+        return shaped
 
     def _max_lag(self) -> int:
         return int(self._rate * _PITCH_MAX_MS / 1000)

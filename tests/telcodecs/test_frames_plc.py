@@ -1,0 +1,41 @@
+"""The frame contract helpers and the stand-alone concealer (used for G.711 losses)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from telcodecs import frames
+from telcodecs.plc import Concealer
+
+
+def test_frame_contract() -> None:
+    assert (frames.SAMPLE_RATE, frames.FRAME_SAMPLES, frames.FRAME_BYTES) == (24000, 480, 960)
+    quiet = frames.silence(index=3)
+    assert quiet.is_silent and quiet.level_dbfs == float("-inf") and quiet.index == 3
+    t = np.arange(480) / 24000
+    full = np.rint(32767 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+    frame = frames.Frame.from_bytes(full.tobytes(), index=0)
+    assert abs(frame.level_dbfs - (-3.01)) < 0.05  # a full-scale sine is -3 dBFS RMS
+    assert frame.to_bytes() == full.tobytes()
+    with pytest.raises(frames.FrameError):
+        frames.Frame(index=0, pcm=np.zeros(479, dtype=np.int16))
+    whole, rest = frames.split_frames(np.zeros(1000, dtype=np.int16), first_index=5)
+    assert [f.index for f in whole] == [5, 6] and rest.shape == (40,)
+
+
+def test_concealer_repeats_the_pitch_period_at_8khz() -> None:
+    rate, period = 8000, 64  # 125 Hz voice
+    t = np.arange(rate) // 1
+    wave = np.rint(8000 * np.sin(2 * np.pi * t / period) + 3000 * np.sin(4 * np.pi * t / period)).astype(np.int16)
+    concealer = Concealer(sample_rate=rate)
+    for start in range(0, 1600, 160):
+        concealer.observe(wave[start : start + 160])
+    filled = concealer.conceal(160)
+    expected = wave[1600:1760]
+    # After the quarter-period glide the repetition is the true continuation of a periodic signal, at full
+    # level for the first 10 ms (80 samples), then fading by 20 % per 10 ms.
+    assert np.abs(filled[period // 4 : 80].astype(int) - expected[period // 4 : 80]).max() <= 2
+    assert np.abs(filled[80:]).max() < np.abs(expected[80:]).max()
+    after = concealer.observe(wave[1760:1920])
+    assert abs(int(after[0]) - int(filled[-1])) <= 1000
