@@ -53,7 +53,7 @@ __all__ = [
 FRAME_MS: Final = 20
 _COEFF_BITS: Final = 24  # taps are integers / 2**24: exact in float64 with int16 inputs (sums < 2**53)
 _SCALE: Final = 1.0 / (1 << _COEFF_BITS)
-_ROW_CHUNK: Final = 256  # calls per matmul: bounds the working set for large batches
+_ROW_CHUNK: Final = 256  # calls per matmul: bounds the scratch buffer and the working set
 
 
 class ResampleError(ValueError):
@@ -180,21 +180,28 @@ def design(in_rate: int, out_rate: int) -> FilterDesign:
     )
 
 
-def _filter_rows(d: FilterDesign, buf: npt.NDArray[np.float64], out: npt.NDArray[np.int16]) -> None:
-    """Filter ``buf`` (n, history + in_frame), one call per row, into ``out`` (n, out_frame).
+def _windows(d: FilterDesign, buf: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The overlapping input windows of a C-contiguous ``buf`` (n, history + in_frame) as a view.
 
-    The input window of output block b is the column slice ``buf[:, b*block_in : b*block_in + window]``;
-    stacked as a strided view (blocks, n, window) each slice is a plain BLAS operand (row stride >= window),
-    so numpy runs one gemm per block with no window copy.
+    The window of output block b is the column slice ``buf[:, b*block_in : b*block_in + window]``; stacked
+    as (blocks, n, window), each slice is a plain BLAS operand (row stride >= window), so numpy runs one
+    gemm per block with no window copy. (Built with the ndarray constructor: as_strided costs ~8 µs.)
     """
-    n = buf.shape[0]
-    row_stride, item = buf.strides
-    windows = np.lib.stride_tricks.as_strided(
-        buf, shape=(d.blocks, n, d.window), strides=(d.block_in * item, row_stride, item), writeable=False
+    n, width = buf.shape
+    item = buf.itemsize
+    return np.ndarray(
+        shape=(d.blocks, n, d.window),
+        dtype=np.float64,
+        buffer=buf,
+        strides=(d.block_in * item, width * item, item),
     )
-    acc = np.matmul(windows, d.block)  # (blocks, n, block_out): exact, see the module docstring
-    np.clip(acc, -32768, 32767, out=acc)
-    np.rint(acc, out=out.reshape(n, d.blocks, d.block_out).transpose(1, 0, 2), casting="unsafe")
+
+
+def _round_to_int16(acc: npt.NDArray[np.float64]) -> None:
+    """Saturate and round in place; values are exact, so this is the only rounding of the whole path."""
+    np.minimum(acc, 32767.0, out=acc)
+    np.maximum(acc, -32768.0, out=acc)
+    np.rint(acc, out=acc)
 
 
 def _check_frames(d: FilterDesign, x: npt.NDArray[np.int16], ndim: int) -> None:
@@ -207,12 +214,13 @@ def _check_frames(d: FilterDesign, x: npt.NDArray[np.int16], ndim: int) -> None:
 class StreamResampler:
     """One call's resampler: a 20 ms frame in, a 20 ms frame out, filter state kept across frames."""
 
-    __slots__ = ("_buf", "_design")
+    __slots__ = ("_buf", "_design", "_windows")
 
     def __init__(self, in_rate: int, out_rate: int) -> None:
         self._design = design(in_rate, out_rate)
         d = self._design
         self._buf = np.zeros((1, d.history + d.in_frame), dtype=np.float64)
+        self._windows = _windows(d, self._buf)  # a fixed view of the fixed buffer
 
     @property
     def in_rate(self) -> int:
@@ -248,10 +256,12 @@ class StreamResampler:
         buf = self._buf
         h = d.history
         buf[0, h:] = x
-        out = np.empty((1, d.out_frame), dtype=np.int16)
-        _filter_rows(d, buf, out)
+        # (blocks, 1, block_out) is already in time order for a single row: same products, same rounding
+        # as a BatchResampler row.
+        acc = np.matmul(self._windows, d.block)
+        _round_to_int16(acc)
         buf[0, :h] = buf[0, d.in_frame :]  # the last `history` inputs become the next frame's history
-        frame: npt.NDArray[np.int16] = out[0]
+        frame: npt.NDArray[np.int16] = acc.reshape(d.out_frame).astype(np.int16)
         return frame
 
 
@@ -263,7 +273,7 @@ class BatchResampler:
     same order. A row's output is bit-identical to a :class:`StreamResampler` fed the same frames.
     """
 
-    __slots__ = ("_design", "_free", "_history", "_is_open")
+    __slots__ = ("_design", "_free", "_history", "_is_open", "_scratch")
 
     def __init__(self, in_rate: int, out_rate: int, *, capacity: int = 64) -> None:
         if capacity < 1:
@@ -273,6 +283,7 @@ class BatchResampler:
         self._history = np.zeros((capacity, d.history), dtype=np.float64)
         self._is_open = np.zeros(capacity, dtype=bool)
         self._free: list[int] = list(range(capacity - 1, -1, -1))  # pop() hands out low rows first
+        self._scratch = np.empty((_ROW_CHUNK, d.history + d.in_frame), dtype=np.float64)
 
     @property
     def in_frame(self) -> int:
@@ -327,16 +338,23 @@ class BatchResampler:
         out = np.empty((n, d.out_frame), dtype=np.int16)
         if n == 0:
             return out
-        if rows.min() < 0 or rows.max() >= self.capacity or not self._is_open[rows].all():
+        try:
+            all_open = bool(self._is_open[rows].all()) and int(rows.min()) >= 0
+        except IndexError:
+            all_open = False
+        if not all_open:
             raise ResampleError("process() got a row that is not open")
         h = d.history
         for start in range(0, n, _ROW_CHUNK):
             stop = min(n, start + _ROW_CHUNK)
             chunk_rows = rows[start:stop]
-            buf = np.empty((stop - start, h + d.in_frame), dtype=np.float64)
+            count = stop - start
+            buf = self._scratch[:count]  # a prefix of a C-contiguous array is C-contiguous
             buf[:, :h] = self._history[chunk_rows]
             buf[:, h:] = x[start:stop]
-            _filter_rows(d, buf, out[start:stop])
+            acc = np.matmul(_windows(d, buf), d.block)  # (blocks, count, block_out)
+            _round_to_int16(acc)
+            out[start:stop].reshape(count, d.blocks, d.block_out)[...] = acc.transpose(1, 0, 2)
             self._history[chunk_rows] = buf[:, d.in_frame :]
         return out
 
