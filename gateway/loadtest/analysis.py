@@ -86,6 +86,45 @@ def echo_correlation(sent: Pcm, received: Pcm, *, max_lag: int | None = None) ->
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BlockMatch:
+    score: float  # median over blocks of each block's best normalized correlation
+    slips: int  # blocks whose best lag moved from the previous block's (jitter-buffer slips, in samples)
+
+
+def blockwise_match(sent: Pcm, received: Pcm, *, start: int, end: int, lag: int, block: int, search: int) -> BlockMatch:
+    """How well ``sent[start:end]`` came back in ``received`` near ``lag``, tolerating slips.
+
+    An adaptive jitter buffer may insert or drop a frame in the middle of a talk spurt; one global alignment
+    would then call the rest of the spurt wrong. Instead each ``block`` of the sent segment is matched (the
+    normalized matched filter of :func:`find_marker`) within ``search`` samples of where the previous block
+    was found, and the score is the median of the blocks' best correlations.
+    """
+    scores: list[float] = []
+    slips = 0
+    current = lag
+    for b0 in range(start, end - block + 1, block):
+        piece = sent[b0 : b0 + block]
+        if not piece.any():
+            continue
+        lo = b0 + current - search
+        if lo < 0 or b0 + current + block + search > received.size:
+            scores.append(0.0)
+            continue
+        found = find_marker(received[lo : b0 + current + block + search], piece, min_score=-1.0)
+        if found is None:
+            scores.append(0.0)
+            continue
+        found_lag = lo + found.offset - b0
+        if found_lag != current:
+            slips += 1
+            current = found_lag
+        scores.append(found.score)
+    if not scores:
+        return BlockMatch(score=0.0, slips=0)
+    return BlockMatch(score=float(np.median(scores)), slips=slips)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Summary:
     count: int
     p50: float

@@ -8,9 +8,9 @@ Sources (at the codec's clock rate: 8 kHz for G.711, 48 kHz for Opus):
 - ``tone``: 440 Hz + 1 kHz, -12 dBFS. ``silence``: zeros (no markers either: there is nothing to find).
 
 :func:`plan_call_audio` lays a call out as talk spurts and pauses (:class:`~gateway.loadtest.config.TalkPattern`).
-Every spurt starts with the marker chirp (:func:`gateway.loadtest.analysis.chirp`) followed by the next slice
-of the source, so the marker's media time is known exactly and it never overlaps speech it could be confused
-with.
+Every spurt is the next slice of the source with the marker chirp (:func:`gateway.loadtest.analysis.chirp`)
+put in place of 60 ms of it, 200 ms in, so the marker's media time is known exactly and it never overlaps
+speech it could be confused with.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ SPEECH_TEXT = (
     "Could you please check the status for me and tell me when it will be delivered? Thank you very much."
 )
 MARKER_MS = 60
+MARKER_AT_MS = 200  # where in each talk spurt the marker sits
+LEAD_IN_MS = 1000  # silence before the first spurt
 _FADE_MS = 5
 
 
@@ -169,8 +171,8 @@ class CallAudio:
 
     rate: int
     pcm: Pcm
-    markers: tuple[int, ...]  # sample index of each marker start
-    spurts: tuple[tuple[int, int], ...]  # [start, end) of each talk spurt (the marker is its first part)
+    markers: tuple[int, ...]  # sample index of each marker start (one per spurt, MARKER_AT_MS into it)
+    spurts: tuple[tuple[int, int], ...]  # [start, end) of each talk spurt
     barged: tuple[bool, ...]  # spurt i is followed by a barge-in (its reply is expected to be cut off)
     first_pause: int  # sample index where the first pause starts (DTMF goes there)
 
@@ -182,32 +184,40 @@ class CallAudio:
 def plan_call_audio(
     source: Pcm, rate: int, *, seconds: float, pattern: TalkPattern, offset: int = 0, with_markers: bool = True
 ) -> CallAudio:
-    """Lay ``seconds`` of a call out as spurts and pauses; ``offset`` picks where in ``source`` it starts."""
+    """Lay ``seconds`` of a call out as spurts and pauses; ``offset`` picks where in ``source`` it starts.
+
+    The call opens with ``LEAD_IN_MS`` of silence (the agent connects meanwhile), and each spurt's marker
+    sits ``MARKER_AT_MS`` into it, after speech: an agent that treats the start of caller speech as a
+    barge-in may drop what it had queued at that moment (the echo agent's echo of the spurt's first frames),
+    and the marker must not be part of what an agent is entitled to drop.
+    """
     frame = rate // 50
     total = round(seconds * 50) * frame
     pcm = np.zeros(total, dtype=np.int16)
     marker = chirp(rate, ms=MARKER_MS)
     talk = pattern.talk_ms * rate // 1000
+    marker_at = MARKER_AT_MS * rate // 1000
     fade = np.linspace(0.0, 1.0, max(1, rate * _FADE_MS // 1000))
     markers: list[int] = []
     spurts: list[tuple[int, int]] = []
     barged: list[bool] = []
-    position = 0
+    position = LEAD_IN_MS * rate // 1000
     cursor = offset % max(1, source.size)
     k = 0
     silent = not source.any()
     long_pause = pattern.pause_ms * rate // 1000
     # A spurt is planned only when its full pause fits too: its reply must come back before the hang-up.
     while position + talk + long_pause <= total:
-        piece = np.resize(np.roll(source, -cursor), talk - marker.size).astype(np.float64)
+        piece = np.resize(np.roll(source, -cursor), talk).astype(np.float64)
         cursor = (cursor + piece.size) % max(1, source.size)
         piece[: fade.size] *= fade
         piece[-fade.size :] *= fade[::-1]
         start = position
+        pcm[start : start + talk] = np.round(piece).astype(np.int16)
         if with_markers and not silent:
-            pcm[start : start + marker.size] = marker
-            markers.append(start)
-        pcm[start + marker.size : start + talk] = np.round(piece).astype(np.int16)
+            at = start + marker_at
+            pcm[at : at + marker.size] = marker  # replaces that slice of speech: nothing to confuse it with
+            markers.append(at)
         spurts.append((start, start + talk))
         barge = pattern.barge_in_ms > 0 and k % 2 == 0
         barged.append(barge)

@@ -5,9 +5,10 @@ decoded, and searched for each sent marker inside the window that belongs to it 
 until the next marker's). Round-trip latency = arrival time of the packet carrying the returned marker start,
 plus the marker's position inside that packet, minus the send deadline of the frame that carried it: both
 ends read the same process clock, so no clock offset enters. With the marker's sample lag, each talk spurt is
-compared with what came back at that lag (Pearson correlation, best of a few samples either way): the audio
-"came back right" when every spurt whose reply was not cut off by a planned barge-in correlates above the
-codec's threshold.
+compared with what came back from that lag on, in 100 ms blocks each matched within two frames of the
+previous block (:func:`~gateway.loadtest.analysis.blockwise_match`: an adaptive jitter buffer may slip a
+frame mid-spurt). The audio "came back right" when, for every spurt whose reply was not cut off by a planned
+barge-in, the median block correlation is above the codec's threshold.
 
 Outbound pacing error of the target: packet *i* of the returned stream *should* arrive at
 ``a + (ts_i - ts_0) / clock_rate`` for some constant ``a`` (transit); taking ``a`` from the earliest packet,
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.loadtest import _codec
-from gateway.loadtest.analysis import Pcm, chirp, echo_correlation, find_marker
+from gateway.loadtest.analysis import Pcm, blockwise_match, chirp, find_marker
 from gateway.loadtest.audio import MARKER_MS, CallAudio
 from gateway.loadtest.config import Codec
 from gateway.loadtest.media import CallReceiver
@@ -48,6 +49,7 @@ class CallAnalysis:
     pacing_hist: np.ndarray  # int64[PACING_BINS]
     pacing_p99_ms: float
     barge_in_stop_ms: tuple[float, ...]
+    slips: int = 0  # blocks of returned speech that moved against the previous block (jitter-buffer slips)
 
 
 def _frame_arrivals(receiver: CallReceiver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -157,7 +159,7 @@ def analyze_call(
         )
 
     marker = chirp(rate, ms=MARKER_MS)
-    padded = np.concatenate([np.zeros(_SEARCH_SLACK, np.int16), received, np.zeros(_SEARCH_SLACK, np.int16)])
+    slips = 0
     rtts: list[float] = []
     rtt_at: list[float] = []
     correlations: list[float] = []
@@ -165,7 +167,7 @@ def analyze_call(
     ok = True
     send_t0 = frame_sent(0)
     sent_times = [frame_sent(m // n) + (m % n) / rate for m in plan.markers]
-    for j, (start, end) in enumerate(plan.spurts):
+    for j, (_, end) in enumerate(plan.spurts):
         if plan.barged[j]:
             continue  # its reply is planned to be cut off by the caller talking over it
         expected += 1
@@ -184,16 +186,20 @@ def analyze_call(
         within = (match % n) / rate
         rtts.append(float((slot_arrival[match // n] + within - t_sent - codec_delay / rate) * 1000))
         rtt_at.append(t_sent - send_t0)
-        lag = match - start
-        # The speech after the marker is compared (the marker itself is the same in every spurt and call).
-        # ``padded`` has the slack at both ends, so the aligned window always exists.
-        begin = start + marker.size
-        lo = begin + lag
-        hi = end + lag + 2 * _SEARCH_SLACK
-        if hi > padded.size:
-            ok = False
-            continue
-        corr = echo_correlation(plan.pcm[begin:end], padded[lo:hi], max_lag=2 * _SEARCH_SLACK).correlation
+        lag = match - plan.markers[j]
+        # The speech after the marker is compared (the marker itself is the same in every spurt and call),
+        # block by block so that a jitter-buffer slip inside the spurt is not mistaken for wrong audio.
+        found = blockwise_match(
+            plan.pcm,
+            received,
+            start=plan.markers[j] + marker.size,
+            end=end,
+            lag=lag,
+            block=rate // 10,
+            search=2 * n + _SEARCH_SLACK,
+        )
+        corr = found.score
+        slips += found.slips
         correlations.append(float(corr))
         if corr < CORRELATION_OK[codec]:
             ok = False
@@ -207,6 +213,7 @@ def analyze_call(
         pacing_hist=hist,
         pacing_p99_ms=p99,
         barge_in_stop_ms=_barge_in_stops(plan, received, sample_arrival, frame_sent, n),
+        slips=slips,
     )
 
 

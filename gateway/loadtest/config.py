@@ -64,7 +64,7 @@ def check_target(host: str, allow: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TalkPattern:
-    """How a caller talks: ``talk_ms`` of audio (starting with the marker chirp), then ``pause_ms`` of silence.
+    """How a caller talks: ``talk_ms`` of audio (the marker chirp 200 ms in), then ``pause_ms`` of silence.
 
     The pause leaves a turn-taking agent room to answer: with a server VAD that waits ``silence_duration_ms``
     (500 ms by default) and echoes the whole turn (with 300 ms of prefix padding), a pause of about
@@ -78,10 +78,10 @@ class TalkPattern:
     barge_in_ms: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("talk_ms", "pause_ms"):
+        for name, least in (("talk_ms", 400), ("pause_ms", 100)):
             value = getattr(self, name)
-            if value < 100 or value % 20:
-                raise LoadConfigError(f"{name} must be a multiple of 20 ms and at least 100 ms, got {value}")
+            if value < least or value % 20:
+                raise LoadConfigError(f"{name} must be a multiple of 20 ms and at least {least} ms, got {value}")
         if self.barge_in_ms < 0 or self.barge_in_ms % 20 or self.barge_in_ms >= self.pause_ms:
             raise LoadConfigError("barge_in_ms must be a multiple of 20 ms, >= 0 and shorter than pause_ms")
 

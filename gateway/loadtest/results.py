@@ -45,6 +45,7 @@ class CallResult:
     pacing_p99_ms: float | None = None
     barge_in_stop_ms: tuple[float, ...] = ()
     dtmf_sent: int = 0
+    slips: int = 0
 
     @property
     def answered(self) -> bool:
@@ -214,6 +215,7 @@ def aggregate(run: RunResult) -> dict[str, Any]:
         "audio_checked": len(checked),
         "audio_ok": sum(1 for c in checked if c.audio_ok),
         "correlation_min": summarize(correlations).as_dict(),
+        "slips": sum(c.slips for c in answered),
         "barge_in_stop_ms": summarize([v for c in answered for v in c.barge_in_stop_ms]).as_dict(),
         "dtmf_sent": sum(c.dtmf_sent for c in answered),
         "generator": asdict(run.generator),
@@ -252,7 +254,7 @@ def table(summary: dict[str, Any]) -> str:
         (
             "audio came back right",
             f"{summary['audio_ok']}/{summary['audio_checked']} calls "
-            f"(min correlation p50 {_fmt(summary['correlation_min']['p50'], 3)})",
+            f"(min correlation p50 {_fmt(summary['correlation_min']['p50'], 3)}; slips {summary['slips']})",
         )
     )
     if summary["barge_in_stop_ms"]["count"]:

@@ -443,6 +443,7 @@ class LoadRunner:
             pacing_p99_ms=analysis.pacing_p99_ms if analysis else None,
             barge_in_stop_ms=analysis.barge_in_stop_ms if analysis else (),
             dtmf_sent=sender.dtmf_sent,
+            slips=analysis.slips if analysis else 0,
         )
 
 

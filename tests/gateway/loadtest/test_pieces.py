@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.loadtest import _codec
+from gateway.loadtest.analysis import chirp
 from gateway.loadtest.audio import plan_call_audio, speech_like
 from gateway.loadtest.callanalysis import PACING_BINS, analyze_call, histogram_percentile, pacing_histogram
 from gateway.loadtest.config import (
@@ -128,16 +129,20 @@ def test_dtmf_replaces_audio_frames_with_telephone_events_on_the_same_sequence()
 # ----------------------------------------------------------------------------------------- plans
 
 
-def test_plan_puts_a_marker_at_the_start_of_every_spurt_and_silence_between() -> None:
+def test_plan_opens_with_silence_and_puts_a_marker_into_every_spurt() -> None:
     pattern = TalkPattern(talk_ms=400, pause_ms=600, barge_in_ms=200)
     plan = plan_call_audio(speech_like(8000, 3.0), 8000, seconds=4.0, pattern=pattern)
     assert plan.pcm.size == 32000
-    assert plan.markers == tuple(start for start, _ in plan.spurts)
+    assert not plan.pcm[:8000].any()  # 1 s lead-in
+    # spurt 0: 1000-1400 ms, barge pause 200 ms, spurt 1: 1600-2000 ms, pause 600 ms, spurt 2 at 2600 ms ...
+    assert plan.spurts[:3] == ((8000, 11200), (12800, 16000), (20800, 24000))
+    assert plan.markers == tuple(start + 1600 for start, _ in plan.spurts)  # 200 ms into each spurt
     assert plan.barged[0] and not plan.barged[1]  # every second pause is a barge-in
-    # spurt 0: 0-400 ms, barge pause 200 ms, spurt 1: 600-1000 ms, pause 600 ms, spurt 2 at 1600 ms ...
-    assert plan.spurts[:3] == ((0, 3200), (4800, 8000), (12800, 16000))
-    assert not plan.pcm[3200:4800].any()
+    assert not plan.pcm[11200:12800].any()
     assert all(end + 600 * 8 <= 32000 for _, end in plan.spurts)  # the full pause fits after each
+    first = plan.markers[0]
+    assert np.array_equal(plan.pcm[first : first + 480], chirp(8000, ms=60))
+    assert plan.pcm[first - 800 : first].any()  # speech before the marker
 
 
 # ----------------------------------------------------------------------------------------- analysis
@@ -165,8 +170,8 @@ def test_analysis_measures_the_marker_round_trip_and_matching_audio() -> None:
     pattern = TalkPattern(talk_ms=400, pause_ms=600)
     plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
     result = analyze_call(plan, _receiver_for(plan.pcm, delay_frames=3), codec="PCMU", frame_sent=_frame_sent)
-    assert result.markers_expected == result.markers_found == 3
-    assert result.rtt_ms == pytest.approx((61.0, 61.0, 61.0), abs=0.01)  # 3 frames + 1 ms transit
+    assert result.markers_expected == result.markers_found == 2
+    assert result.rtt_ms == pytest.approx((61.0, 61.0), abs=0.01)  # 3 frames + 1 ms transit
     assert result.audio_ok and min(result.correlations) > 0.98
     assert result.pacing_p99_ms == pytest.approx(0.0, abs=1e-6)
 
@@ -176,7 +181,7 @@ def test_analysis_fails_audio_that_is_not_what_was_sent() -> None:
     plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
     other = plan_call_audio(speech_like(8000, 2.0, seed=99), 8000, seconds=3.0, pattern=pattern, offset=4321)
     result = analyze_call(plan, _receiver_for(other.pcm, delay_frames=2), codec="PCMU", frame_sent=_frame_sent)
-    assert result.markers_found == 3  # markers are the same chirp: the speech after them is what differs
+    assert result.markers_found == 2  # markers are the same chirp: the speech after them is what differs
     assert result.audio_ok is False and max(result.correlations) < 0.5
 
 
@@ -187,7 +192,7 @@ def test_analysis_reports_late_packets_as_pacing_error_and_lost_markers() -> Non
     first = plan.markers[0] // 160 + 1  # the echoed first marker's three frames are lost
     receiver = _receiver_for(plan.pcm, delay_frames=1, late=late, lose={first, first + 1, first + 2})
     result = analyze_call(plan, receiver, codec="PCMU", frame_sent=_frame_sent)
-    assert result.markers_found == 2 and result.audio_ok is False
+    assert result.markers_found == 1 and result.audio_ok is False
     assert result.pacing_p99_ms == pytest.approx(15.0, abs=0.01)
     assert receiver.stats.lost == 3
 
