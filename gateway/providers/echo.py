@@ -11,9 +11,10 @@ one second) so the session core sees ordinary ResponseStarted / AudioReceived / 
 sequences and has item ids to truncate; a new item starts with the next frame. Echoed audio is continuous:
 there is no gap at an item boundary.
 
-``server_vad`` is False: the echo agent hears everything and detects nothing, so the session core runs its
-own VAD if it wants turn events. A core that barges in against the echo agent cancels its own voice:
-:meth:`cancel_response` ends the current item (ResponseDone "cancelled") and drops the frames still held back.
+``server_vad`` is True although the agent never reports speech: the echo agent has no turns, and a session
+core running its own VAD would "barge in" on every word the caller says, cancelling the caller's own echo
+(:meth:`cancel_response` ends the current item with ResponseDone "cancelled" and drops the frames still
+held back). Declaring the turn-taking as the provider's keeps the echo continuous.
 
 DTMF: ``send_text("DTMF 5")`` answers with ``TranscriptReceived(role="assistant", text="You pressed 5")``.
 """
@@ -184,7 +185,7 @@ class EchoModel:
     def __init__(self, config: EchoConfig | None = None) -> None:
         self.config = config or EchoConfig()
         self.capabilities = Capabilities(
-            server_vad=False, truncate=False, resume_handle=False, max_connection_s=None, g711_passthrough=False
+            server_vad=True, truncate=False, resume_handle=False, max_connection_s=None, g711_passthrough=False
         )
         self._sessions = itertools.count(1)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gateway.fleet.models import ProfileModel
+from gateway.media.call import MediaStats
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.sip.events import CallHandle
@@ -46,6 +47,7 @@ class CallLeg:
     remote_sdp: SessionDescription | None = None
     session: CallSession | None = None
     media_added: bool = False
+    last_media: MediaStats | None = None
     started_wall: float = field(default_factory=time.time)
     started_mono: float = field(default_factory=time.monotonic)
     answered_wall: float | None = None

@@ -644,6 +644,7 @@ class MediaWorker:
 
     def _release_media(self, leg: CallLeg) -> None:
         if leg.media_added:
+            leg.last_media = self.engine.stats(leg.id, self.clock_now())  # the ended call keeps its figures
             leg.media_added = False
             bye = self.engine.remove_call(leg.id)
             if leg.rtp is not None:
@@ -853,8 +854,8 @@ class MediaWorker:
         stats = CallStats()
         transcript: list[TranscriptLine] = []
         provider = leg.provider or (leg.profile.provider if leg.profile is not None else "")
-        if leg.media_added:
-            media = self.engine.stats(leg.id, now)
+        media = self.engine.stats(leg.id, now) if leg.media_added else leg.last_media
+        if media is not None:
             loss_pct = min(100.0, 100.0 * media.loss_fraction)
             delay_ms = media.target_delay_ms + 40.0 + (media.rtt_ms or 0.0) / 2
             stats_fields = dict(

@@ -37,7 +37,7 @@ def drain(session: EchoSession) -> list[object]:
 async def test_echo_is_byte_identical_ordered_and_one_frame_behind() -> None:
     model = EchoModel()
     assert isinstance(model, RealtimeModel)
-    assert model.capabilities.server_vad is False
+    assert model.capabilities.server_vad is True  # no local VAD: it would cancel the caller's own echo
     session = await model.connect(AgentProfile())
     assert isinstance(session, RealtimeSession)
     events = EventReader(session.events())

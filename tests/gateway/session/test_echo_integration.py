@@ -3,6 +3,7 @@ byte-identical through playout, local VAD barge-in cancels the echo, DTMF text r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -50,7 +51,9 @@ class _ObservedModel:
     def __init__(self, inner: EchoModel) -> None:
         self._inner = inner
         self.name = inner.name
-        self.capabilities = inner.capabilities
+        # The echo agent declares server VAD so real calls run no local VAD against it; this test
+        # exercises the session's own VAD, so it presents the echo as a provider without one.
+        self.capabilities = dataclasses.replace(inner.capabilities, server_vad=False)
         self.sessions: list[_Observed] = []
 
     async def connect(

@@ -1,0 +1,156 @@
+"""A scripted SIP phone for worker tests: our own sans-I/O SipEndpoint + SipTransport + an RTP socket.
+
+It places calls to a worker on loopback, streams a G.711 signal at 20 ms, records what comes back, and
+exposes the SIP events it saw through an asyncio queue, so tests wait for events with deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gateway.media.rtp import build_rtp, parse_rtp
+from gateway.sip.config import SipConfig
+from gateway.sip.endpoint import SipEndpoint
+from gateway.sip.events import CallHandle, SipEvent
+from gateway.sip.sdp import LocalMedia, build_offer, negotiate, parse_sdp
+from gateway.transport.sip_transport import SipTransport
+from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+
+
+@dataclass
+class PeerCall:
+    handle: CallHandle
+    rtp: socket.socket
+    codec: str = "PCMU"
+    payload_type: int = 0
+    remote_rtp: tuple[str, int] | None = None
+    received: list[bytes] = field(default_factory=list)
+    received_pts: list[int] = field(default_factory=list)
+
+
+class SipPeer:
+    def __init__(self, *, port: int | None = None) -> None:
+        if port is None:
+            from tests.support.procs import free_ports
+
+            port = free_ports(1)[0]
+        self.endpoint = SipEndpoint(
+            SipConfig(local_host="127.0.0.1", local_port=port, rate_limit=None), rng=random.Random(7)
+        )
+        self.events: asyncio.Queue[SipEvent] = asyncio.Queue()
+        self.transport = SipTransport(
+            self.endpoint, host="127.0.0.1", port=port, transports=("udp",), on_events=self._on_events
+        )
+        self.calls: dict[CallHandle, PeerCall] = {}
+
+    def _on_events(self, events: list[SipEvent]) -> None:
+        for event in events:
+            self.events.put_nowait(event)
+
+    async def __aenter__(self) -> SipPeer:
+        await self.transport.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for call in self.calls.values():
+            asyncio.get_running_loop().remove_reader(call.rtp.fileno())
+            call.rtp.close()
+        await self.transport.aclose()
+
+    @property
+    def port(self) -> int:
+        return self.transport.port
+
+    async def wait_for(self, kind: type, *, within: float = 5.0, call: CallHandle | None = None) -> SipEvent:
+        async def next_match() -> SipEvent:
+            while True:
+                event = await self.events.get()
+                if isinstance(event, kind) and (call is None or getattr(event, "call", None) == call):
+                    return event
+
+        return await asyncio.wait_for(next_match(), timeout=within)
+
+    def invite(
+        self,
+        target: str,
+        *,
+        codecs: Sequence[str] = ("PCMU",),
+        body: bytes | None = None,
+        from_user: str = "+15550100",
+    ) -> PeerCall:
+        rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rtp.bind(("127.0.0.1", 0))
+        rtp.setblocking(False)
+        if body is None:
+            body = build_offer(
+                local_address="127.0.0.1",
+                local_port=rtp.getsockname()[1],
+                session_id=1,
+                session_version=1,
+                preferences=tuple(codecs),
+            ).to_bytes()
+        handle = self.endpoint.invite(
+            target, self.transport.now(), from_uri=f"sip:{from_user}@127.0.0.1:{self.port}", body=body
+        )
+        call = PeerCall(handle=handle, rtp=rtp)
+        self.calls[handle] = call
+
+        def on_rtp() -> None:
+            while True:
+                try:
+                    data = rtp.recv(2048)
+                except BlockingIOError:
+                    return
+                packet = parse_rtp(data)
+                call.received_pts.append(packet.payload_type)
+                call.received.append(packet.payload)
+
+        asyncio.get_running_loop().add_reader(rtp.fileno(), on_rtp)
+        self.transport.pump()
+        return call
+
+    def answered(self, call: PeerCall, answer_body: bytes) -> None:
+        answer = parse_sdp(answer_body)
+        negotiated = negotiate(answer, local=LocalMedia())
+        call.codec = negotiated.codec_name
+        call.payload_type = negotiated.payload_type
+        call.remote_rtp = negotiated.remote_rtp
+
+    def hang_up(self, call: PeerCall) -> None:
+        self.endpoint.hang_up(call.handle, self.transport.now())
+        self.transport.pump()
+
+    async def stream(self, call: PeerCall, pcm8k: np.ndarray, *, frames: int | None = None) -> None:
+        """Send ``pcm8k`` as 20 ms G.711 packets, paced on absolute deadlines."""
+        assert call.remote_rtp is not None
+        encode = ulaw_encode if call.codec == "PCMU" else alaw_encode
+        loop = asyncio.get_running_loop()
+        count = frames if frames is not None else len(pcm8k) // 160
+        start = loop.time()
+        for i in range(count):
+            chunk = pcm8k[i * 160 : (i + 1) * 160]
+            if chunk.size < 160:
+                chunk = np.pad(chunk, (0, 160 - chunk.size))
+            packet = build_rtp(
+                payload_type=call.payload_type,
+                sequence_number=1000 + i,
+                timestamp=160 * i,
+                ssrc=0x1234,
+                payload=encode(chunk.astype(np.int16)),
+                marker=i == 0,
+            )
+            call.rtp.sendto(packet, call.remote_rtp)
+            delay = start + (i + 1) * 0.02 - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def heard(self, call: PeerCall) -> np.ndarray:
+        decode = ulaw_decode if call.codec == "PCMU" else alaw_decode
+        audio = [decode(p) for p, pt in zip(call.received, call.received_pts) if pt == call.payload_type]
+        return np.concatenate(audio) if audio else np.zeros(0, np.int16)
