@@ -97,6 +97,7 @@ class CallStats(_Model):
     loss_pct: float = Field(default=0.0, ge=0.0, le=100.0)
     jitter_ms: float = Field(default=0.0, ge=0.0)
     late: int = Field(default=0, ge=0, description="Packets that arrived after their playout time")
+    rtt_ms: float | None = Field(default=None, ge=0.0, description="Round-trip time from RTCP (or WebRTC stats)")
     mos: float | None = Field(default=None, ge=1.0, le=5.0, description="E-model estimate (ITU-T G.107)")
     provider_latency_p50_ms: float | None = Field(default=None, ge=0.0)
     provider_latency_last_ms: float | None = Field(default=None, ge=0.0)

@@ -865,6 +865,7 @@ class MediaWorker:
                 loss_pct=loss_pct,
                 jitter_ms=media.jitter_ms,
                 late=media.late,
+                rtt_ms=media.rtt_ms,
                 mos=estimate_mos(loss_pct=loss_pct, delay_ms=delay_ms, codec=media.codec),
             )
         else:
