@@ -8,15 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
-
-# The media tick runs small matrix products every 20 ms; a multithreaded BLAS turns each into a thread
-# hand-off that costs far more than the arithmetic (30x measured under load). Must precede numpy's import,
-# which only happens inside the subcommand modules imported below.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
