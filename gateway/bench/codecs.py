@@ -10,6 +10,9 @@ Paths: telcodecs batched (BatchResampler + batch LUTs, N = 1, 10, 100, 1000), te
 resampling), ``av.AudioResampler``, ``soxr.ResampleStream``, and stdlib ``audioop`` where it exists.
 Every case is timed several times, interleaved with the others (so load drift hits all alike), and the
 median is reported. Results and the machine facts go to docs/performance.md.
+
+The unit is one core: BLAS is held to one thread (unless OPENBLAS_NUM_THREADS says otherwise), because a
+deployment sizes calls per core and runs one media worker per core.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+# Before numpy loads its BLAS (when run from the CLI, nothing has imported numpy yet).
+_NUMPY_WAS_LOADED = "numpy" in sys.modules
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from telcodecs import g711
-from telcodecs.opus import OpusDecoder, OpusEncoder
-from telcodecs.resample import BatchResampler, StreamResampler
+import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
+
+from telcodecs import g711  # noqa: E402
+from telcodecs.opus import OpusDecoder, OpusEncoder  # noqa: E402
+from telcodecs.resample import BatchResampler, StreamResampler  # noqa: E402
 
 Tick = Callable[[], None]
 
@@ -425,6 +432,7 @@ def _environment() -> dict[str, Any]:
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "blas": blas,
         "blas_threads_env": {k: os.environ[k] for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if k in os.environ},
+        "blas_threads_env_applied": not _NUMPY_WAS_LOADED,
         "versions": versions,
     }
 

@@ -1,0 +1,34 @@
+"""`gateway bench codecs --quick --json` runs and prints one JSON object of the documented shape."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_quick_json_shape() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "codecs", "--quick", "--json", "--repeats", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report) >= {"results", "env"}
+    results = report["results"]
+    assert all({"name", "calls", "us_per_call_frame"} <= set(r) for r in results)
+    assert all(isinstance(r["calls"], int) and r["us_per_call_frame"] > 0 for r in results)
+    batched = {r["calls"] for r in results if r["path"] == "batched" and r["name"].startswith("g711")}
+    assert batched == {1, 10, 100, 1000}
+    paths = {(r["name"].split()[0], r["path"]) for r in results}
+    for path in ("per-call", "aiortc", "av", "soxr"):
+        assert ("g711<->24k", path) in paths
+    assert ("opus<->24k", "batched") in paths and ("opus<->24k", "aiortc") in paths
+    assert {"python", "cpu", "cpu_count", "versions"} <= set(report["env"])
