@@ -7,12 +7,32 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="WHAT", required=True)
-    codecs = sub.add_parser(
-        "codecs", help="µs per call per 20 ms frame: G.711/Opus <-> 24 kHz, batched vs per-call"
-    )
+    codecs = sub.add_parser("codecs", help="µs per call per 20 ms frame: G.711/Opus <-> 24 kHz, batched vs per-call")
     codecs.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     codecs.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
     codecs.add_argument("--quick", action="store_true", help="fewer frames per measurement (for tests)")
+    calls = sub.add_parser(
+        "calls",
+        help="concurrent bridged calls one worker core sustains, AI leg active (see docs/performance.md)",
+    )
+    calls.add_argument("--steps", help="comma-separated concurrency steps (default 50,100,200,300,400,600,800)")
+    calls.add_argument("--quick", action="store_true", help="smoke run: steps 20,50, a 5 s window")
+    calls.add_argument("--codec", choices=["pcmu", "pcma", "opus"], default="pcmu", help="codec of every call")
+    calls.add_argument(
+        "--engine", choices=["batched", "percall"], default="batched", help="the worker's media design under test"
+    )
+    calls.add_argument(
+        "--provider", choices=["openai", "echo"], default="openai", help="openai = the fake server over websocket"
+    )
+    calls.add_argument("--chunk-ms", type=int, default=20, help="caller audio per provider message (20..100)")
+    calls.add_argument("--window", type=float, default=20.0, help="measurement window per step, seconds")
+    calls.add_argument("--ramp-cps", type=float, default=50.0, help="call rate while a step ramps up")
+    calls.add_argument("--repeats", type=int, default=1, help="runs per step (medians are reported)")
+    calls.add_argument("--worker-core", type=int, default=0, help="CPU the worker is pinned to (-1: none)")
+    calls.add_argument("--load-core", type=int, default=1, help="CPU for the generator and the fake (-1: none)")
+    calls.add_argument("--profile", metavar="FILE", help="run the worker under cProfile, write stats to FILE")
+    calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
+    calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker and generator")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -20,4 +40,27 @@ def main(args: argparse.Namespace) -> int:
         from gateway.bench.codecs import run
 
         return run(json_output=args.json, repeats=args.repeats, quick=args.quick)
+    if args.bench == "calls":
+        from gateway.bench.calls import DEFAULT_STEPS, QUICK_STEPS, CallsBenchConfig
+        from gateway.bench.calls import run as run_calls
+        from gateway.loadtest.config import CODECS
+
+        steps = QUICK_STEPS if args.quick else DEFAULT_STEPS
+        if args.steps:
+            steps = tuple(int(part) for part in args.steps.split(",") if part.strip())
+        config = CallsBenchConfig(
+            steps=steps,
+            codec=CODECS[args.codec],
+            engine=args.engine,
+            provider=args.provider,
+            chunk_ms=args.chunk_ms,
+            window_s=5.0 if args.quick else args.window,
+            ramp_cps=args.ramp_cps,
+            repeats=args.repeats,
+            worker_core=None if args.worker_core < 0 else args.worker_core,
+            load_core=None if args.load_core < 0 else args.load_core,
+            profile=args.profile,
+            uvloop=not args.no_uvloop,
+        )
+        return run_calls(config, json_path=args.json)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

@@ -1,0 +1,90 @@
+"""The media worker process that ``gateway bench calls`` measures: ``python -m gateway.bench._worker``.
+
+It is the production :class:`~gateway.worker.worker.MediaWorker` (SIP, RTP sockets, the shared tick, one
+CallSession per call, the provider websocket) without the control plane: admission is the worker's own
+(``link=None``), so the figure is the worker's cost, not FastAPI's. Every call goes to the provider named by
+``--provider`` (``openai`` at ``--openai-url``, the fake server: the full websocket + JSON + base64 path; or
+``echo``). Two knobs exist only for the benchmark: ``--engine percall`` swaps the batched tick engine for the
+per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` sets ``SessionConfig.inbound_chunk_ms``.
+``/metrics`` is served on ``--metrics-port`` (prometheus-client's thread). SIGINT/SIGTERM end the calls and
+exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m gateway.bench._worker``) writes
+its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from gateway.providers.base import RealtimeModel
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway.bench._worker")
+    parser.add_argument("--sip-port", type=int, required=True)
+    parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument("--rtp-ports", default="20000-29999")
+    parser.add_argument("--provider", choices=["openai", "echo"], default="openai")
+    parser.add_argument("--openai-url", default="")
+    parser.add_argument("--engine", choices=["batched", "percall"], default="batched")
+    parser.add_argument("--chunk-ms", type=int, default=20)
+    parser.add_argument("--capacity", type=int, default=5000)
+    parser.add_argument("--no-uvloop", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from prometheus_client import start_http_server
+
+    from gateway.observability import REGISTRY
+    from gateway.providers.registry import ProviderSettings, create_model
+    from gateway.session.config import SessionConfig
+    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.worker import MediaWorker
+
+    settings = WorkerSettings(
+        worker_id="bench",
+        sip_port=args.sip_port,
+        rtp_ports=args.rtp_ports,
+        capacity=args.capacity,
+        sip_transports=("udp",),
+        sip_rate_limit_per_s=100000.0,
+        rtp_timeout_s=30.0,
+    )
+    provider_settings = ProviderSettings(
+        provider=args.provider, openai_url=args.openai_url or ProviderSettings().openai_url
+    )
+    model = create_model(args.provider, provider_settings)
+
+    def factory(name: str) -> RealtimeModel:
+        return model  # every route's calls go to the provider under test
+
+    worker = MediaWorker(settings, model_factory=factory, session_config=SessionConfig(inbound_chunk_ms=args.chunk_ms))
+    if args.engine == "percall":
+        from gateway.bench._percall import install
+
+        install(worker)
+    start_http_server(args.metrics_port, addr="127.0.0.1", registry=REGISTRY)
+
+    async def amain() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await worker.start()
+        print(f"bench worker ready: sip {args.sip_port} metrics {args.metrics_port} engine {args.engine}", flush=True)
+        await stop.wait()
+        await worker.aclose("shutdown")
+        return 0
+
+    if not args.no_uvloop:
+        import uvloop
+
+        return int(uvloop.run(amain()))
+    return asyncio.run(amain())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
