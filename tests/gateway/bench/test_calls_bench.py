@@ -1,0 +1,69 @@
+"""The pure parts of ``gateway bench calls``: metrics deltas, medians, the headline, the profile categories."""
+
+from __future__ import annotations
+
+import math
+
+from gateway.bench._profile import categorize
+from gateway.bench.calls import _bucket_p99, _counter, _median_row, _parse_metrics, headline
+
+BEFORE = """
+# HELP gateway_tick_seconds Work done in one 20 ms media tick
+gateway_tick_seconds_bucket{le="0.001",worker="bench"} 10.0
+gateway_tick_seconds_bucket{le="0.002",worker="bench"} 10.0
+gateway_tick_seconds_bucket{le="0.004",worker="bench"} 10.0
+gateway_tick_seconds_bucket{le="+Inf",worker="bench"} 10.0
+gateway_tick_seconds_sum{worker="bench"} 0.005
+gateway_tick_overruns_total{worker="bench"} 2.0
+gateway_active_calls{worker="bench"} 0.0
+"""
+AFTER = """
+gateway_tick_seconds_bucket{le="0.001",worker="bench"} 500.0
+gateway_tick_seconds_bucket{le="0.002",worker="bench"} 1000.0
+gateway_tick_seconds_bucket{le="0.004",worker="bench"} 1009.0
+gateway_tick_seconds_bucket{le="+Inf",worker="bench"} 1010.0
+gateway_tick_seconds_sum{worker="bench"} 1.505
+gateway_tick_overruns_total{worker="bench"} 3.0
+gateway_active_calls{worker="bench"} 100.0
+"""
+
+
+def test_tick_p99_and_overruns_come_from_deltas_over_the_window() -> None:
+    before, after = _parse_metrics(BEFORE), _parse_metrics(AFTER)
+    p99, count, mean = _bucket_p99(before, after, "gateway_tick_seconds")
+    assert count == 1000
+    assert p99 == 2.0  # 990 of the 1000 window ticks took <= 2 ms
+    assert math.isclose(mean, 1.5)
+    assert _counter(before, after, "gateway_tick_overruns_total") == 1.0
+
+
+def test_medians_of_repeats_and_a_majority_verdict() -> None:
+    runs = [
+        {"calls": 400, "loss_pct": 0.0, "tick_p99_ms": 4.0, "sustained": True, "markers": "1/1"},
+        {"calls": 400, "loss_pct": 0.1, "tick_p99_ms": 6.0, "sustained": False, "markers": "1/1"},
+        {"calls": 400, "loss_pct": 0.0, "tick_p99_ms": math.nan, "sustained": True, "markers": "1/1"},
+    ]
+    row = _median_row(runs)
+    assert row["loss_pct"] == 0.0 and row["tick_p99_ms"] == 5.0
+    assert row["sustained"] is True and row["sustained_runs"] == 2 and row["runs"] == 3
+    rows = [row, {**row, "calls": 600, "sustained": False}, {**row, "calls": 200}]
+    assert headline(rows) == 400
+    assert headline([{**row, "sustained": False}]) == 0
+
+
+def test_profile_samples_go_to_the_innermost_known_category() -> None:
+    lines = [
+        "run (asyncio/runners.py:1);_fire (gateway/transport/clock.py:83);tick_inbound (gateway/media/tick.py:244) 30",
+        "run (asyncio/runners.py:118);send_audio (gateway/providers/openai.py:258);b64encode (base64.py:58) 5",
+        "run (asyncio/runners.py:118);send (gateway/providers/_link.py:148);send_data (websockets/asyncio/x.py:1) 7",
+        "run (asyncio/runners.py:118);__call__ (gateway/transport/rtp_socket.py:64) 11",
+        "idle 3",
+    ]
+    totals = categorize(lines)
+    assert totals == {
+        "tick DSP": 30,
+        "JSON/base64": 5,
+        "websocket send/recv": 7,
+        "RTP I/O": 11,
+        "other": 3,
+    }
