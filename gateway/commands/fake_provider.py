@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["echo", "tone", "speech-like"], default="echo", help="reply audio")
     parser.add_argument("--reply-ms", type=int, default=1000, help="length of tone / speech-like replies")
     parser.add_argument("--paced", action="store_true", help="send reply audio in real time, not all at once")
+    parser.add_argument("--pace", type=float, default=1.0, help="speed of paced replies (2 = twice real time)")
     parser.add_argument("--chunk-ms", type=int, default=100, help="audio per response.output_audio.delta")
     parser.add_argument("--vad-threshold-dbfs", type=float, default=-45.0, help="energy VAD threshold")
     parser.add_argument("--tool-name", default="", help="answer the first turn with a call of this function")
@@ -31,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--error-after-frames", type=int, default=0, help="send one error event after N frames")
     parser.add_argument("--error-code", default="server_error", help="code of the injected error")
     parser.add_argument("--error-message", default="injected error", help="message of the injected error")
+    parser.add_argument(
+        "--fault-connections",
+        type=int,
+        default=0,
+        help="apply the drop/expire/error faults to the first N connections only (0 = all)",
+    )
     parser.add_argument(
         "--record",
         choices=["all", "meta", "none"],
@@ -47,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
             mode=args.mode,
             reply_ms=args.reply_ms,
             paced=args.paced,
+            pace=args.pace,
             chunk_ms=args.chunk_ms,
             vad_threshold_dbfs=args.vad_threshold_dbfs,
             tool_name=args.tool_name,
@@ -58,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
             error_after_frames=args.error_after_frames,
             error_code=args.error_code,
             error_message=args.error_message,
+            fault_connections=args.fault_connections,
             record=args.record,
         )
     except ValueError as exc:

@@ -14,10 +14,13 @@ e.g. ``ws://127.0.0.1:PORT/v1/realtime?drop_after_frames=50``): drop the TCP con
 audio frames, delay replies, expire the session (``error`` session_expired then close 1001), send an arbitrary
 ``error`` event after N frames. Running connections can be hit from a test (:meth:`FakeRealtimeServer.inject`,
 ``drop``, ``expire``) or over HTTP on the same port: ``GET /records``, ``GET /records/<id>``,
-``GET /control/<id>?action=drop|expire|error&code=..&message=..``, ``GET /healthz``.
+``GET /records/<id>/audio`` (the caller audio of a connection, raw, in arrival order),
+``GET /control/<id>?action=drop|expire|error&code=..&message=..``, ``GET /healthz``. ``fault_connections=N``
+limits the faults to the first N connections, so a client's reconnect finds a healthy server.
 
 Every client event is recorded per connection (:class:`ConnectionRecord`), including the exact caller audio
-bytes, so tests can prove frames arrive byte-identical and in order across reconnects. ``record="meta"``
+bytes, so tests can prove frames arrive byte-identical and in order across reconnects, and a timeline of
+events in and out with wall-clock times. ``record="meta"``
 keeps only event types, sizes and a running SHA-256 of the audio: cheap enough for hundreds of calls.
 """
 
@@ -132,13 +135,16 @@ class FakeRealtimeServer:
         request = ws.request
         assert request is not None
         parts = urlsplit(request.path)
+        conn_id = next(self._ids)
         try:
             options = self.options.with_query(dict(parse_qsl(parts.query)))
         except ValueError as exc:
             await ws.close(1008, f"bad fault parameters: {exc}"[:120])
             return
+        if options.fault_connections and conn_id > options.fault_connections:
+            options = options.without_faults()
         record = ConnectionRecord(
-            id=next(self._ids),
+            id=conn_id,
             path=request.path,
             headers={k.lower(): v for k, v in request.headers.raw_items()},
             options=options,
@@ -178,6 +184,8 @@ class FakeRealtimeServer:
                 return _json_response(http.HTTPStatus.OK, [r.summary() for r in self.records.values()])
             if len(segments) == 2 and segments[0] == "records":
                 return _json_response(http.HTTPStatus.OK, self.records[int(segments[1])].detail())
+            if len(segments) == 3 and segments[0] == "records" and segments[2] == "audio":
+                return _audio_response(bytes(self.records[int(segments[1])].audio))
             if len(segments) == 2 and segments[0] == "control":
                 return self._control(int(segments[1]), dict(parse_qsl(parts.query)))
         except (KeyError, ValueError) as exc:
@@ -201,6 +209,11 @@ class FakeRealtimeServer:
             return _json_response(http.HTTPStatus.BAD_REQUEST, {"error": "action must be drop, expire or error"})
         connection.spawn(coro, f"control-{action}")
         return _json_response(http.HTTPStatus.OK, {"ok": True, "connection": conn_id, "action": action})
+
+
+def _audio_response(audio: bytes) -> Response:
+    headers = Headers([("Content-Type", "application/octet-stream"), ("Content-Length", str(len(audio)))])
+    return Response(http.HTTPStatus.OK.value, http.HTTPStatus.OK.phrase, headers, audio)
 
 
 def _json_response(status: http.HTTPStatus, body: Any) -> Response:

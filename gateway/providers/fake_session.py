@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -56,6 +57,7 @@ class FakeOptions:
     mode: Mode = "echo"
     reply_ms: int = 1000  # length of generated (tone / speech-like) replies
     paced: bool = False  # send reply audio in real time instead of all at once
+    pace: float = 1.0  # speed of paced replies against real time (2.0: twice as fast as it plays)
     chunk_ms: int = 100  # audio per response.output_audio.delta
     vad_threshold_dbfs: float = -45.0
     tool_name: str = ""  # when set, the first turn is answered with a call of this function
@@ -68,6 +70,9 @@ class FakeOptions:
     error_code: str = "server_error"
     error_type: str = "server_error"
     error_message: str = "injected error"
+    # The faults above hit only the first N connections of the server (0: every connection), so a client's
+    # reconnect after an injected drop gets a healthy session.
+    fault_connections: int = 0
     record: RecordMode = "all"
 
     def __post_init__(self) -> None:
@@ -77,6 +82,15 @@ class FakeOptions:
             raise ValueError(f"record must be all, meta or none, not {self.record!r}")
         if self.chunk_ms <= 0 or self.reply_ms < 0:
             raise ValueError("chunk_ms must be positive and reply_ms non-negative")
+        if not self.pace > 0:
+            raise ValueError(f"pace must be positive, not {self.pace!r}")
+        if self.fault_connections < 0:
+            raise ValueError("fault_connections must be >= 0")
+
+    def without_faults(self) -> FakeOptions:
+        return dataclasses.replace(
+            self, drop_after_s=0.0, drop_after_frames=0, expire_after_s=0.0, error_after_frames=0
+        )
 
     def with_query(self, query: Mapping[str, str]) -> FakeOptions:
         changes: dict[str, Any] = {}
@@ -96,9 +110,18 @@ class FakeOptions:
         return dataclasses.replace(self, **changes)
 
 
+# Keys of server events copied into the timeline (enough to place turns, responses and items in time).
+_TIMELINE_KEYS = ("item_id", "response_id", "call_id", "audio_start_ms", "audio_end_ms")
+
+
 @dataclass(slots=True, kw_only=True)
 class ConnectionRecord:
-    """What one connection saw. ``audio`` holds the caller audio in arrival order (record="all" only)."""
+    """What one connection saw. ``audio`` holds the caller audio in arrival order (record="all" only).
+
+    ``timeline`` (record="all" only) interleaves client events received (``dir`` "in", ``index`` into
+    ``events``) and server events sent (``dir`` "out", with their item/response ids and audio positions), each
+    with the wall-clock time ``t``, so a test can order what the client did against the turns the fake saw.
+    """
 
     id: int
     path: str
@@ -114,6 +137,7 @@ class ConnectionRecord:
     cancels: int = 0
     tool_outputs: list[dict[str, Any]] = field(default_factory=list)
     responses: list[str] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
     ended_at: float | None = None
     close_code: int | None = None
 
@@ -128,6 +152,19 @@ class ConnectionRecord:
                 message = {"type": message["type"], "audio_bytes": len(audio)}
         if mode != "none":
             self.events.append(message)
+        if mode == "all":
+            self.timeline.append(
+                {"t": time.time(), "dir": "in", "type": message.get("type", ""), "index": len(self.events) - 1}
+            )
+
+    def sent(self, event: dict[str, Any]) -> None:
+        if self.options.record == "all":
+            entry = {"t": time.time(), "dir": "out", "type": event.get("type", "")}
+            entry.update((key, event[key]) for key in _TIMELINE_KEYS if key in event)
+            response = event.get("response")
+            if isinstance(response, dict):
+                entry.update(response_id=response.get("id"), status=response.get("status"))
+            self.timeline.append(entry)
 
     def event_types(self) -> list[str]:
         return [e.get("type", "") for e in self.events]
@@ -150,7 +187,7 @@ class ConnectionRecord:
         }
 
     def detail(self) -> dict[str, Any]:
-        return {**self.summary(), "headers": self.headers, "event_list": self.events}
+        return {**self.summary(), "headers": self.headers, "event_list": self.events, "timeline": self.timeline}
 
 
 class FakeConnection:
@@ -191,6 +228,7 @@ class FakeConnection:
         event.setdefault("event_id", self.next_id("event"))
         async with self._send_lock:
             await self.ws.send(orjson.dumps(event), text=True)
+            self.record.sent(event)
 
     def spawn(self, coro: Awaitable[None], name: str) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -525,7 +563,7 @@ class FakeConnection:
             if self.options.paced:
                 # Absolute deadlines: real-time pacing that does not drift with send latency.
                 await asyncio.sleep(max(0.0, deadline - loop.time()))
-                deadline += len(piece) / per_ms / 1000
+                deadline += len(piece) / per_ms / 1000 / self.options.pace
             await self.send({"type": "response.output_audio.delta", **at, "delta": base64.b64encode(piece).decode()})
             self.items_audio_ms[item_id] = self.items_audio_ms.get(item_id, 0) + len(piece) // per_ms
         await self.send({"type": "response.output_audio.done", **at})

@@ -452,6 +452,10 @@ class CallSession:
                 send = partial(delete_item, item_id=item.item_id)
             self._pipe.enqueue(SendOp(name="truncate", send=send, epoch=link.epoch))
         response_id = response or (items[0].response_id if items else "")
+        cut = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
+        log.info(
+            "call %s: barge-in (%s) response=%s cancelled=%s items=%s", self.call_id, trigger, response_id, cancel, cut
+        )
         self._record(
             BargedIn(trigger=trigger, response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
         )
@@ -620,7 +624,7 @@ class CallSession:
             self._record(SessionEnded(reason=reason))
             self._events.close()
             self._ended.set()
-            log.info("call %s ended: %s", self.call_id, reason)
+            log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 
     # --------------------------------------------------------------------------------------- plumbing
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,6 +36,11 @@ class SessionStats:
     round_trips: int  # caller speech end -> first agent frame sent
     round_trip_ms_last: float | None
     round_trip_ms_mean: float | None
+
+    def counters(self) -> str:
+        """The integer counters as ``name=value`` pairs (the call's closing log line)."""
+        values = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return " ".join(f"{name}={value}" for name, value in values if isinstance(value, int))
 
 
 class RoundTrips:

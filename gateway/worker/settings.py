@@ -36,6 +36,8 @@ class WorkerSettings(BaseSettings):
     sip_rate_limit_per_s: float = Field(default=50.0, gt=0)
     session_expires_s: int = Field(default=1800, ge=90)
     user_agent: str = "voice-gateway/0.1"
+    # A tool still running after this long is promoted to the background (the agent gets an interim output).
+    tool_grace_s: float = Field(default=3.0, gt=0, le=60)
 
     @field_validator("sip_transports", "codecs", "sip_allow", mode="before")
     @classmethod
