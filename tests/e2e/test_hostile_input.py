@@ -1,0 +1,199 @@
+"""Bad input gets a clear answer and loses nothing, on a live ``gateway run``.
+
+The gateway, a pjsua2 phone and the fuzzer run as one scenario (tests/e2e/hostile_scenario.py) inside a
+private network namespace in which every address is local and every packet is recorded: no answer or DNS
+lookup aimed at 192.0.2.x, 2001:db8:: or example.com can leave the machine, and any such attempt shows up
+in the report. While the phone talks, a derandomized hypothesis run throws a few hundred mangled SIP
+requests at the UDP and TCP listeners and hostile RTP/RTCP at the call's ports, and a set of crafted
+requests checks the exact answers. The scenario runs once per module; each test below judges one promise
+from its JSON report.
+
+Found missing and recorded as strict xfails (they pass, and so fail here, once fixed): the media and SIP
+drop counters are not exported, and a forged ``received=`` on the top Via steers the answer elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.hostile_scenario import RESULT_PREFIX, run
+from tests.e2e.hostile_sip import SPOT_CHECKS
+from tests.support.netns import python_call_argv, require_netns, start_in_netns
+from tests.support.peers import require_binary, require_module
+from tests.support.procs import ProcessGroup
+
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(150)]
+
+EXAMPLES = 300
+SCENARIO_LIMIT_S = 120.0
+# Answers a fuzzed request may get: 200 (OPTIONS), the §8.2 / §21.4 refusals, 488 for the codec-less
+# offer. Never a 2xx to an INVITE (checked on the call records) and never a 500 (a bug caught inside).
+ALLOWED_ANSWERS = {"200", "400", "403", "405", "413", "416", "420", "481", "482", "483", "488", "501", "505", "513"}
+
+
+def _netns_of(pid: int) -> str | None:
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/ns/net")
+    return None
+
+
+def _kill_namespace(netns: str | None) -> None:
+    """SIGKILL whatever is still running in the scenario's namespace: only processes it started live there."""
+    if netns is None or netns == _netns_of(os.getpid()):
+        return
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _netns_of(int(entry)) == netns:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
+async def _run_scenario(workdir: Path) -> dict[str, Any]:
+    async with ProcessGroup(workdir / "outer-logs") as procs:
+        scenario = await start_in_netns(
+            procs, "hostile-scenario", python_call_argv(run, str(workdir), EXAMPLES), lifetime=SCENARIO_LIMIT_S
+        )
+        own = _netns_of(os.getpid())
+        deadline = time.monotonic() + 10
+        # `unshare` enters the new namespace right after it starts; nothing signals that but /proc.
+        while (netns := _netns_of(scenario.pid)) == own and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        try:
+            await scenario.wait(within=SCENARIO_LIMIT_S)
+        finally:
+            await scenario.terminate()
+            _kill_namespace(netns)
+        lines = [line for line in scenario.output.splitlines() if line.startswith(RESULT_PREFIX)]
+        if not lines:
+            raise AssertionError(f"the scenario printed no report; log: {scenario.log_path}\n{scenario.output[-3000:]}")
+        report: dict[str, Any] = json.loads(lines[-1][len(RESULT_PREFIX) :])
+        report["scenario_log"] = str(scenario.log_path)
+        return report
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    require_netns()
+    require_module("pjsua2", package="pjsua2-python")
+    require_binary("espeak-ng")
+    require_binary("sox", package="sox libsox-fmt-all")
+    result = asyncio.run(_run_scenario(tmp_path_factory.mktemp("hostile")))
+    print(f"hostile-input report: {json.dumps(result)[:4000]}")
+    return result
+
+
+def _completed(report: dict[str, Any]) -> dict[str, Any]:
+    assert "failure" not in report, (
+        f"scenario failed at {report['stage']}: {report['failure']} (logs: {report.get('logs')})"
+    )
+    assert report["stage"] == "done"
+    return report
+
+
+def test_gateway_survives_the_fuzz_and_answers_after_every_example(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    fuzz = r["fuzz"]
+    assert fuzz["error"] is None, f"{fuzz['error']}\nlast messages sent: {fuzz['last_messages']}"
+    assert fuzz["examples"] >= EXAMPLES * 0.9 and fuzz["pings"] == fuzz["examples"]
+    assert fuzz["sip_sent"].get("udp", 0) > 50 and fuzz["sip_sent"].get("tcp", 0) > 50
+    assert set(fuzz["sip_methods"]) == {"INVITE", "OPTIONS", "BYE", "REGISTER", "CANCEL", "ACK"}
+    assert fuzz["ping_max_ms"] < 1000, "the gateway answered, but the fuzz made it slow"
+    assert r["gateway_running"] and r["gateway_tracebacks"] == 0, r["gateway_error_lines"]
+    assert r["gateway_error_lines"] == []
+
+
+def test_ongoing_call_keeps_its_audio(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    assert r["phone_still_in_call"], "the call did not outlast the fuzz"
+    assert r["call1"]["correlation"] >= 0.9, r["call1"]
+    record = r["call1_record"]
+    assert record["end_reason"] == "caller_hangup" and record["stats"]["rtp_lost"] == 0
+
+
+def test_hostile_rtp_is_dropped_never_played(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    fuzz = r["fuzz"]
+    assert fuzz["rtp_to_rtp_port"] >= 300 and fuzz["rtp_valid_to_rtp_port"] >= 20 and fuzz["rtp_foreign_port"] >= 50
+    assert set(fuzz["rtp_sent"]) >= {"short", "version", "csrc_count", "extension_length", "padding", "valid_foreign"}
+    # The gateway counted as received exactly the packets the phone sent it, none of the fuzzer's
+    # (the phone's last packets may race its hang-up).
+    used = r["call1_record"]["stats"]["rtp_packets_in"]
+    phone = r["wire"]["phone_rtp_packets"]
+    assert phone - 5 <= used <= phone, f"gateway used {used} packets, the phone sent {phone}"
+
+
+@pytest.mark.parametrize("name", [check.name for check in SPOT_CHECKS])
+def test_crafted_request_gets_the_right_answer(report: dict[str, Any], name: str) -> None:
+    r = _completed(report)
+    (result,) = [c for c in r["spot_checks"] if c["name"] == name]
+    assert result["ok"], f"{name}: answered {result['status']}, expected one of {result['expected']}"
+
+
+def test_answers_go_only_back_to_their_sender(report: dict[str, Any]) -> None:
+    wire = _completed(report)["wire"]
+    assert wire["sip_answers_not_to_a_sender"] == []
+    assert wire["off_loopback_count"] == 0, wire["off_loopback"]
+    assert wire["dns_queries"] == 0
+
+
+def test_fuzzed_requests_are_refused_or_dropped_and_leak_nothing(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    answers = r["fuzz"]["answers"]
+    assert set(answers) <= ALLOWED_ANSWERS, answers
+    assert sum(answers.values()) >= 50 and {"400", "488"} <= set(answers)
+    calls = r["fuzz_calls"]
+    assert calls["answered"] == [] and calls["live"] == [], calls
+    assert r["fuzz_sources_heard"] and len(r["fuzz_sources_heard"]) == 8
+    # Every unfinished TCP stream was closed and every refused INVITE gave its RTP ports back.
+    assert r["fuzz"]["tcp_unfinished"] > 0
+    assert r["fds_after_fuzz"] <= r["fds_in_call"], (r["fds_in_call"], r["fds_after_fuzz"])
+    assert r["fds_end"] <= r["fds_idle"], (r["fds_idle"], r["fds_end"])
+
+
+def test_a_fresh_call_works_after_the_fuzz(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    assert r["call2"]["correlation"] >= 0.9, r["call2"]
+    assert [c["end_reason"] for c in r["phone_calls"]] == ["caller_hangup", "caller_hangup"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="gateway/worker/worker.py never increments gateway_rtp_dropped_total, and /v1/calls/{id} has no "
+    "drop counts: TickEngine.dropped / MediaStats.dropped are not exported",
+)
+def test_rtp_drops_are_counted_in_metrics(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    assert r["metrics"].get("gateway_rtp_dropped_total", 0) >= r["fuzz"]["rtp_to_rtp_port"], r["metrics"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="gateway_sip_rejected_total is defined in gateway/observability.py but nothing increments it; "
+    "SipEndpoint.stats (malformed_answered/dropped, internal_errors) is not exported",
+)
+def test_sip_rejects_are_counted_in_metrics(report: dict[str, Any]) -> None:
+    r = _completed(report)
+    refused = sum(n for status, n in r["fuzz"]["answers"].items() if int(status) >= 400)
+    assert r["metrics"].get("gateway_sip_rejected_total", 0) >= refused, r["metrics"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="gateway/sip/endpoint.py _stamp_via keeps a received= the sender forged when its sent-by equals "
+    "the source address, and core.response_destination then answers to that address (§18.2.1)",
+)
+def test_forged_received_does_not_steer_the_answer(report: dict[str, Any]) -> None:
+    spoof = _completed(report)["spoofed_received"]
+    assert spoof["misdirected"] == [], spoof["misdirected"]
+    assert spoof["ok"], spoof
