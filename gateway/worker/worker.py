@@ -331,7 +331,13 @@ class MediaWorker:
 
     # -------------------------------------------------------------------------------- inbound calls
 
-    def _reject(self, leg: CallLeg, status: int, reason: str, *, retry_after: int | None = None) -> None:
+    def _reject(
+        self, leg: CallLeg, status: int, reason: str, *, end_reason: str, retry_after: int | None = None
+    ) -> None:
+        # Set before the answer goes out: the endpoint reports CallEnded at once, and its reason phrase
+        # (free text, e.g. naming the dialled number) must not become the end reason or a metric label.
+        if not leg.end_reason:
+            leg.end_reason = end_reason
         if leg.sip is None:
             return
         headers = (("Retry-After", str(retry_after)),) if retry_after else ()
@@ -376,8 +382,15 @@ class MediaWorker:
                 return
             if not decision.accepted:
                 status = {403: 403, 404: 404}.get(decision.status, 503)
-                self._reject(leg, status, decision.reason or "not admitted", retry_after=decision.retry_after_s)
-                self._begin_finish(leg, f"rejected_{decision.code or status}")
+                rejected = f"rejected_{decision.code or status}"
+                self._reject(
+                    leg,
+                    status,
+                    decision.reason or "not admitted",
+                    end_reason=rejected,
+                    retry_after=decision.retry_after_s,
+                )
+                self._begin_finish(leg, rejected)
                 return
             leg.route = decision.route
             leg.profile = decision.profile or _DEFAULT_PROFILE
@@ -413,7 +426,7 @@ class MediaWorker:
         try:
             rtp = self.ports.allocate()
         except PortsExhaustedError:
-            self._reject(leg, 503, "no media ports", retry_after=5)
+            self._reject(leg, 503, "no media ports", end_reason="no_media_ports", retry_after=5)
             self._begin_finish(leg, "no_media_ports")
             return False
         leg.rtp = rtp
@@ -432,12 +445,12 @@ class MediaWorker:
             offer = parse_sdp(offer_body)
             negotiated = negotiate(offer, local=LocalMedia(), preferences=self.settings.codecs)
         except NoCommonCodec as exc:
-            self._reject(leg, 488, "no common codec")
+            self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
             self._begin_finish(leg, "no_common_codec")
             log.info("call %s: %s", leg.id, exc)
             return False
         except SdpError as exc:
-            self._reject(leg, 488, "malformed SDP")
+            self._reject(leg, 488, "malformed SDP", end_reason="bad_sdp")
             self._begin_finish(leg, "bad_sdp")
             log.info("call %s: bad SDP: %s", leg.id, exc)
             return False
@@ -634,8 +647,9 @@ class MediaWorker:
             ACTIVE_CALLS.labels(self._metric_worker).dec()
         CALLS_TOTAL.labels(self._metric_worker, leg.end_reason).inc()
         log.info("call %s ended: %s", leg.id, leg.end_reason)
-        with contextlib.suppress(Exception):
-            await self._report("call.ended", leg)
+        if leg.route:  # refused before admission: the control plane holds nothing for it, so say nothing
+            with contextlib.suppress(Exception):
+                await self._report("call.ended", leg)
         self.legs.pop(leg.id, None)
         if leg.sip is not None:
             self._by_handle.pop(leg.sip, None)
