@@ -7,8 +7,9 @@ its actions produced leaves at once.
 
 TCP (RFC 3261 §18): one :class:`~gateway.sip.framing.StreamFramer` per connection; responses go back on
 the connection the request came in on (connections are keyed by the peer's address); requests to a peer
-without a connection open one. A stream that breaks the size limits is closed. Destinations that are not
-IP literals are resolved off the loop (``getaddrinfo``) before sending.
+without a connection open one. A stream that breaks the size limits, or that the framer fails on in any
+other way, is closed and counted; nothing a peer sends ends the connection task with an exception.
+Destinations that are not IP literals are resolved off the loop (``getaddrinfo``) before sending.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class TransportStats:
     send_failed: int = 0
     tcp_connections: int = 0
     tcp_closed_oversize: int = 0
+    tcp_closed_unframeable: int = 0
     unresolvable: int = 0
 
 
@@ -235,6 +237,10 @@ class SipTransport:
                     messages = framer.feed(chunk)
                 except MessageTooLargeError:
                     self.stats.tcp_closed_oversize += 1
+                    break
+                except Exception as exc:  # a stream the framer cannot cut costs that stream, not the task
+                    self.stats.tcp_closed_unframeable += 1
+                    log.info("SIP TCP stream from %s:%d closed, cannot be framed: %.200s", *peer, exc)
                     break
                 for message in messages:
                     self.stats.tcp_received += 1
