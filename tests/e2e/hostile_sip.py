@@ -254,6 +254,12 @@ _structural = st.one_of(
             ]
         ),
     ),
+    # Numbers only a careless int() chokes on: past Python's 4300-digit limit, Unicode digits.
+    st.tuples(
+        st.just("set"),
+        st.sampled_from(["Content-Length", "CSeq", "Max-Forwards"]),
+        st.sampled_from(["9" * 5000, "\u00b2", "\uff11\uff12", "1\u0660"]),
+    ),
     st.tuples(st.just("content_length_delta"), st.integers(-60, 60)),
     st.tuples(st.just("huge_header"), st.sampled_from([1_000, 8_000, 17_000, 40_000])),
     st.tuples(st.just("many_headers"), st.sampled_from([20, 130, 400])),
@@ -397,6 +403,14 @@ SPOT_CHECKS = (
         name="unknown_method_501_tcp",
         template=_request("FOOBAR sip:agent@{host}:{port} SIP/2.0"),
         expected=frozenset({501}),
+        transport="tcp",
+    ),
+    SpotCheck(
+        name="content_length_5000_digits_tcp",
+        template=_request("OPTIONS sip:agent@{host}:{port} SIP/2.0").replace(
+            "Content-Length: 0", "Content-Length: " + "9" * 5000
+        ),
+        expected=frozenset({None, 400, 413, 513}),
         transport="tcp",
     ),
     SpotCheck(
