@@ -93,10 +93,18 @@ class FakeProvider:
             await asyncio.sleep(0.05)
 
 
-async def start_fake_provider(procs: ProcessGroup, *args: str, lifetime: float = 120.0) -> FakeProvider:
+async def start_fake_provider(
+    procs: ProcessGroup, *args: str, vad_threshold_dbfs: float = -60.0, lifetime: float = 120.0
+) -> FakeProvider:
+    """``gateway fake-provider`` on an ephemeral loopback port with ``args``.
+
+    The fake's energy VAD threshold defaults to -60 dBFS here: espeak's softest syllables dip to about -46 dBFS,
+    which the fake's own default (-45) would count as silence and so end a turn in the middle of a sentence.
+    """
+    argv = ["fake-provider", "--host", "127.0.0.1", "--port", "0", "--vad-threshold-dbfs", str(vad_threshold_dbfs)]
     process = await procs.start(
         "fake-provider",
-        [sys.executable, "-m", "gateway", "fake-provider", "--host", "127.0.0.1", "--port", "0", *args],
+        [sys.executable, "-m", "gateway", *argv, *args],
         env={"PYTHONUNBUFFERED": "1"},
         lifetime=lifetime,
     )
