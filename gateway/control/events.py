@@ -49,13 +49,12 @@ async def event_stream(plane: ControlPlane, last_id: int | None, keepalive_s: fl
         for event in events:
             yield format_event(event)
         stopping = asyncio.ensure_future(plane.shutting_down.wait())
+        reader: asyncio.Future[tuple[list[FleetEvent], bool, int]] | None = None
         try:
             while not plane.shutting_down.is_set():
                 reader = asyncio.ensure_future(plane.events_since(cursor, wait_s=keepalive_s))
                 done, _ = await asyncio.wait({reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if reader not in done:
-                    reader.cancel()
-                    await asyncio.gather(reader, return_exceptions=True)
                     break
                 events, gap, cursor_after = reader.result()
                 if gap:
@@ -66,8 +65,12 @@ async def event_stream(plane: ControlPlane, last_id: int | None, keepalive_s: fl
                     yield format_event(event)
                 cursor = cursor_after
         finally:
-            stopping.cancel()
-            await asyncio.gather(stopping, return_exceptions=True)
+            # Also when the client went away (the generator is cancelled mid-wait): a reader left behind
+            # would block in the store (Redis XREAD) for up to keepalive_s and log its error unretrieved.
+            pending = [task for task in (reader, stopping) if task is not None]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
     finally:
         SSE_CLIENTS.dec()
 
