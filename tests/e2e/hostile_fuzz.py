@@ -18,6 +18,7 @@ Runs on a worker thread with blocking sockets (the caller's event loop keeps ser
 from __future__ import annotations
 
 import itertools
+import re
 import socket
 import time
 import traceback
@@ -32,7 +33,6 @@ from tests.e2e.hostile_sip import (
     VIA_PORTS,
     FuzzMessage,
     SipProbe,
-    call_id_of,
     fuzz_messages,
     options_ping,
     status_of,
@@ -44,6 +44,7 @@ FUZZ_SOURCES = tuple(f"127.0.0.{n}" for n in range(20, 28))
 PING_SOURCES = tuple(f"127.0.0.{n}" for n in range(30, 40))
 RTP_FOREIGN_HOST = "127.0.0.3"
 MAX_UNFINISHED_STREAMS = 16
+_FUZZ_BRANCH = re.compile(rb"branch=z9hG4bKfz(\d+)x")
 UDP_MAX = 65_000
 
 
@@ -111,8 +112,8 @@ class _Fuzzer:
         self.rtp_foreign_port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.rtp_foreign_port.bind(("127.0.0.1", 0))
         self.open_streams: list[socket.socket] = []
-        self.sent_call_ids: set[str] = set()
-        self.answered: dict[str, int] = {}
+        self.sent: set[int] = set()
+        self.answered: dict[int, int] = {}  # uid -> first final status
         self.uids = itertools.count()
         self.started = time.monotonic()
 
@@ -134,7 +135,7 @@ class _Fuzzer:
         report.sip_sent[message.transport] += 1
         report.sip_methods[message.method] += 1
         report.mutations.update(message.mutations)
-        self.sent_call_ids.add(f"fz{uid}@{message.contact_host}")
+        self.sent.add(uid)
         report.last_messages = [*report.last_messages[-4:], f"{message.transport} {data[:400]!r}"]
         stream = None
         if message.transport == "udp":
@@ -210,10 +211,11 @@ class _Fuzzer:
     # -- answers ----------------------------------------------------------------------------------
 
     def _record_answer(self, data: bytes) -> None:
-        call_id = call_id_of(data)
+        """Note the first final answer per request, found by the Via branch every response copies."""
+        match = _FUZZ_BRANCH.search(data)
         status = status_of(data)
-        if call_id in self.sent_call_ids and status is not None and status >= 200 and call_id not in self.answered:
-            self.answered[call_id] = status
+        if match is not None and status is not None and status >= 200:
+            self.answered.setdefault(int(match.group(1)), status)
 
     def _collect_udp(self) -> None:
         for probe in (*self.udp.values(), *self.via_listeners):
@@ -228,7 +230,7 @@ class _Fuzzer:
         self._collect_udp()
         report = self.report
         report.answers = Counter(str(status) for status in self.answered.values())
-        report.unanswered = len(self.sent_call_ids) - len(self.answered)
+        report.unanswered = len(self.sent - set(self.answered))
         for probe in (*self.udp.values(), *self.via_listeners, *self.pings):
             probe.close()
         self.rtp_foreign_host.close()

@@ -137,7 +137,7 @@ def _spot_check(check: SpotCheck, uid: int, target: tuple[str, int]) -> dict[str
         try:
             data = render_spot(check, uid=uid, target=target, src=SPOT_SOURCE, sport=probe.port)
             probe.send(data, target)
-            answer = probe.wait_for(f"spot{uid}@{SPOT_SOURCE}", within=within)
+            answer = probe.wait_for(f"z9hG4bKspot{uid}", within=within)
         finally:
             probe.close()
     else:

@@ -33,7 +33,6 @@ __all__ = [
     "FuzzMessage",
     "SipProbe",
     "SpotCheck",
-    "call_id_of",
     "fuzz_messages",
     "options_ping",
     "render_spot",
@@ -73,17 +72,11 @@ SDP_NO_COMMON_CODEC = (
 )
 
 _STATUS_RE = re.compile(rb"^SIP/2\.0 (\d{3}) ")
-_CALL_ID_RE = re.compile(rb"^(?:Call-ID|i)[ \t]*:[ \t]*(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
 def status_of(data: bytes) -> int | None:
     match = _STATUS_RE.match(data)
     return int(match.group(1)) if match else None
-
-
-def call_id_of(data: bytes) -> str | None:
-    match = _CALL_ID_RE.search(data)
-    return match.group(1).decode("latin-1") if match else None
 
 
 # ---------------------------------------------------------------------------------------------- recipes
@@ -469,8 +462,12 @@ class SipProbe:
     def send(self, data: bytes, target: tuple[str, int]) -> None:
         self.sock.sendto(data, target)
 
-    def wait_for(self, call_id: str, *, within: float) -> bytes | None:
-        """The first final response carrying `call_id` (provisional ones are skipped), else None."""
+    def wait_for(self, branch: str, *, within: float) -> bytes | None:
+        """The first final response to the request whose Via carried `branch`, else None.
+
+        Matched on the branch, which every response copies (§8.2.6.2), since an answer to a request that
+        lacked its Call-ID has none; provisional responses are skipped."""
+        marker = f"branch={branch}".encode()
         deadline = time.monotonic() + within
         while (remaining := deadline - time.monotonic()) > 0:
             self.sock.settimeout(remaining)
@@ -479,7 +476,7 @@ class SipProbe:
             except TimeoutError:
                 return None
             status = status_of(data)
-            if call_id_of(data) == call_id and status is not None and status >= 200:
+            if re.search(re.escape(marker) + rb"[;,\s]", data) and status is not None and status >= 200:
                 return data
             self.stray.append(data)
         return None
@@ -515,5 +512,5 @@ def options_ping(probe: SipProbe, target: tuple[str, int], uid: int, *, within: 
         "Content-Length: 0\r\n\r\n"
     ).encode()
     probe.send(data, target)
-    response = probe.wait_for(call_id, within=within)
+    response = probe.wait_for(f"z9hG4bKping{uid}", within=within)
     return None if response is None else status_of(response)
