@@ -39,9 +39,7 @@ class Frame:
 
     def __post_init__(self) -> None:
         if self.pcm.dtype != np.int16 or self.pcm.shape != (FRAME_SAMPLES,):
-            raise FrameError(
-                f"frame needs int16[{FRAME_SAMPLES}], got {self.pcm.dtype}{list(self.pcm.shape)}"
-            )
+            raise FrameError(f"frame needs int16[{FRAME_SAMPLES}], got {self.pcm.dtype}{list(self.pcm.shape)}")
         if self.index < 0:
             raise FrameError(f"frame index must be >= 0, got {self.index}")
 
@@ -85,9 +83,7 @@ def split_frames(pcm: npt.NDArray[np.int16], *, first_index: int = 0) -> tuple[l
     """Cut a 24 kHz int16 signal into whole frames; returns the frames and the leftover samples."""
     whole = pcm.shape[0] // FRAME_SAMPLES
     frames = [
-        Frame(
-            index=first_index + i, pcm=np.ascontiguousarray(pcm[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES])
-        )
+        Frame(index=first_index + i, pcm=np.ascontiguousarray(pcm[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]))
         for i in range(whole)
     ]
     return frames, pcm[whole * FRAME_SAMPLES :]
