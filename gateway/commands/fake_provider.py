@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-name", default="", help="answer the first turn with a call of this function")
     parser.add_argument("--tool-arguments", default="{}", help="JSON arguments of the scripted tool call")
     parser.add_argument("--reply-delay-s", type=float, default=0.0, help="delay before each response starts")
+    parser.add_argument("--session-delay-s", type=float, default=0.0, help="delay before session.created")
     parser.add_argument("--drop-after-s", type=float, default=0.0, help="abort each connection after N s")
     parser.add_argument("--drop-after-frames", type=int, default=0, help="abort after N caller frames (20 ms)")
     parser.add_argument("--expire-after-s", type=float, default=0.0, help="session_expired + close 1001 after N s")
@@ -60,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
             tool_name=args.tool_name,
             tool_arguments=args.tool_arguments,
             reply_delay_s=args.reply_delay_s,
+            session_delay_s=args.session_delay_s,
             drop_after_s=args.drop_after_s,
             drop_after_frames=args.drop_after_frames,
             expire_after_s=args.expire_after_s,

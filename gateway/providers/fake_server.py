@@ -11,7 +11,7 @@ service does. A scripted tool call can replace the first answer.
 
 Faults, per server (:class:`FakeOptions`) or per connection (the same names as websocket query parameters,
 e.g. ``ws://127.0.0.1:PORT/v1/realtime?drop_after_frames=50``): drop the TCP connection after N seconds or N
-audio frames, delay replies, expire the session (``error`` session_expired then close 1001), send an arbitrary
+audio frames, delay replies or the handshake (``session_delay_s``), expire the session (``error`` session_expired then close 1001), send an arbitrary
 ``error`` event after N frames. Running connections can be hit from a test (:meth:`FakeRealtimeServer.inject`,
 ``drop``, ``expire``) or over HTTP on the same port: ``GET /records``, ``GET /records/<id>``,
 ``GET /records/<id>/audio`` (the caller audio of a connection, raw, in arrival order),

@@ -63,6 +63,7 @@ class FakeOptions:
     tool_name: str = ""  # when set, the first turn is answered with a call of this function
     tool_arguments: str = "{}"
     reply_delay_s: float = 0.0
+    session_delay_s: float = 0.0  # a slow handshake: wait this long before session.created
     drop_after_s: float = 0.0  # 0 = never; abort the TCP connection (the client sees 1006)
     drop_after_frames: int = 0  # abort after this many 20 ms frames of caller audio
     expire_after_s: float = 0.0  # error session_expired, then close 1001
@@ -242,6 +243,8 @@ class FakeConnection:
             self.spawn(self._later(opts.drop_after_s, self.drop), "drop")
         if opts.expire_after_s > 0:
             self.spawn(self._later(opts.expire_after_s, self.expire), "expire")
+        if opts.session_delay_s > 0:
+            await asyncio.sleep(opts.session_delay_s)
         await self.send({"type": "session.created", "session": dict(self.session)})
         async for raw in self.ws:
             try:

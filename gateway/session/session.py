@@ -522,6 +522,9 @@ class CallSession:
                 self._counts["rotations" if cause in ("rotation", "expiring") else "resumes"] += 1
                 self._transition(CallState.ACTIVE, f"resumed after {cause}")
                 held = self._pipe.frames_held - held_before
+                log.info(
+                    "call %s: resumed after %s (attempt %d), %d caller frames held", self.call_id, cause, attempt, held
+                )
                 self._record(
                     Resumed(cause=cause, attempts=attempt, epoch=link.epoch, held_frames=held, used_handle=bool(handle))
                 )

@@ -9,8 +9,9 @@ side saw.
   webhook tools) and starts ``gateway run`` with ``GATEWAY_PROVIDER=openai`` and the fake's URL.
 - :class:`WebhookServer` answers tool POSTs on 127.0.0.1 with a test-supplied coroutine and notes when each
   request arrived and was answered.
-- :func:`session_counters` / :func:`barge_in_lines` read the session's log lines (its closing counters and
-  its barge-in decisions: the items cut, with the audio sent to the caller and received from the provider).
+- :func:`session_counters` / :func:`barge_in_lines` / :func:`resume_lines` read the session's log lines (its
+  closing counters; its barge-in decisions: the items cut, with the audio sent to the caller and received from
+  the provider; each resume with the caller frames held meanwhile).
 """
 
 from __future__ import annotations
@@ -192,6 +193,14 @@ async def session_counters(gateway: GatewayProcess, *, within: float = 10.0) -> 
         name, _, value = pair.partition("=")
         counters[name] = int(value)
     return counters
+
+
+_RESUMED = re.compile(r"call (\S+): resumed after (\w+) \(attempt (\d+)\), (\d+) caller frames held")
+
+
+def resume_lines(gateway: GatewayProcess) -> list[tuple[str, int, int]]:
+    """(cause, attempt, caller frames held while reconnecting) of each resume, from the session's log."""
+    return [(m.group(2), int(m.group(3)), int(m.group(4))) for m in _RESUMED.finditer(gateway.process.output)]
 
 
 @dataclass(frozen=True, kw_only=True)

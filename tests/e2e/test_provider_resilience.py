@@ -32,6 +32,7 @@ from tests.e2e.provider_harness import (
     bursts,
     caller_wav,
     only_call,
+    resume_lines,
     session_counters,
     start_fake_provider,
     start_gateway_on_fake,
@@ -77,9 +78,11 @@ def _timeline(detail: dict[str, Any], direction: str, kind: str) -> list[dict[st
 async def test_provider_drop_mid_call_loses_no_caller_frame(peer_procs: ProcessGroup, tmp_path: Path) -> None:
     _require_peers()
     # The first connection vanishes (no close frame) after 6.6 s of caller audio, in the middle of turn B;
-    # the reconnect gets a healthy session.
+    # the reconnect gets a healthy session, after a slow (0.4 s) handshake during which caller frames are held.
     fake = await start_fake_provider(
-        peer_procs, "--mode", "tone", "--reply-ms", "400", "--drop-after-frames", "330", "--fault-connections", "1"
+        peer_procs,
+        *("--mode", "tone", "--reply-ms", "400", "--session-delay-s", "0.4"),
+        *("--drop-after-frames", "330", "--fault-connections", "1"),
     )
     gateway = await start_gateway_on_fake(peer_procs, tmp_path, fake)
     source = caller_wav(tmp_path / "caller.wav", [TURN_A, 1.0, TURN_B, 1.0, TURN_C, 1.5])
@@ -96,7 +99,9 @@ async def test_provider_drop_mid_call_loses_no_caller_frame(peer_procs: ProcessG
     assert call["end_reason"] == "caller_hangup"
     assert call["stats"]["resumes"] == 1
     assert (counters["resumes"], counters["epoch"], counters["frames_dropped"]) == (1, 2, 0)
-    assert counters["frames_held"] > 0, "no caller frame was held while reconnecting"
+    ((cause, attempt, held),) = resume_lines(gateway)
+    assert (cause, attempt) == ("dropped", 1)
+    assert held >= 15, f"only {held} caller frames were held over a reconnect that took more than 0.4 s"
     assert sorted(records) == [1, 2]
     first, second = records[1], records[2]
     assert first["close_code"] in (None, 1006)  # dropped without a close frame
