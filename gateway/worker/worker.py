@@ -216,7 +216,7 @@ class MediaWorker:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat_task
-        if self.link is not None and self.draining and self._exit_when_empty:
+        if self.link is not None:  # an orderly exit is "gone", not "lost" (which alerts)
             with contextlib.suppress(Exception):
                 await self.link.report([WorkerEvent(type="worker.gone", worker=self.id, time=time.time())])
         tasks = list(self._tasks)
