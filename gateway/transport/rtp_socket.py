@@ -5,6 +5,10 @@ range and given back when the call ends. Reading uses ``loop.add_reader`` and dr
 ``recvfrom(2048)`` until it would block: asyncio's datagram transport asks ``recvfrom(256 KiB)`` for every
 datagram, an allocation 1,000 times the size of a 172-byte RTP packet (see docs/adr/0002-rtp-socket-reader.md).
 Only this module touches the sockets; parsing and everything after it is the media core's job.
+
+Destinations must be IP literals. SDP may name a host (``c=IN IP4 rtp.example.com``, RFC 4566 §5.7), and
+``sendto`` given a name resolves it with a blocking ``getaddrinfo``, on the event loop, for every packet;
+so a datagram to a name is dropped and counted (``SocketStats.not_an_address``) instead.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import socket
 from collections.abc import Callable
@@ -24,6 +29,14 @@ DatagramHandler = Callable[[bytes, Address], None]
 
 _MAX_DATAGRAM = 2048
 _MAX_READS_PER_WAKEUP = 64
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class PortsExhaustedError(RuntimeError):
@@ -46,6 +59,7 @@ class SocketStats:
     received: int = 0
     sent: int = 0
     send_dropped: int = 0
+    not_an_address: int = 0  # of send_dropped: the destination was a name, not an IP literal
 
 
 class _Reader:
@@ -86,6 +100,7 @@ class RtpEndpoint:
     stats: SocketStats = field(default_factory=SocketStats)
     _loop: asyncio.AbstractEventLoop | None = None
     _closed: bool = False
+    _literal_hosts: set[str] = field(default_factory=set)  # destinations already checked (one or two)
 
     @property
     def rtcp_port(self) -> int:
@@ -106,6 +121,15 @@ class RtpEndpoint:
     def _send(self, sock: socket.socket, data: bytes, addr: Address) -> None:
         if self._closed:
             return
+        host = addr[0]
+        if host not in self._literal_hosts:
+            if not _is_ip_literal(host):
+                if not self.stats.not_an_address:
+                    log.info("rtp: not sending to %.100r, which is a name, not an address", host)
+                self.stats.not_an_address += 1
+                self.stats.send_dropped += 1
+                return
+            self._literal_hosts.add(host)
         try:
             sock.sendto(data, addr)
             self.stats.sent += 1
