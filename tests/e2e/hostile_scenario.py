@@ -41,6 +41,7 @@ from tests.e2e.hostile_fuzz import FUZZ_SOURCES, PING_SOURCES, FuzzTarget, run_f
 from tests.e2e.hostile_sip import (
     SPOOFED_RECEIVED,
     SPOT_CHECKS,
+    NamedConnectionCall,
     SipProbe,
     SpotCheck,
     options_ping,
@@ -56,6 +57,7 @@ __all__ = ["RESULT_PREFIX", "run"]
 
 RESULT_PREFIX = "@@hostile-result "
 SPOT_SOURCE = "127.0.0.4"
+NAMED_SDP_SOURCE = "127.0.0.5"
 SENTENCES = (
     "Hello, I would like to check my order status, please.",
     "My order number is four five six, and it was placed on Monday.",
@@ -161,6 +163,35 @@ def _spot_check(check: SpotCheck, uid: int, target: tuple[str, int]) -> dict[str
     }
 
 
+async def _named_media_host_call(gateway: GatewayProcess, sip: tuple[str, int]) -> dict[str, Any]:
+    """A PCMU call whose SDP names its media host; it runs until the gateway sent it 25 RTP packets."""
+    call = NamedConnectionCall(NAMED_SDP_SOURCE, sip)
+    result: dict[str, Any] = {"invite": await asyncio.to_thread(call.start)}
+    if result["invite"] != 200:
+        call.probe.close()
+        return result
+
+    async def sending() -> dict[str, Any] | None:
+        for c in await _calls(gateway):
+            if c["from"] == "hostile-sdp" and c["state"] == "active" and c["stats"]["rtp_packets_out"] >= 25:
+                return c
+        return None
+
+    try:
+        result["rtp_packets_out"] = (await _until(sending, within=5, what="RTP toward the named host"))["stats"][
+            "rtp_packets_out"
+        ]
+    except TimeoutError as exc:
+        result["error"] = str(exc)
+    ping = SipProbe(NAMED_SDP_SOURCE)
+    began = time.monotonic()
+    result["ping"] = await asyncio.to_thread(options_ping, ping, sip, 800_000, within=5.0)
+    result["ping_ms"] = round(1000 * (time.monotonic() - began), 2)
+    ping.close()
+    result["bye"] = await asyncio.to_thread(call.end)
+    return result
+
+
 def _spoofed_received_check(target: tuple[str, int], sniffer: LoopbackSniffer) -> dict[str, Any]:
     """A Via with a forged received=192.0.2.7: the answer must still come back to the sender."""
     before = len(sniffer.flows())
@@ -250,6 +281,8 @@ async def _scenario(workdir: Path, examples: int) -> dict[str, Any]:
                 report["spot_checks"] = [
                     await asyncio.to_thread(_spot_check, check, uid, sip) for uid, check in enumerate(SPOT_CHECKS)
                 ]
+                report["stage"] = "named-media-host"
+                report["named_media_host"] = await _named_media_host_call(gateway, sip)
                 report["phone_still_in_call"] = not any(e.name == "call_ended" for e in phone.events)
                 with contextlib.suppress(TimeoutError):
                     await _until(lambda: _fd_count(pid) <= fds_in_call, within=10, what="fd count back")
@@ -275,7 +308,7 @@ async def _scenario(workdir: Path, examples: int) -> dict[str, Any]:
             report["wire"] = _wire_report(flows, sip=sip, rtp=rtp, foreign_port=foreign_port)
             report["fuzz_sources_heard"] = sorted(set(FUZZ_SOURCES) & set(report["wire"]["sip_talkers"]))
             calls = await _calls(gateway)
-            others = [c for c in calls if c["id"] != call["id"] and c["from"] != "pjsua"]
+            others = [c for c in calls if c["from"] not in ("pjsua", "hostile-sdp")]
             report["fuzz_calls"] = {
                 "count": len(others),
                 "answered": [c["id"] for c in others if c.get("answered")],

@@ -31,6 +31,7 @@ __all__ = [
     "SPOT_CHECKS",
     "VIA_PORTS",
     "FuzzMessage",
+    "NamedConnectionCall",
     "SipProbe",
     "SpotCheck",
     "fuzz_messages",
@@ -514,3 +515,65 @@ def options_ping(probe: SipProbe, target: tuple[str, int], uid: int, *, within: 
     probe.send(data, target)
     response = probe.wait_for(f"z9hG4bKping{uid}", within=within)
     return None if response is None else status_of(response)
+
+
+# ---------------------------------------------------------------------------- a call with a named c=
+
+
+SDP_NAMED_CONNECTION = (
+    "v=0\r\n"
+    "o=hostile 1 1 IN IP4 rtp.example.com\r\n"
+    "s=-\r\n"
+    "c=IN IP4 rtp.example.com\r\n"
+    "t=0 0\r\n"
+    "m=audio 49170 RTP/AVP 0\r\n"
+    "a=rtpmap:0 PCMU/8000\r\n"
+    "a=rtcp:49171 IN IP4 rtcp.example.com\r\n"
+)
+_TO_TAG_RE = re.compile(rb"^(?:To|t)[ \t]*:[^\r\n]*;tag=([^;\s>]+)", re.IGNORECASE | re.MULTILINE)
+
+
+class NamedConnectionCall:
+    """A valid PCMU call whose SDP names its media host (c=IN IP4 rtp.example.com, RFC 4566 allows an
+    FQDN): the gateway must not look the name up for every packet it sends, on its event loop.
+
+    `start()` sends the INVITE and, on 200, the ACK (returns the status); `end()` sends the BYE."""
+
+    def __init__(self, ip: str, target: tuple[str, int]) -> None:
+        self.probe = SipProbe(ip)
+        self.target = target
+        self.to_tag: str | None = None
+
+    def _request(self, method: str, cseq: int, *, branch: str, body: str = "") -> bytes:
+        ip, port, (host, gw_port) = self.probe.ip, self.probe.port, self.target
+        to_tag = f";tag={self.to_tag}" if self.to_tag else ""
+        lines = [
+            f"{method} sip:agent@{host}:{gw_port} SIP/2.0",
+            f"Via: SIP/2.0/UDP {ip}:{port};branch={branch};rport",
+            "Max-Forwards: 70",
+            f'From: "hostile-sdp" <sip:hostile-sdp@{ip}>;tag=hsdp',
+            f"To: <sip:agent@{host}:{gw_port}>{to_tag}",
+            f"Call-ID: hostile-sdp@{ip}",
+            f"CSeq: {cseq} {method}",
+            f"Contact: <sip:hostile-sdp@{ip}:{port}>",
+        ]
+        if body:
+            lines.append("Content-Type: application/sdp")
+        lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n" + body).encode()
+
+    def start(self, *, within: float = 5.0) -> int | None:
+        self.probe.send(self._request("INVITE", 1, branch="z9hG4bKhsdp1", body=SDP_NAMED_CONNECTION), self.target)
+        answer = self.probe.wait_for("z9hG4bKhsdp1", within=within)
+        status = None if answer is None else status_of(answer)
+        if answer is not None and status == 200:
+            match = _TO_TAG_RE.search(answer)
+            self.to_tag = match.group(1).decode() if match else None
+            self.probe.send(self._request("ACK", 1, branch="z9hG4bKhsdp2"), self.target)
+        return status
+
+    def end(self, *, within: float = 5.0) -> int | None:
+        self.probe.send(self._request("BYE", 2, branch="z9hG4bKhsdp3"), self.target)
+        answer = self.probe.wait_for("z9hG4bKhsdp3", within=within)
+        self.probe.close()
+        return None if answer is None else status_of(answer)

@@ -197,3 +197,15 @@ def test_forged_received_does_not_steer_the_answer(report: dict[str, Any]) -> No
     spoof = _completed(report)["spoofed_received"]
     assert spoof["misdirected"] == [], spoof["misdirected"]
     assert spoof["ok"], spoof
+
+
+def test_a_named_media_host_is_not_looked_up_for_every_packet(report: dict[str, Any]) -> None:
+    """c=IN IP4 rtp.example.com is legal SDP; the gateway may refuse it (488) or carry the call, but it
+    must not resolve the name on its event loop for each RTP packet, nor query DNS at all here."""
+    r = _completed(report)
+    named = r["named_media_host"]
+    assert named["invite"] in (200, 488), named
+    if named["invite"] == 200:
+        assert named.get("error") is None and named["bye"] == 200, named
+        assert named["ping"] == 200 and named["ping_ms"] < 500, named
+    assert r["wire"]["dns_queries"] == 0, r["wire"]["off_loopback"]
