@@ -193,3 +193,19 @@ def test_streamed_equals_whole_for_random_frames(pair: tuple[int, int], frames: 
     y = stream(pair, x)
     assert np.array_equal(y, whole(pair, x, d.taps_int / 2.0**24))
     assert np.abs(y.astype(int) - whole(pair, x, d.taps).astype(int)).max() <= 1
+
+
+def test_the_8k_round_trip_through_24k_delays_by_a_whole_number_of_samples() -> None:
+    """Caller -> 24 kHz frames -> caller must not shift the waveform by a fraction of a sample."""
+    from scipy import signal
+
+    rng = np.random.default_rng(1)
+    sos = signal.butter(8, [200, 3000], btype="bandpass", fs=8000, output="sos")
+    x = (signal.sosfilt(sos, rng.standard_normal(16000)) * 8000).astype(np.int16)
+    up, down = StreamResampler(8000, 24000), StreamResampler(24000, 8000)
+    y = np.concatenate([down.process(up.process(x[i : i + 160])) for i in range(0, x.size, 160)])
+    delay_24k = up.delay_ms * 24 + down.delay_ms * 24
+    assert delay_24k % 3 == pytest.approx(0.0, abs=1e-9)
+    lag = round(delay_24k / 3)
+    n = x.size - lag
+    assert np.corrcoef(x[:n], y[lag : lag + n])[0, 1] > 0.999

@@ -1,0 +1,158 @@
+"""The media worker end to end in one event loop: a scripted SIP phone (our own UA core) calls a worker
+running the echo agent; SIP, RTP, the tick, the session and the provider all run for real on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from gateway.fleet.errors import CallNotFoundError
+from gateway.providers.echo import EchoConfig, EchoModel
+from gateway.sip.events import CallEnded, OutboundCallAnswered, OutboundCallFailed
+from gateway.worker.settings import WorkerSettings
+from gateway.worker.worker import MediaWorker
+from tests.gateway.worker.sip_peer import SipPeer
+from tests.support.audio import align_and_correlate
+from tests.support.procs import free_ports
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def speechlike(seconds: float, rate: int = 8000, seed: int = 3) -> np.ndarray:
+    """Noise shaped by a syllable-rate envelope: broadband, non-periodic, easy to correlate."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * rate)
+    t = np.arange(n) / rate
+    envelope = 0.55 + 0.45 * np.sin(2 * np.pi * 3.1 * t) * np.sin(2 * np.pi * 0.7 * t)
+    from scipy import signal
+
+    # telephone band: what a G.711 round trip through 24 kHz passes untouched
+    sos = signal.butter(8, [200, 3000], btype="bandpass", fs=rate, output="sos")
+    noise = signal.sosfilt(sos, rng.standard_normal(n))
+    return (noise / np.abs(noise).max() * 12000 * envelope).astype(np.int16)
+
+
+def best_correlation(sent: np.ndarray, heard: np.ndarray) -> float:
+    correlation, _ = align_and_correlate(sent, heard, 8000)
+    return correlation
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[MediaWorker]:
+    sip_port = free_ports(1)[0]
+    rtp_low = free_ports(40)[0]
+    rtp_low += rtp_low % 2
+    settings = WorkerSettings(
+        worker_id="w-test",
+        sip_port=sip_port,
+        rtp_ports=f"{rtp_low}-{rtp_low + 37}",
+        rtp_timeout_s=1.0,
+        capacity=8,
+    )
+    w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.aclose()
+
+
+async def _until(predicate, *, within: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def _answered(peer: SipPeer, call) -> None:  # type: ignore[no-untyped-def]
+    event = await peer.wait_for(OutboundCallAnswered, call=call.handle)
+    peer.answered(call, event.body)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("codec", ["PCMU", "PCMA"])
+async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: MediaWorker, codec: str) -> None:
+    tasks_before = {t for t in asyncio.all_tasks() if not t.done()}
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=(codec,))
+        await _answered(peer, call)
+        assert call.codec == codec
+        sent = speechlike(2.0)
+        await peer.stream(call, sent)
+        await peer.stream(call, np.zeros(8000, np.int16), frames=15)  # let the echo drain
+        [leg] = list(worker.legs.values())
+        snapshot = worker.snapshot_of(leg)
+        assert snapshot.codec == codec and snapshot.state == "active"
+        assert snapshot.stats.rtp_packets_in >= 100 and snapshot.stats.rtp_lost == 0
+        peer.hang_up(call)
+        await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+        assert leg.end_reason == "caller_hangup"
+        correlation = best_correlation(sent, peer.heard(call))
+        assert correlation > 0.9, correlation
+    assert worker.legs == {}
+    assert worker.ports.in_use == frozenset()
+    assert len(worker.engine) == 0
+    leftover = {t for t in asyncio.all_tasks() if not t.done()} - tasks_before - {asyncio.current_task()}
+    assert not [t for t in leftover if t.get_name().startswith(("call-", "worker-"))]
+
+
+async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) -> None:
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        await _answered(peer, call)
+        await peer.stream(call, np.zeros(8000, np.int16), frames=25)
+        # one packet per 20 ms, silence included
+        assert len(call.received) >= 20
+        assert all(p == bytes([0xFF]) * 160 for p in call.received[3:15])
+        peer.hang_up(call)
+
+
+async def test_no_common_codec_gets_488(worker: MediaWorker) -> None:
+    body = (
+        b"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+        b"m=audio 40000 RTP/AVP 9\r\na=rtpmap:9 G722/8000\r\n"
+    )
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", body=body)
+        failed = await peer.wait_for(OutboundCallFailed, call=call.handle)
+        assert failed.status == 488  # type: ignore[attr-defined]
+    assert worker.ports.in_use == frozenset()
+
+
+async def test_a_draining_worker_refuses_new_calls_with_503(worker: MediaWorker) -> None:
+    await worker.drain(exit_when_empty=False)
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        failed = await peer.wait_for(OutboundCallFailed, call=call.handle)
+        assert failed.status == 503  # type: ignore[attr-defined]
+
+
+async def test_a_silent_caller_is_hung_up_after_the_rtp_timeout(worker: MediaWorker) -> None:
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        await _answered(peer, call)
+        await peer.stream(call, speechlike(0.2), frames=5)
+        ended = await peer.wait_for(CallEnded, call=call.handle, within=5)
+        assert ended.by == "remote"  # type: ignore[attr-defined]
+        await _until(lambda: not worker.legs)
+    assert worker.ports.in_use == frozenset()
+
+
+async def test_ops_commands_reach_the_call(worker: MediaWorker) -> None:
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        await _answered(peer, call)
+        [leg_id] = list(worker.legs)
+        await worker.send_dtmf(leg_id, "12")
+        await peer.stream(call, np.zeros(8000, np.int16), frames=20)
+        telephone_events = [pt for pt in call.received_pts if pt == 101]
+        assert telephone_events, "RFC 4733 DTMF packets were sent to the caller"
+        await worker.hang_up(leg_id, "api")
+        ended = await peer.wait_for(CallEnded, call=call.handle)
+        assert ended.by == "remote"  # type: ignore[attr-defined]
+        await _until(lambda: not worker.legs)
+    with pytest.raises(CallNotFoundError):
+        await worker.hang_up(leg_id, "api")
