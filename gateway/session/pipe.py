@@ -65,6 +65,8 @@ class ProviderPipe:
         self._max_batch = max_batch_frames
         self._can_send = can_send
         self._on_send_failed = on_send_failed
+        # Converts a batch of caller frames into the provider's input format (G.711 profiles); None: PCM as is.
+        self.encode: Callable[[bytes], bytes] | None = None
         self.link: Link | None = None
         self.epoch = 0
         self._inbound: deque[Frame] = deque()
@@ -133,6 +135,8 @@ class ProviderPipe:
             take -= take % self._chunk
             batch = [queue.popleft() for _ in range(take)]
             pcm = b"".join(frame.to_bytes() for frame in batch)
+            if self.encode is not None:
+                pcm = self.encode(pcm)
             try:
                 await link.session.send_audio(pcm)
             except Exception as exc:

@@ -67,6 +67,7 @@ from gateway.session.events import (
     StateChanged,
     TranscriptUpdated,
 )
+from gateway.session.g711 import G711Transcoder
 from gateway.session.host import SessionToolHost
 from gateway.session.pipe import (
     Link,
@@ -162,6 +163,7 @@ class CallSession:
             end_call=self._end_call,
         )
         self._tools = ToolRunner(host, self._registry, config)
+        self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._close_task: asyncio.Task[None] | None = None
         self._switch_task: asyncio.Task[None] | None = None
         self._start_called = False
@@ -377,8 +379,11 @@ class CallSession:
     def _dispatch(self, link: Link, event: ProviderEvent) -> None:
         turns = self._turns
         if isinstance(event, AudioReceived):
-            turns.audio(event)
+            for part in (event,) if self._g711 is None else self._g711.decode(event):
+                turns.audio(part)
         elif isinstance(event, AudioDone):
+            for part in () if self._g711 is None else self._g711.finish(event.response_id, event.item_id):
+                turns.audio(part)
             turns.audio_done(event)
         elif isinstance(event, SpeechStarted):
             self._caller_started("speech_started", item_id=event.item_id)
@@ -543,6 +548,13 @@ class CallSession:
         await self._end_unavailable(error)
 
     def _install(self, session: RealtimeSession) -> Link:
+        # A G.711 profile talks G.711 to the provider: convert at this edge, keep 24 kHz frames everywhere else.
+        audio_format = self._provider_profile.audio_format
+        if audio_format == "pcm24k":
+            self._g711 = None
+        elif self._g711 is None or self._g711.law != audio_format:
+            self._g711 = G711Transcoder(audio_format)
+        self._pipe.encode = None if self._g711 is None else self._g711.encode
         link, old = self._connections.install(session)
         self._connections.retire(old)
         self._turns.new_connection()

@@ -128,7 +128,7 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string literal is a valid TOML basic string
 
 
-def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = ()) -> Path:
+def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = (), audio_format: str = "pcm24k") -> Path:
     lines = [
         "[[routes]]",
         'name = "all"',
@@ -138,6 +138,7 @@ def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = ()) -> Path
         "[profiles.agent]",
         'provider = "openai"',
         'instructions = "You are a test agent."',
+        f"audio_format = {_toml_string(audio_format)}",
     ]
     for tool in tools:
         lines += [
@@ -158,9 +159,10 @@ async def start_gateway_on_fake(
     fake: FakeProvider,
     *,
     tools: tuple[WebhookToolSpec, ...] = (),
+    audio_format: str = "pcm24k",
     env: dict[str, str] | None = None,
 ) -> GatewayProcess:
-    config = write_config(tmp_path / "gateway.toml", tools=tools)
+    config = write_config(tmp_path / "gateway.toml", tools=tools, audio_format=audio_format)
     return await start_gateway(
         procs,
         env={
@@ -260,6 +262,7 @@ class WebhookServer:
     requests: list[WebhookRequest] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -275,6 +278,11 @@ class WebhookServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        # Connections still being served (an answer held by a failed test) end with the server.
+        handlers = list(self._handlers)
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
     async def wait_requests(self, count: int, *, within: float) -> list[WebhookRequest]:
         async with asyncio.timeout(within):
@@ -284,6 +292,9 @@ class WebhookServer:
         return self.requests
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         try:
             async with asyncio.timeout(self.max_hold_s + 5):
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -328,6 +339,7 @@ class WebhookServer:
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         finally:
+            self._handlers.discard(handler)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()

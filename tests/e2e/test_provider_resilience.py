@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from gateway.session.toolrunner import INTERIM_OUTPUT
+from telcodecs.g711 import ulaw_decode
 from tests.e2e.provider_harness import (
     FakeProvider,
     WebhookRequest,
@@ -341,3 +342,40 @@ async def test_a_promoted_tool_result_is_spoken_after_the_caller_stops(
 
     assert call["end_reason"] == "caller_hangup"
     assert (counters["tool_calls"], counters["tools_promoted"], counters["tool_errors"]) == (1, 1, 0)
+
+
+async def test_a_g711_profile_talks_g711_to_the_provider(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    _require_peers()
+    # audio_format = "pcmu": the provider is told audio/pcmu and must get (and send) 8 kHz mu-law, while the
+    # session keeps its 24 kHz frames; barge-in milliseconds stay in the provider's time base.
+    fake = await start_fake_provider(peer_procs, "--mode", "tone", "--reply-ms", "2000", "--paced")
+    gateway = await start_gateway_on_fake(peer_procs, tmp_path, fake, audio_format="pcmu")
+    source = caller_wav(tmp_path / "caller.wav", [TURN_C, 1.4, TURN_C, 1.0])
+    phone = BaresipPhone(peer_procs, tmp_path, source_wav=source, codecs=("pcmu",))
+    async with phone:
+        await phone.dial(gateway.sip_uri)
+        await phone.wait_established(within=15)
+        await phone.wait_closed(within=30)
+    counters = await session_counters(gateway)
+    records = await _all_client_events(fake)
+    assert sorted(records) == [1]
+    detail = records[1]
+    update = detail["event_list"][0]["session"]["audio"]
+    assert update["input"]["format"] == update["output"]["format"] == {"type": "audio/pcmu"}
+
+    # The caller's speech arrived as mu-law at 8 kHz: 160 bytes per frame, and it is the phone's speech.
+    at_provider = await fake.audio(1)
+    assert len(at_provider) == counters["frames_to_provider"] * 160
+    decoded = ulaw_decode(at_provider).astype(np.float64) / 32768.0
+    sent = read_wav(phone.last_recording().encoded)
+    correlation, _ = align_and_correlate(sent.samples, decoded, 8000, max_slip_seconds=0)
+    assert correlation >= 0.9, f"mu-law at the provider correlates {correlation:.3f} with the phone's speech"
+
+    # The agent's mu-law tone reached the phone as a 440 Hz tone, cut where the caller spoke again, and the
+    # truncate names the milliseconds the phone heard.
+    (cut,) = barge_in_lines(gateway)
+    ((item_id, (sent_ms, _)),) = cut.items.items()
+    assert detail["truncations"] == [{"item_id": item_id, "audio_end_ms": sent_ms}]
+    first_reply = bursts(read_wav(phone.last_recording().decoded))[0]
+    assert abs(first_reply.frequency_hz - TONE_HZ) < 10
+    assert abs(first_reply.duration_ms - sent_ms) <= 20, (first_reply, sent_ms)
