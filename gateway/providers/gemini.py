@@ -29,7 +29,6 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import orjson
-from scipy import signal
 
 from gateway.providers._link import ProviderLink, close_is_retryable, open_websocket, receive_json, send_during_setup
 from gateway.providers.base import (
@@ -51,6 +50,7 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError
+from telcodecs.resample import StreamResampler
 
 DEFAULT_URL = (
     "wss://generativelanguage.googleapis.com/ws/"
@@ -72,27 +72,22 @@ class GeminiConfig:
 
 
 class Downsampler24To16:
-    """Streaming 24 kHz -> 16 kHz PCM16 (up 2, low-pass, down 3) with filter state carried across frames.
+    """24 kHz caller frames -> the 16 kHz Gemini wants, through the shared streaming resampler.
 
-    A stand-in until :mod:`telcodecs.resample` provides the shared streaming resampler; per-frame
-    ``resample_poly`` would restart its filter every 20 ms and click at each frame edge.
+    ``send_audio`` may carry several 20 ms frames at once (the session batches when it is behind); each is
+    resampled in order through one :class:`telcodecs.resample.StreamResampler`, so the filter state runs
+    across frames and batches and there is no click at a frame edge.
     """
 
-    UP, DOWN = 2, 3
-
-    def __init__(self, *, taps: int = 97) -> None:
-        # Cut at 90 % of the 8 kHz output Nyquist, expressed against the 48 kHz intermediate rate.
-        self._taps = signal.firwin(taps, 0.9 / self.DOWN, window=("kaiser", 8.0)) * self.UP
-        self._state = np.zeros(taps - 1)
-        self._phase = 0
+    def __init__(self) -> None:
+        self._resampler = StreamResampler(24000, 16000)
 
     def process(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
-        upsampled = np.zeros(pcm.size * self.UP, dtype=np.float64)
-        upsampled[:: self.UP] = pcm
-        filtered, self._state = signal.lfilter(self._taps, np.ones(1), upsampled, zi=self._state)
-        out = filtered[self._phase :: self.DOWN]
-        self._phase = (self._phase - filtered.size) % self.DOWN
-        return np.clip(np.round(out), -32768, 32767).astype(np.int16)
+        step = self._resampler.in_frame
+        if pcm.size % step:
+            raise ValueError(f"gemini: audio must be whole 20 ms frames of {step} samples, got {pcm.size}")
+        parts = [self._resampler.process(pcm[i : i + step]) for i in range(0, pcm.size, step)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
 
 def parse_duration(value: Any) -> float:
