@@ -35,7 +35,18 @@ def _alaw_table() -> npt.NDArray[np.int16]:
 
 
 _DECODE = {"audio/pcmu": _ulaw_table(), "audio/pcma": _alaw_table()}
-_SORTED = {fmt: (np.argsort(table, kind="stable"), np.sort(table)) for fmt, table in _DECODE.items()}
+
+
+def _encoding_table(table: npt.NDArray[np.int16]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int16]]:
+    """(codes, values) sorted by value, one code per value: μ-law has two zeros (0x7F and 0xFF); encoding keeps
+    0xFF, the positive zero, so that encode(decode(code)) is the same code for every value encode can produce."""
+    order = np.argsort(table, kind="stable")
+    values = table[order]
+    last_of_run = np.append(values[1:] != values[:-1], True)
+    return order[last_of_run], values[last_of_run]
+
+
+_SORTED = {fmt: _encoding_table(table) for fmt, table in _DECODE.items()}
 
 
 def bytes_per_ms(fmt: AudioFormat) -> int:
@@ -57,7 +68,7 @@ def encode(fmt: AudioFormat, pcm: npt.NDArray[np.int16]) -> bytes:
     if fmt == "audio/pcm":
         return pcm.astype("<i2").tobytes()
     order, values = _SORTED[fmt]
-    idx = np.clip(np.searchsorted(values, pcm), 1, 255)
+    idx = np.clip(np.searchsorted(values, pcm), 1, len(values) - 1)
     nearer_left = (pcm - values[idx - 1]) < (values[idx] - pcm)
     return order[np.where(nearer_left, idx - 1, idx)].astype(np.uint8).tobytes()
 
