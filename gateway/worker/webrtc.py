@@ -31,12 +31,9 @@ from gateway.fleet.models import (
     DTMF_DIGITS,
     AdmissionRequest,
     CallSnapshot,
-    CallStats,
     ProfileModel,
-    TranscriptLine,
     WorkerEvent,
 )
-from gateway.fleet.mos import estimate_mos
 from gateway.fleet.protocols import ControlLink
 from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
 from gateway.providers.base import RealtimeModel
@@ -53,6 +50,7 @@ from gateway.transport.webrtc import (
     check_offer,
     parse_ice_servers,
 )
+from gateway.worker.reporting import build_snapshot, level_fields, media_fields
 from gateway.worker.settings import WorkerSettings
 from telcodecs.frames import Frame, dbfs
 
@@ -457,56 +455,35 @@ class WebRtcCalls:
         if leg.peer is not None and leg.live and leg.state != "ending":
             leg.last_stats = await leg.peer.stats()
         media = leg.last_stats
-        stats_fields: dict[str, Any] = {
-            "rtp_packets_in": media.packets_in,
-            "rtp_packets_out": media.packets_out,
-            "rtp_lost": media.packets_lost,
-            "loss_pct": min(100.0, media.loss_pct),
-            "jitter_ms": media.jitter_ms,
-        }
-        if media.rtt_ms is not None and "rtt_ms" in CallStats.model_fields:
-            stats_fields["rtt_ms"] = media.rtt_ms
-        if media.packets_in:
-            # Opus through aiortc's jitter buffer: about 4 packets of prefetch, plus half the round trip.
-            delay_ms = 80.0 + 40.0 + (media.rtt_ms or 0.0) / 2
-            stats_fields["mos"] = estimate_mos(loss_pct=stats_fields["loss_pct"], delay_ms=delay_ms, codec="opus")
-        transcript: list[TranscriptLine] = []
-        if leg.session is not None:
-            session_stats = leg.session.stats()
-            stats_fields.update(
-                provider_latency_last_ms=session_stats.round_trip_ms_last,
-                provider_latency_p50_ms=session_stats.round_trip_ms_mean,
-                barge_ins=session_stats.barge_ins,
-                resumes=session_stats.resumes,
-                tool_calls=session_stats.tool_calls,
-            )
-            transcript = [TranscriptLine(role=entry.role, text=entry.text) for entry in leg.session.transcript[-50:]]
-        if leg.last_level is not None:
-            stats_fields.update(level_dbfs=min(leg.last_level, 0.0), level_history=[min(v, 0.0) for v in leg.levels])
-        state = leg.state
-        if leg.session is not None and state == "active" and leg.session.state.value == "resuming":
-            state = "resuming"  # type: ignore[assignment]
-        end = leg.ended_wall or time.time()
-        return CallSnapshot.model_validate(
-            {
-                "id": leg.id,
-                "direction": "inbound",
-                "kind": "webrtc",
-                "from": leg.client[:256],
-                "to": leg.route[:256],
-                "route": leg.route,
-                "provider": leg.profile.provider if leg.profile is not None else "",
-                "state": state,
-                "worker": self._worker.id,
-                "codec": "opus",
-                "started": leg.started_wall,
-                "answered": leg.answered_wall,
-                "ended": leg.ended_wall,
-                "duration_s": max(0.0, end - (leg.answered_wall or leg.started_wall)),
-                "end_reason": leg.end_reason if leg.state == "ended" else "",
-                "stats": CallStats(**stats_fields),
-                "transcript": transcript,
-            }
+        stats = media_fields(
+            packets_in=media.packets_in,
+            packets_out=media.packets_out,
+            lost=media.packets_lost,
+            loss_pct=media.loss_pct,
+            jitter_ms=media.jitter_ms,
+            rtt_ms=media.rtt_ms,
+            # Opus through aiortc's jitter buffer (about 4 packets of prefetch) + packetization
+            delay_ms=80.0 + 40.0,
+            codec="opus",
+        )
+        stats.update(level_fields(leg.last_level, leg.levels))
+        return build_snapshot(
+            call_id=leg.id,
+            kind="webrtc",
+            direction="inbound",
+            from_=leg.client,
+            to=leg.route,
+            route=leg.route,
+            provider=leg.profile.provider if leg.profile is not None else "",
+            state=leg.state,
+            worker=self._worker.id,
+            codec="opus",
+            started=leg.started_wall,
+            answered=leg.answered_wall,
+            ended=leg.ended_wall,
+            end_reason=leg.end_reason,
+            stats=stats,
+            session=leg.session,
         )
 
     async def snapshot(self) -> list[CallSnapshot]:

@@ -26,14 +26,11 @@ from gateway.fleet.models import (
     AdmissionDecision,
     AdmissionRequest,
     CallSnapshot,
-    CallStats,
     OriginateRequest,
     ProfileModel,
-    TranscriptLine,
     WorkerEvent,
     WorkerInfo,
 )
-from gateway.fleet.mos import estimate_mos
 from gateway.fleet.protocols import ControlLink
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
@@ -76,11 +73,11 @@ from gateway.sip.sdp import (
     negotiate,
     parse_sdp,
 )
-from gateway.sip.uri import parse_name_addr
 from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import PortsExhaustedError, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
+from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.webrtc import WebRtcCalls
 from telcodecs.frames import dbfs
@@ -90,16 +87,6 @@ log = logging.getLogger(__name__)
 ModelFactory = Callable[[str], RealtimeModel]
 _DEFAULT_PROFILE = ProfileModel(name="default", provider="default")
 _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
-
-
-def _user_part(uri: str) -> str:
-    """The user of a SIP URI (the dialled number), or the URI itself."""
-    try:
-        parsed = parse_name_addr(uri).uri
-        user = getattr(parsed, "user", None)
-        return str(user) if user else uri
-    except Exception:
-        return uri
 
 
 class MediaWorker:
@@ -377,7 +364,7 @@ class MediaWorker:
 
     async def _run_inbound(self, leg: CallLeg, event: CallOffered) -> None:
         try:
-            decision = await self._admit(leg, called=_user_part(event.to_uri), caller=_user_part(event.from_uri))
+            decision = await self._admit(leg, called=user_part(event.to_uri), caller=user_part(event.from_uri))
             if leg.state != "admitted":  # cancelled or hung up while the control plane decided
                 return
             if not decision.accepted:
@@ -864,72 +851,39 @@ class MediaWorker:
         return leg.negotiated.codec_name if leg.negotiated is not None else ""
 
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot:
-        now = self.clock_now()
-        stats = CallStats()
-        transcript: list[TranscriptLine] = []
-        provider = leg.provider or (leg.profile.provider if leg.profile is not None else "")
-        media = self.engine.stats(leg.id, now) if leg.media_added else leg.last_media
+        media = self.engine.stats(leg.id, self.clock_now()) if leg.media_added else leg.last_media
+        stats: dict[str, object] = {}
         if media is not None:
-            loss_pct = min(100.0, 100.0 * media.loss_fraction)
-            delay_ms = media.target_delay_ms + 40.0 + (media.rtt_ms or 0.0) / 2
-            stats_fields = dict(
-                rtp_packets_in=media.received,
-                rtp_packets_out=media.packets_sent,
-                rtp_lost=media.lost,
-                loss_pct=loss_pct,
+            stats = media_fields(
+                packets_in=media.received,
+                packets_out=media.packets_sent,
+                lost=media.lost,
+                loss_pct=100.0 * media.loss_fraction,
                 jitter_ms=media.jitter_ms,
                 late=media.late,
                 rtt_ms=media.rtt_ms,
-                mos=estimate_mos(loss_pct=loss_pct, delay_ms=delay_ms, codec=media.codec),
+                # jitter buffer + one tick each way + packetization
+                delay_ms=media.target_delay_ms + 40.0,
+                codec=media.codec,
             )
-        else:
-            stats_fields = {}
-        if leg.session is not None:
-            session_stats = leg.session.stats()
-            stats_fields.update(
-                provider_latency_last_ms=session_stats.round_trip_ms_last,
-                provider_latency_p50_ms=session_stats.round_trip_ms_mean,
-                barge_ins=session_stats.barge_ins,
-                resumes=session_stats.resumes,
-                tool_calls=session_stats.tool_calls,
-            )
-            transcript = [
-                TranscriptLine(role=entry.role, text=entry.text)  # type: ignore[arg-type]
-                for entry in leg.session.transcript[-50:]
-            ]
-        if leg.last_level is not None:
-            stats_fields.update(level_dbfs=min(leg.last_level, 0.0), level_history=[min(v, 0.0) for v in leg.levels])
-        stats = CallStats(**stats_fields)
-        state = {
-            "admitted": "admitted",
-            "ringing": "ringing",
-            "active": "active",
-            "ending": "ending",
-            "ended": "ended",
-        }[leg.state]
-        if leg.session is not None and leg.state == "active" and leg.session.state.value == "resuming":
-            state = "resuming"
-        end = leg.ended_wall or time.time()
-        return CallSnapshot.model_validate(
-            {
-                "id": leg.id,
-                "direction": leg.direction,
-                "kind": "sip",
-                "from": _user_part(leg.from_uri)[:256],
-                "to": _user_part(leg.to_uri)[:256],
-                "route": leg.route,
-                "provider": provider,
-                "state": state,
-                "worker": self.id,
-                "codec": self._codec(leg),
-                "started": leg.started_wall,
-                "answered": leg.answered_wall,
-                "ended": leg.ended_wall,
-                "duration_s": max(0.0, end - (leg.answered_wall or leg.started_wall)),
-                "end_reason": leg.end_reason if leg.state == "ended" else "",
-                "stats": stats,
-                "transcript": transcript,
-            }
+        stats.update(level_fields(leg.last_level, leg.levels))
+        return build_snapshot(
+            call_id=leg.id,
+            kind="sip",
+            direction=leg.direction,
+            from_=user_part(leg.from_uri),
+            to=user_part(leg.to_uri),
+            route=leg.route,
+            provider=leg.provider or (leg.profile.provider if leg.profile is not None else ""),
+            state=leg.state,
+            worker=self.id,
+            codec=self._codec(leg),
+            started=leg.started_wall,
+            answered=leg.answered_wall,
+            ended=leg.ended_wall,
+            end_reason=leg.end_reason,
+            stats=stats,
+            session=leg.session,
         )
 
     async def snapshot(self) -> list[CallSnapshot]:

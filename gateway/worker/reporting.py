@@ -1,0 +1,133 @@
+"""Call snapshots for the control plane: one shape for SIP and WebRTC legs.
+
+A snapshot is what the ops API, the dashboard and the event stream show of a call. The media half comes
+from whichever transport carried the call (the tick engine's RTP statistics or aiortc's), the agent half
+from the call's session; both are merged here so the two kinds of call report identically.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.fleet.models import CallSnapshot, CallStats, TranscriptLine
+from gateway.fleet.mos import estimate_mos
+from gateway.session.session import CallSession
+from gateway.sip.uri import parse_name_addr
+
+TRANSCRIPT_TAIL = 50
+
+
+def user_part(uri: str) -> str:
+    """The user of a SIP URI (the dialled number), or the text itself when it is not a SIP URI."""
+    try:
+        user = getattr(parse_name_addr(uri).uri, "user", None)
+    except Exception:
+        return uri
+    return str(user) if user else uri
+
+
+def media_fields(
+    *,
+    packets_in: int,
+    packets_out: int,
+    lost: int,
+    loss_pct: float,
+    jitter_ms: float,
+    delay_ms: float,
+    codec: str,
+    late: int = 0,
+    rtt_ms: float | None = None,
+) -> dict[str, Any]:
+    """The media half of CallStats, with an E-model MOS estimate from loss and one-way delay."""
+    loss_pct = min(100.0, max(0.0, loss_pct))
+    fields: dict[str, Any] = {
+        "rtp_packets_in": packets_in,
+        "rtp_packets_out": packets_out,
+        "rtp_lost": lost,
+        "loss_pct": loss_pct,
+        "jitter_ms": jitter_ms,
+        "late": late,
+        "rtt_ms": rtt_ms,
+    }
+    if packets_in:
+        fields["mos"] = estimate_mos(loss_pct=loss_pct, delay_ms=delay_ms + (rtt_ms or 0.0) / 2, codec=codec)
+    return fields
+
+
+def session_fields(session: CallSession | None) -> dict[str, Any]:
+    if session is None:
+        return {}
+    stats = session.stats()
+    return {
+        "provider_latency_last_ms": stats.round_trip_ms_last,
+        "provider_latency_p50_ms": stats.round_trip_ms_mean,
+        "barge_ins": stats.barge_ins,
+        "resumes": stats.resumes,
+        "tool_calls": stats.tool_calls,
+    }
+
+
+def level_fields(last_level: float | None, levels: Iterable[float]) -> dict[str, Any]:
+    if last_level is None:
+        return {}
+    return {"level_dbfs": min(last_level, 0.0), "level_history": [min(v, 0.0) for v in levels]}
+
+
+def transcript_of(session: CallSession | None) -> list[TranscriptLine]:
+    if session is None:
+        return []
+    return [
+        TranscriptLine(role=entry.role, text=entry.text)  # type: ignore[arg-type]
+        for entry in session.transcript[-TRANSCRIPT_TAIL:]
+    ]
+
+
+def call_state(leg_state: str, session: CallSession | None) -> str:
+    if session is not None and leg_state == "active" and session.state.value == "resuming":
+        return "resuming"
+    return leg_state
+
+
+def build_snapshot(
+    *,
+    call_id: str,
+    kind: str,
+    direction: str,
+    from_: str,
+    to: str,
+    route: str,
+    provider: str,
+    state: str,
+    worker: str,
+    codec: str,
+    started: float,
+    answered: float | None,
+    ended: float | None,
+    end_reason: str,
+    stats: dict[str, Any],
+    session: CallSession | None,
+) -> CallSnapshot:
+    end = ended or time.time()
+    return CallSnapshot.model_validate(
+        {
+            "id": call_id,
+            "direction": direction,
+            "kind": kind,
+            "from": from_[:256],
+            "to": to[:256],
+            "route": route,
+            "provider": provider,
+            "state": call_state(state, session),
+            "worker": worker,
+            "codec": codec,
+            "started": started,
+            "answered": answered,
+            "ended": ended,
+            "duration_s": max(0.0, end - (answered or started)),
+            "end_reason": end_reason if state == "ended" else "",
+            "stats": CallStats(**{**stats, **session_fields(session)}),
+            "transcript": transcript_of(session),
+        }
+    )
