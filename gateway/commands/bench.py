@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     calls.add_argument("--profile", metavar="FILE", help="run the worker under cProfile, write stats to FILE")
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker and generator")
+    calls.add_argument("--nice", type=int, default=0, help="niceness of the bench processes (negative: root only)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
             load_core=None if args.load_core < 0 else args.load_core,
             profile=args.profile,
             uvloop=not args.no_uvloop,
+            nice=args.nice,
         )
         return run_calls(config, json_path=args.json)
     raise SystemExit(f"unknown benchmark {args.bench!r}")
