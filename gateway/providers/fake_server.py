@@ -9,14 +9,14 @@ real time or sent at once. ``response.cancel``, ``conversation.item.truncate`` (
 shorter than" error when it points past the audio sent) and ``conversation.item.delete`` behave as the real
 service does. A scripted tool call can replace the first answer.
 
-Faults, per server (:class:`FakeOptions`) or per connection (the same names as websocket query parameters,
-e.g. ``ws://127.0.0.1:PORT/v1/realtime?drop_after_frames=50``): drop the TCP connection after N seconds or N
-audio frames, delay replies or the handshake (``session_delay_s``), expire the session (``error`` session_expired then close 1001), send an arbitrary
-``error`` event after N frames. Running connections can be hit from a test (:meth:`FakeRealtimeServer.inject`,
-``drop``, ``expire``) or over HTTP on the same port: ``GET /records``, ``GET /records/<id>``,
-``GET /records/<id>/audio`` (the caller audio of a connection, raw, in arrival order),
-``GET /control/<id>?action=drop|expire|error&code=..&message=..``, ``GET /healthz``. ``fault_connections=N``
-limits the faults to the first N connections, so a client's reconnect finds a healthy server.
+Faults, per server (:class:`FakeOptions`) or per connection (the same names as websocket query parameters, e.g.
+``ws://127.0.0.1:PORT/v1/realtime?drop_after_frames=50``): drop the TCP connection after N seconds or N audio
+frames, delay replies or the handshake (``session_delay_s``), expire the session (``error`` session_expired then
+close 1001), send an arbitrary ``error`` event after N frames. Running connections can be hit from a test
+(:meth:`FakeRealtimeServer.inject`, ``drop``, ``expire``) or over HTTP on the same port: ``GET /records``, ``GET
+/records/<id>``, ``GET /records/<id>/audio`` (the caller audio of a connection, raw, in arrival order), ``GET
+/control/<id>?action=drop|expire|error&code=..&message=..``, ``GET /healthz``. ``fault_connections=N`` limits the
+faults to the first N connections, so a client's reconnect finds a healthy server.
 
 Every client event is recorded per connection (:class:`ConnectionRecord`), including the exact caller audio
 bytes, so tests can prove frames arrive byte-identical and in order across reconnects, and a timeline of
