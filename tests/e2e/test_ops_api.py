@@ -96,6 +96,8 @@ async def test_ops_api_lists_commands_and_streams_a_real_sip_call(
         )
         assert ended["route"] == "fallback" and ended["end_reason"] == "caller_hangup" and ended["to"] == "+15550100"
         assert (await api.get("/v1/calls", params={"route": "nope"})).json()["items"] == []
+        assert (await api.get("/v1/calls", params={"worker": "nope"})).json()["total"] == 0
+        assert (await api.get("/v1/calls", params={"worker": WORKER})).json()["total"] == 2
         assert [c["id"] for c in (await api.get("/v1/calls", params={"state": "active"})).json()["items"]] == [call_id]
 
         # Keyset pagination, newest first: two pages of one call each, then no cursor.
@@ -227,7 +229,7 @@ async def test_gateway_places_a_call_hangs_up_and_blind_transfers(
         response = await api.post(f"/v1/calls/{call_id}/hangup")
         assert response.status_code == 204, response.text
         closed = await alice.wait_closed(within=10)
-        assert closed.param is None or "agent" not in (closed.param or "")
+        assert closed.peer_uri is not None and "+15550199" in closed.peer_uri  # the gateway's call, by its BYE
         first = await poll(lambda: _call_state(api, call_id, "ended"), within=10, what="the outbound call ended")
         assert first["end_reason"] == "api"
         heard = read_wav(alice.recordings()[0].decoded)
