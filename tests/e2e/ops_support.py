@@ -160,7 +160,7 @@ class EventStream:
 async def poll(probe: Callable[[], Awaitable[T | None]], *, within: float, what: str, every: float = 0.1) -> T:
     """Evaluate ``probe`` until it returns something other than None/False; that value, or TimeoutError."""
     deadline = time.monotonic() + within
-    last: Any = None
+    last: T | None = None
     while True:
         last = await probe()
         if last is not None and last is not False:

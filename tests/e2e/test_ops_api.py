@@ -159,8 +159,8 @@ async def test_ops_api_lists_commands_and_streams_a_real_sip_call(
         kinds = [e.type for e in story]
         assert kinds[0] == "call.started" and kinds[-1] == "call.ended" and "call.updated" in kinds
         assert kinds.count("call.started") == 1 and kinds.count("call.ended") == 1
-        ids = [e.id for e in stream.events]
-        assert all(isinstance(i, int) for i in ids) and ids == list(range(ids[0], ids[0] + len(ids)))
+        ids = [e.id for e in stream.events if e.id is not None]
+        assert len(ids) == len(stream.events) and ids == list(range(ids[0], ids[0] + len(ids)))
         assert stream.events[0].type == "worker.registered" and stream.events[0].subject["id"] == WORKER
         assert {e.subject.get("state") for e in story if e.type == "call.updated"} >= {"active"}
 
