@@ -33,7 +33,8 @@ class WorkerSettings(BaseSettings):
     sip_auth_realm: str = "gateway"
     sip_auth_user: str | None = None
     sip_auth_password: str | None = None
-    sip_rate_limit_per_s: float = Field(default=50.0, gt=0)
+    # Per source address: a trunk placing 100 calls/s sends ~300 requests/s (INVITE, ACK, BYE).
+    sip_rate_limit_per_s: float = Field(default=500.0, gt=0)
     session_expires_s: int = Field(default=1800, ge=90)
     user_agent: str = "voice-gateway/0.1"
     # A tool still running after this long is promoted to the background (the agent gets an interim output).

@@ -384,6 +384,7 @@ class MediaWorker:
             if not self._prepare_media(leg, event.body):
                 return
             assert leg.sip is not None and leg.local_sdp is not None
+            self._make_session(leg)  # holds caller frames from the first one on, while it connects
             self.endpoint.answer(leg.sip, self.sip.now(), body=leg.local_sdp.to_bytes())
             self.sip.pump()
             leg.state = "active"
@@ -540,7 +541,8 @@ class MediaWorker:
 
     # ------------------------------------------------------------------------------------ sessions
 
-    async def _run_session(self, leg: CallLeg) -> None:
+    def _make_session(self, leg: CallLeg) -> CallSession:
+        """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
         profile_model = leg.profile or _DEFAULT_PROFILE
         profile = profile_model.to_agent_profile()
         config = self.session_config
@@ -568,6 +570,10 @@ class MediaWorker:
             config=config,
         )
         leg.session = session
+        return session
+
+    async def _run_session(self, leg: CallLeg) -> None:
+        session = leg.session if leg.session is not None else self._make_session(leg)
         try:
             await session.start()
         except Exception as exc:
