@@ -62,6 +62,9 @@ class Core:
         self.calls: dict[CallHandle, Call] = {}
         self.dialogs: dict[DialogId, CallHandle] = {}
         self.on_response: ResponseHandler = lambda tx, response, now: None
+        # While False (a draining worker), out-of-dialog OPTIONS get 503: load balancers probing with
+        # OPTIONS (Kamailio's dispatcher) stop sending new calls here, and calls in progress go on.
+        self.accepting_calls = True
         self._counter = 0
 
     # --- identifiers -----------------------------------------------------------------------------

@@ -57,6 +57,14 @@ class SipEndpoint:
         return self._core.stats
 
     @property
+    def accepting_calls(self) -> bool:
+        return self._core.accepting_calls
+
+    def set_accepting_calls(self, accepting: bool) -> None:
+        """A draining worker stops accepting: out-of-dialog OPTIONS are answered 503 so balancers move on."""
+        self._core.accepting_calls = accepting
+
+    @property
     def call_count(self) -> int:
         return len(self._core.calls)
 

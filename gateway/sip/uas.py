@@ -15,6 +15,7 @@ answered by their transaction) -> method (501 unknown, 405 known but not allowed
     BYE                200, CallEnded(by="remote"); 487 to an INVITE or re-INVITE still pending
     INFO               application/dtmf-relay -> DtmfInfoReceived; other bodies -> 415
     OPTIONS            200 with Allow/Accept/Supported, in or out of a dialog -> OptionsReceived
+                       (out of dialog while not accepting calls, i.e. draining: 503 + Retry-After)
     REFER              603 Decline (a gateway places no calls for its peers) -> TransferDeclined
     NOTIFY             Event: refer with a message/sipfrag body -> TransferProgressed / TransferFailed
 """
@@ -296,6 +297,10 @@ def _info(core: Core, call: Call, tx: Transaction, now: float) -> None:
 
 def _options(core: Core, call: Call | None, tx: Transaction, now: float) -> None:
     headers = (*core.common_headers(), ("Accept", "application/sdp"))
+    if call is None and not core.accepting_calls:
+        core.respond(tx, 503, now, to_tag=core.token(32), headers=(*headers, ("Retry-After", "30")))
+        core.emit(OptionsReceived(call=None, source=tx.peer))
+        return
     core.respond(tx, 200, now, to_tag=core.token(32) if call is None else None, headers=headers)
     core.emit(OptionsReceived(call=call.handle if call else None, source=tx.peer))
 

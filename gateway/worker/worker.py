@@ -769,6 +769,7 @@ class MediaWorker:
 
     async def drain(self, exit_when_empty: bool) -> None:
         self.draining = True
+        self.endpoint.set_accepting_calls(False)
         self._exit_when_empty = exit_when_empty
         if exit_when_empty and not any(leg.live for leg in self.legs.values()):
             self.exited.set()

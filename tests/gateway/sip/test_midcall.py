@@ -153,6 +153,25 @@ def test_options_out_of_and_inside_a_dialog() -> None:
     assert net.of_type(a, OptionsAnswered)[-1] == OptionsAnswered(request_id=unanswered, status=408)
 
 
+def test_a_draining_endpoint_answers_health_options_503_but_keeps_its_calls() -> None:
+    net, a, b = setup()
+    call_a, _ = place_call(net, a, b)
+    b.set_accepting_calls(False)
+    request_id = a.send_options("sip:127.0.0.1:5062", net.now)
+    net.pump()
+    assert net.of_type(a, OptionsAnswered)[-1] == OptionsAnswered(request_id=request_id, status=503)
+    dialog = a._core.calls[call_a].dialog
+    assert dialog is not None
+    options = dialog.build_request("OPTIONS", via=a._core.via("udp"))
+    b.receive(options.encode(), A_ADDR, transport="udp", now=net.now)
+    response = parse_message(b.datagrams()[-1].data)
+    assert isinstance(response, SipResponse) and response.status == 200  # the call in progress is fine
+    b.set_accepting_calls(True)
+    request_id = a.send_options("sip:127.0.0.1:5062", net.now)
+    net.pump()
+    assert net.of_type(a, OptionsAnswered)[-1] == OptionsAnswered(request_id=request_id, status=200)
+
+
 def test_info_dtmf() -> None:
     net, a, b = setup()
     call_a, call_b = place_call(net, a, b)
