@@ -35,6 +35,11 @@ class WorkerSettings(BaseSettings):
     sip_auth_password: str | None = None
     # Per source address: a trunk placing 100 calls/s sends ~300 requests/s (INVITE, ACK, BYE).
     sip_rate_limit_per_s: float = Field(default=500.0, gt=0)
+    # Outbound calls to a bare number go to sip:<number>@<trunk> (host or host:port); a 401/407 from the
+    # trunk is answered with digest credentials when trunk_user/trunk_password are set.
+    trunk: str | None = None
+    trunk_user: str | None = None
+    trunk_password: str | None = Field(default=None, repr=False)
     session_expires_s: int = Field(default=1800, ge=90)
     user_agent: str = "voice-gateway/0.1"
     # A tool still running after this long is promoted to the background (the agent gets an interim output).

@@ -129,6 +129,10 @@ class MediaWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat_s = heartbeat_s
         self._heartbeat_task: asyncio.Task[None] | None = None
+        if trunk_credentials is None and settings.trunk_user and settings.trunk_password:
+            from gateway.sip.auth import DigestClientCredentials
+
+            trunk_credentials = DigestClientCredentials(username=settings.trunk_user, password=settings.trunk_password)
         self._trunk_credentials = trunk_credentials
         self.draining = False
         self._exit_when_empty = False
@@ -776,10 +780,17 @@ class MediaWorker:
 
     async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
         """Place an outbound call to ``request.to`` with our offer; returns the call id at once."""
-        if self.draining or self._closing:
-            from gateway.fleet.errors import CommandRejectedError
+        from gateway.fleet.errors import CommandRejectedError
 
+        if self.draining or self._closing:
             raise CommandRejectedError("worker is draining")
+        to_uri = request.to
+        if not to_uri.startswith(("sip:", "sips:", "tel:")):
+            if self.settings.trunk is None:
+                raise CommandRejectedError(
+                    f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
+                )
+            to_uri = f"sip:{request.to}@{self.settings.trunk}"
         leg = CallLeg(
             id=admission.call_id or f"c-{secrets.token_hex(6)}",
             sip=None,
@@ -799,7 +810,6 @@ class MediaWorker:
             session_version=1,
             preferences=self.settings.codecs,
         )
-        to_uri = request.to if request.to.startswith(("sip:", "tel:")) else f"sip:{request.to}@{self.settings.sip_host}"
         caller = request.caller_id or "gateway"
         from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self.settings.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
