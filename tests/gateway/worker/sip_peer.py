@@ -17,8 +17,8 @@ import numpy as np
 from gateway.media.rtp import build_rtp, parse_rtp
 from gateway.sip.config import SipConfig
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.events import CallHandle, SipEvent
-from gateway.sip.sdp import LocalMedia, build_offer, negotiate, parse_sdp
+from gateway.sip.events import CallHandle, CallOffered, SipEvent
+from gateway.sip.sdp import LocalMedia, build_answer, build_offer, negotiate, parse_sdp
 from gateway.transport.sip_transport import SipTransport
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
@@ -35,14 +35,18 @@ class PeerCall:
 
 
 class SipPeer:
-    def __init__(self, *, port: int | None = None) -> None:
+    def __init__(self, *, port: int | None = None, authenticator: object | None = None) -> None:
         if port is None:
             from tests.support.procs import free_ports
 
             port = free_ports(1)[0]
-        self.endpoint = SipEndpoint(
-            SipConfig(local_host="127.0.0.1", local_port=port, rate_limit=None), rng=random.Random(7)
+        config = SipConfig(
+            local_host="127.0.0.1",
+            local_port=port,
+            rate_limit=None,
+            authenticator=authenticator,  # type: ignore[arg-type]
         )
+        self.endpoint = SipEndpoint(config, rng=random.Random(7))
         self.events: asyncio.Queue[SipEvent] = asyncio.Queue()
         self.transport = SipTransport(
             self.endpoint, host="127.0.0.1", port=port, transports=("udp",), on_events=self._on_events
@@ -100,18 +104,43 @@ class SipPeer:
         )
         call = PeerCall(handle=handle, rtp=rtp)
         self.calls[handle] = call
+        self._read_rtp(call)
+        self.transport.pump()
+        return call
 
+    def _read_rtp(self, call: PeerCall) -> None:
         def on_rtp() -> None:
             while True:
                 try:
-                    data = rtp.recv(2048)
+                    data = call.rtp.recv(2048)
                 except BlockingIOError:
                     return
                 packet = parse_rtp(data)
                 call.received_pts.append(packet.payload_type)
                 call.received.append(packet.payload)
 
-        asyncio.get_running_loop().add_reader(rtp.fileno(), on_rtp)
+        asyncio.get_running_loop().add_reader(call.rtp.fileno(), on_rtp)
+
+    def answer(self, offered: CallOffered) -> PeerCall:
+        """Answer an incoming call (we are the trunk / callee) with PCMU and an RTP socket of our own."""
+        rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rtp.bind(("127.0.0.1", 0))
+        rtp.setblocking(False)
+        offer = parse_sdp(offered.body)
+        negotiated = negotiate(offer, local=LocalMedia())
+        answer = build_answer(
+            offer,
+            negotiated,
+            local_address="127.0.0.1",
+            local_port=rtp.getsockname()[1],
+            session_id=2,
+            session_version=1,
+        )
+        call = PeerCall(handle=offered.call, rtp=rtp, codec=negotiated.codec_name, payload_type=negotiated.payload_type)
+        call.remote_rtp = negotiated.remote_rtp
+        self.calls[offered.call] = call
+        self._read_rtp(call)
+        self.endpoint.answer(offered.call, self.transport.now(), body=answer.to_bytes())
         self.transport.pump()
         return call
 

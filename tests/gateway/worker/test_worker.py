@@ -156,3 +156,49 @@ async def test_ops_commands_reach_the_call(worker: MediaWorker) -> None:
         await _until(lambda: not worker.legs)
     with pytest.raises(CallNotFoundError):
         await worker.hang_up(leg_id, "api")
+
+
+async def test_an_originated_call_to_a_number_goes_through_the_trunk_with_digest_auth() -> None:
+    from gateway.fleet.errors import CommandRejectedError
+    from gateway.fleet.models import AdmissionDecision, OriginateRequest
+    from gateway.sip.auth import DigestAuthenticator
+    from gateway.sip.digest import DigestChallenger
+    from gateway.sip.events import CallOffered
+
+    challenger = DigestChallenger(realm="trunk", credentials={"gw": "s3cret"}.get, nonce_secret=b"k" * 32)
+    async with SipPeer(authenticator=DigestAuthenticator(challenger)) as trunk:
+        sip_port = free_ports(1)[0]
+        rtp_low = free_ports(20)[0]
+        rtp_low += rtp_low % 2
+        settings = WorkerSettings(
+            worker_id="w-out",
+            sip_port=sip_port,
+            rtp_ports=f"{rtp_low}-{rtp_low + 17}",
+            trunk=f"127.0.0.1:{trunk.port}",
+            trunk_user="gw",
+            trunk_password="s3cret",
+        )
+        worker = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
+        await worker.start()
+        try:
+            admission = AdmissionDecision(accepted=True, call_id="c-out", worker="w-out", route="default")
+            call_id = await worker.originate(OriginateRequest(to="+15550123", caller_id="+15550199"), admission)
+            offered = await trunk.wait_for(CallOffered)
+            assert offered.request_uri.startswith("sip:+15550123@127.0.0.1")  # type: ignore[attr-defined]
+            assert any(n.lower() == "authorization" for n, _ in offered.headers)  # type: ignore[attr-defined]
+            call = trunk.answer(offered)  # type: ignore[arg-type]
+            sent = speechlike(1.5)
+            await trunk.stream(call, sent)
+            await trunk.stream(call, np.zeros(8000, np.int16), frames=15)
+            assert best_correlation(sent, trunk.heard(call)) > 0.9
+            await worker.hang_up(call_id, "api")
+            await trunk.wait_for(CallEnded, call=call.handle)
+            await _until(lambda: not worker.legs)
+            with pytest.raises(CommandRejectedError):
+                unconfigured = MediaWorker(
+                    WorkerSettings(worker_id="w-none", sip_port=free_ports(1)[0]),
+                    model_factory=lambda name: EchoModel(),
+                )
+                await unconfigured.originate(OriginateRequest(to="+15550123"), admission)
+        finally:
+            await worker.aclose()
