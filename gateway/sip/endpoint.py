@@ -475,10 +475,12 @@ class SipEndpoint:
 
 
 def _stamp_via(request: SipRequest, source: Address) -> None:
-    """§18.2.1 and RFC 3581 §4: received= when the source differs (or rport asked), rport=<port>."""
+    """§18.2.1 and RFC 3581 §4: received= when the source differs (or rport asked), rport=<port>.
+
+    A received= the sender wrote itself is never trusted: it would steer our answer to any address."""
     values = request.headers.values("Via")
     top = parse_via(values[0])
-    if top.sent_by[0] == source[0].lower() and not top.has_rport:
+    if top.sent_by[0] == source[0].lower() and not top.has_rport and top.received is None:
         return
     top = top.with_param("received", source[0])
     if top.has_rport:

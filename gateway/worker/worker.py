@@ -76,6 +76,7 @@ from gateway.sip.sdp import (
 from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import PortsExhaustedError, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
+from gateway.worker.counters import CounterExporter
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.settings import WorkerSettings
@@ -129,6 +130,11 @@ class MediaWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat_s = heartbeat_s
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._counters_task: asyncio.Task[None] | None = None
+        self.counters = CounterExporter(settings.worker_id)
+        # Packets counted on the sockets of calls that have ended (the live ones are summed each export).
+        self._rtp_in_done = 0
+        self._rtp_out_done = 0
         if trunk_credentials is None and settings.trunk_user and settings.trunk_password:
             from gateway.sip.auth import DigestClientCredentials
 
@@ -179,6 +185,7 @@ class MediaWorker:
         await self.sip.start()
         self.clock.start()
         self._started = True
+        self._counters_task = asyncio.create_task(self._counters_loop(), name=f"worker-{self.id}-counters")
         if self.link is not None:
             await self.link.register(self.info())
             self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name=f"worker-{self.id}-heartbeat")
@@ -203,6 +210,11 @@ class MediaWorker:
         if pending:
             await asyncio.wait(pending, timeout=5.0)
         await self.webrtc.aclose(reason)  # browser calls
+        if self._counters_task is not None:
+            self._counters_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._counters_task
+            self.export_counters()
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -253,6 +265,31 @@ class MediaWorker:
                 await self.link.heartbeat(self.info(), await self.snapshot())
             except Exception as exc:  # the control plane may be restarting: keep carrying calls
                 log.warning("heartbeat to the control plane failed: %s", exc)
+
+    async def _counters_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.export_counters()
+            except Exception:  # metrics must never take a worker down
+                log.exception("exporting counters failed")
+
+    def export_counters(self) -> None:
+        """Push the SIP and media cores' counters into the Prometheus registry (see counters.py)."""
+        self.counters.sip(self.endpoint.stats)
+        self.counters.rtp_dropped(self.engine.dropped)
+        received, sent = self._rtp_in_done, self._rtp_out_done
+        now = self.clock_now()
+        per_call = []
+        for leg in self.legs.values():
+            if leg.rtp is not None:
+                received += leg.rtp.stats.received
+                sent += leg.rtp.stats.sent
+            if leg.media_added:
+                media = self.engine.stats(leg.id, now)
+                per_call.append((leg.id, media.lost, media.jitter_ms))
+        self.counters.rtp_packets(received, sent)
+        self.counters.rtp_calls(per_call)
 
     def _model(self, provider: str) -> RealtimeModel:
         model = self._models.get(provider)
@@ -662,8 +699,11 @@ class MediaWorker:
                 for _, destination, data in bye:
                     leg.rtp.send_rtcp(data, destination)
         if leg.rtp is not None:
+            self._rtp_in_done += leg.rtp.stats.received
+            self._rtp_out_done += leg.rtp.stats.sent
             self.ports.release(leg.rtp)
             leg.rtp = None
+        self.counters.forget_call(leg.id)
 
     # ------------------------------------------------------------------------------------ the tick
 

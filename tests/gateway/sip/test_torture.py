@@ -189,6 +189,16 @@ def test_response_goes_to_received_and_rport() -> None:
     assert out.destination == ("198.51.100.4", 40002) and out.transport == "tcp"
 
 
+def test_a_forged_received_does_not_steer_the_answer() -> None:
+    ep = endpoint()
+    forged = request().replace(
+        b"127.0.0.1:5070;branch=z9hG4bKt1;rport", b"198.51.100.4:5070;branch=z9hG4bKt1;received=192.0.2.66"
+    )
+    ep.receive(forged, ("198.51.100.4", 5070), transport="udp", now=0.0)
+    (out,) = ep.datagrams()
+    assert out.destination == ("198.51.100.4", 5070)  # the real source, not the address in the message
+
+
 def test_stream_framer_one_byte_at_a_time() -> None:
     stream = b"\r\n\r\n" + request() + b"\r\n" + request(method="INVITE", body="v=0\r\n") + b"\r\n\r\n" + request()
     framer = StreamFramer()

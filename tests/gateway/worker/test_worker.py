@@ -202,3 +202,35 @@ async def test_an_originated_call_to_a_number_goes_through_the_trunk_with_digest
                 await unconfigured.originate(OriginateRequest(to="+15550123"), admission)
         finally:
             await worker.aclose()
+
+
+def _sample(name: str, **labels: str) -> float:
+    from gateway.observability import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_drops_of_the_sip_and_media_cores_reach_the_metrics(worker: MediaWorker) -> None:
+    import socket
+
+    w = worker.settings.worker_id
+    malformed_before = _sample("gateway_rtp_dropped_total", worker=w, reason="malformed_version")
+    sip_before = _sample("gateway_sip_rejected_total", worker=w, reason="malformed_answered")
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        await _answered(peer, call)
+        assert call.remote_rtp is not None
+        for _ in range(5):  # RTP version 1: counted and dropped
+            call.rtp.sendto(b"\x40" + bytes(171), call.remote_rtp)
+        junk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        junk.sendto(
+            b"INVITE sip:x SIP/9.9\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKq\r\n\r\n",
+            ("127.0.0.1", worker.settings.sip_port),
+        )
+        junk.close()
+        await peer.stream(call, speechlike(0.4))
+        worker.export_counters()
+        assert _sample("gateway_rtp_dropped_total", worker=w, reason="malformed_version") == malformed_before + 5
+        assert _sample("gateway_sip_rejected_total", worker=w, reason="malformed_answered") >= sip_before + 1
+        assert _sample("gateway_rtp_packets_total", worker=w, direction="in") >= 20
+        peer.hang_up(call)

@@ -1,0 +1,80 @@
+"""Exports the sans-I/O cores' counters to Prometheus, once a second, off the media tick.
+
+The SIP endpoint and the tick engine count what they drop and why in plain integers (they must not import
+prometheus-client, and a metric call per packet would cost the hot path). This module turns the growth of
+those integers since the last export into counter increments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+
+from gateway.observability import (
+    RTP_DROPPED_TOTAL,
+    RTP_JITTER_MS,
+    RTP_LOST_TOTAL,
+    RTP_PACKETS_TOTAL,
+    SIP_MESSAGES_TOTAL,
+    SIP_REJECTED_TOTAL,
+)
+from gateway.sip.events import SipStats
+
+# SipStats fields that mean "this input was refused or dropped", exported as gateway_sip_rejected_total{reason}
+SIP_REJECT_REASONS = (
+    "malformed_answered",
+    "malformed_dropped",
+    "policy_rejected",
+    "policy_dropped",
+    "auth_challenged",
+    "unmatched_responses",
+    "unmatched_acks",
+    "internal_errors",
+)
+
+
+class CounterExporter:
+    """Remembers the last exported value of every source counter and increments by the difference."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self._last: dict[tuple[str, str], int] = {}
+
+    def _delta(self, family: str, key: str, value: int) -> int:
+        previous = self._last.get((family, key), 0)
+        self._last[(family, key)] = value
+        return value - previous if value >= previous else value  # a restarted source counts from zero
+
+    def sip(self, stats: SipStats) -> None:
+        values = {f.name: getattr(stats, f.name) for f in fields(stats)}
+        for reason in SIP_REJECT_REASONS:
+            delta = self._delta("sip_rejected", reason, values[reason])
+            if delta:
+                SIP_REJECTED_TOTAL.labels(self.worker, reason).inc(delta)
+        for kind, name in (("request", "requests_received"), ("response", "responses_received")):
+            delta = self._delta("sip_messages", kind, values[name])
+            if delta:
+                SIP_MESSAGES_TOTAL.labels(self.worker, kind).inc(delta)
+
+    def rtp_dropped(self, dropped: Mapping[str, int]) -> None:
+        for reason, count in dropped.items():
+            delta = self._delta("rtp_dropped", reason, count)
+            if delta:
+                RTP_DROPPED_TOTAL.labels(self.worker, reason).inc(delta)
+
+    def rtp_packets(self, received: int, sent: int) -> None:
+        for direction, value in (("in", received), ("out", sent)):
+            delta = self._delta("rtp_packets", direction, value)
+            if delta > 0:
+                RTP_PACKETS_TOTAL.labels(self.worker, direction).inc(delta)
+
+    def rtp_calls(self, calls: Iterable[tuple[str, int, float]]) -> None:
+        """(call id, packets lost so far, jitter ms) of every live call: loss and a jitter sample."""
+        for call_id, lost, jitter_ms in calls:
+            delta = self._delta("rtp_lost", call_id, lost)
+            if delta > 0:
+                RTP_LOST_TOTAL.labels(self.worker).inc(delta)
+            RTP_JITTER_MS.labels(self.worker).observe(jitter_ms)
+
+    def forget_call(self, call_id: str) -> None:
+        self._last.pop(("rtp_lost", call_id), None)
