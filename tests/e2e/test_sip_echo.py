@@ -83,3 +83,21 @@ async def test_pjsua_echo_with_rfc4733_dtmf(peer_procs: ProcessGroup, tmp_path: 
     call = await _ended_call(gateway)
     pressed = [line["text"] for line in call["transcript"] if line["role"] == "user" and "pressed" in line["text"]]
     assert [text.split("pressed ")[1][0] for text in pressed] == ["9", "8", "*"]
+
+
+async def test_sigterm_ends_active_calls_with_bye_and_exits_cleanly(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    import os
+    import signal
+
+    require_binary("baresip", package="baresip baresip-core")
+    gateway = await start_gateway(peer_procs)
+    phone = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, codecs=("pcmu",), tail_silence=30)
+    async with phone:
+        await phone.dial(gateway.sip_uri)
+        await phone.wait_established(within=15)
+        os.kill(gateway.process.pid, signal.SIGTERM)
+        await phone.wait_closed(within=10)  # the gateway hung up: BYE, not a silent disappearance
+        assert await gateway.process.wait(within=20) == 0
+    assert "ending calls and shutting down" in gateway.process.output
