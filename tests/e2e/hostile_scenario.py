@@ -127,7 +127,10 @@ def _correlation(sent: Path, heard: Path | None) -> dict[str, Any]:
         return {"correlation": 0.0, "lag": 0, "error": "no recording"}
     played = read_wav(sent)
     got = read_wav(heard)
-    correlation, lag = align_and_correlate(played.samples, got.samples, 8000, max_slip_seconds=0.15)
+    # Jitter buffers (pjsua's adaptive one, and ours after an underrun on a busy machine) may move the
+    # delay by a frame or two mid-call without losing audio; 100 ms windows confine each such slip to one
+    # window, while a burst of played noise or a gap still costs the windows it falls in.
+    correlation, lag = align_and_correlate(played.samples, got.samples, 8000, max_slip_seconds=0.15, window_seconds=0.1)
     return {"correlation": round(correlation, 4), "lag": lag, "heard_seconds": round(len(got.samples) / 8000, 2)}
 
 

@@ -85,8 +85,10 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require_module("pjsua2", package="pjsua2-python")
     require_binary("espeak-ng")
     require_binary("sox", package="sox libsox-fmt-all")
-    result = asyncio.run(_run_scenario(tmp_path_factory.mktemp("hostile")))
-    print(f"hostile-input report: {json.dumps(result)[:4000]}")
+    workdir = tmp_path_factory.mktemp("hostile")
+    result = asyncio.run(_run_scenario(workdir))
+    (workdir / "report.json").write_text(json.dumps(result, indent=1))
+    print(f"hostile-input report: {workdir / 'report.json'}")
     return result
 
 
