@@ -22,7 +22,7 @@ from gateway.sip.sdp import NegotiatedMedia, SessionDescription
 from gateway.transport.rtp_socket import RtpEndpoint
 
 if TYPE_CHECKING:
-    from gateway.worker.worker import MediaWorker
+    from gateway.worker.sip_calls import SipCalls
 
 LegState = Literal["admitted", "ringing", "active", "ending", "ended"]
 
@@ -68,18 +68,18 @@ class CallLeg:
 
 
 class SipCallControl:
-    """The session's CallControl, implemented over the worker's SIP endpoint and media tick."""
+    """The session's CallControl, implemented over the worker's SIP endpoint and media tick (via SipCalls)."""
 
-    def __init__(self, worker: MediaWorker, leg: CallLeg, *, transfer_timeout_s: float = 30.0) -> None:
-        self._worker = worker
+    def __init__(self, calls: SipCalls, leg: CallLeg, *, transfer_timeout_s: float = 30.0) -> None:
+        self._calls = calls
         self._leg = leg
         self._transfer_timeout_s = transfer_timeout_s
 
     async def hang_up(self, reason: str) -> None:
-        self._worker.hang_up_leg(self._leg, reason)
+        self._calls.hang_up_leg(self._leg, reason)
 
     async def send_dtmf(self, digits: str) -> None:
-        self._worker.send_dtmf_leg(self._leg, digits)
+        self._calls.send_dtmf_leg(self._leg, digits)
 
     async def transfer(self, target: str) -> TransferOutcome:
         leg = self._leg
@@ -91,7 +91,7 @@ class SipCallControl:
         leg.transfer = loop.create_future()
         leg.transfer_seen_progress = False
         try:
-            self._worker.refer_leg(leg, target)
+            self._calls.refer_leg(leg, target)
         except Exception as exc:  # e.g. a target that is not a SIP URI or number
             leg.transfer = None
             return TransferOutcome(status="refused", detail=str(exc))

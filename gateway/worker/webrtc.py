@@ -72,7 +72,7 @@ class WebRtcWorker(Protocol):
     session_config: SessionConfig
     draining: bool
 
-    def _model(self, provider: str) -> RealtimeModel: ...
+    def model_for(self, provider: str) -> RealtimeModel: ...
 
 
 class WebRtcSettings(BaseSettings):
@@ -311,7 +311,7 @@ class WebRtcCalls:
         return CallSession(
             call_id=leg.id,
             profile=profile,
-            model=worker._model(profile.provider),
+            model=worker.model_for(profile.provider),
             control=WebRtcCallControl(self, leg),
             config=worker.session_config,
         )

@@ -91,7 +91,7 @@ class Host:
     draining: bool = False
     models: dict[str, RealtimeModel] = field(default_factory=dict)
 
-    def _model(self, provider: str) -> RealtimeModel:
+    def model_for(self, provider: str) -> RealtimeModel:
         assert provider == "echo"
         return self.models.setdefault(provider, EchoModel())
 

@@ -1,0 +1,647 @@
+"""SIP calls of a media worker, from INVITE to the last RTCP BYE.
+
+Inbound: ``CallOffered`` -> admission by the control plane (route -> agent profile) -> SDP offer/answer ->
+an RTP port pair -> media state in the tick engine -> a CallSession (created before the 200 OK, so it holds
+caller frames while it connects) -> 200 OK. Outbound (``originate``): INVITE with our offer, through the
+trunk for bare numbers -> media and session on the 2xx. Mid-call: re-INVITE/UPDATE (hold, unhold, refresh),
+INFO DTMF, REFER with NOTIFY tracking for the transfer tool. Every way a call can end — either side hangs
+up, the session ends it, RTP stops, the ops API asks, the worker shuts down — meets in :meth:`SipCalls._finish`,
+which is idempotent and releases everything the call held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gateway.fleet.models import (
+    AdmissionDecision,
+    AdmissionRequest,
+    CallSnapshot,
+    OriginateRequest,
+    ProfileModel,
+    WorkerEvent,
+)
+from gateway.media.call import MediaCallConfig
+from gateway.media.errors import LocalMediaError
+from gateway.observability import (
+    ACTIVE_CALLS,
+    CALL_SETUP_SECONDS,
+    CALLS_TOTAL,
+)
+from gateway.providers.base import RealtimeModel
+from gateway.session.config import WebhookToolConfig
+from gateway.session.session import CallSession
+from gateway.sip.errors import RemoteProtocolError
+from gateway.sip.events import (
+    CallCancelled,
+    CallEnded,
+    CallEstablished,
+    CallHandle,
+    CallOffered,
+    DtmfInfoReceived,
+    OutboundCallAnswered,
+    OutboundCallFailed,
+    ReinviteReceived,
+    SipEvent,
+    TransferFailed,
+    TransferProgressed,
+)
+from gateway.sip.sdp import (
+    LocalMedia,
+    NoCommonCodec,
+    SdpError,
+    build_answer,
+    build_offer,
+    negotiate,
+    parse_sdp,
+)
+from gateway.transport.rtp_socket import PortsExhaustedError
+from gateway.worker.legs import CallLeg, SipCallControl
+from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
+
+log = logging.getLogger(__name__)
+
+ModelFactory = Callable[[str], RealtimeModel]
+_DEFAULT_PROFILE = ProfileModel(name="default", provider="default")
+_RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
+
+
+if TYPE_CHECKING:
+    from gateway.worker.worker import MediaWorker
+
+
+class SipCalls:
+    """The SIP legs of one :class:`~gateway.worker.worker.MediaWorker` (which owns the shared machinery)."""
+
+    def __init__(self, worker: MediaWorker) -> None:
+        self._worker = worker
+        self.by_handle: dict[CallHandle, CallLeg] = {}
+        # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
+        self.rtp_in_done = 0
+        self.rtp_out_done = 0
+
+    def on_sip_events(self, events: list[SipEvent]) -> None:
+        for event in events:
+            if isinstance(event, CallOffered):
+                self._offered(event)
+                continue
+            leg = self.by_handle.get(event.call) if hasattr(event, "call") else None  # type: ignore[arg-type]
+            if leg is None:
+                continue
+            if isinstance(event, CallEstablished):
+                self._established(leg, event)
+            elif isinstance(event, CallEnded):
+                reason = "caller_hangup" if event.by == "remote" else (leg.end_reason or event.reason)
+                if event.status is not None and event.by == "remote":
+                    reason = f"sip_{event.status}"
+                self._begin_finish(leg, reason)
+            elif isinstance(event, CallCancelled):
+                self._begin_finish(leg, "caller_cancelled")
+            elif isinstance(event, DtmfInfoReceived):
+                if leg.session is not None:
+                    leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
+            elif isinstance(event, ReinviteReceived):
+                self._reinvite(leg, event)
+            elif isinstance(event, TransferProgressed):
+                leg.transfer_seen_progress = True
+                if event.final and leg.transfer is not None and not leg.transfer.done():
+                    from gateway.session.control import TransferOutcome
+
+                    leg.transfer.set_result(TransferOutcome(status="accepted", sip_status=event.status))
+            elif isinstance(event, TransferFailed):
+                if leg.transfer is not None and not leg.transfer.done():
+                    from gateway.session.control import TransferOutcome
+
+                    status = "failed" if leg.transfer_seen_progress else "refused"
+                    leg.transfer.set_result(
+                        TransferOutcome(status=status, sip_status=event.status, detail=event.reason)  # type: ignore[arg-type]
+                    )
+            elif isinstance(event, OutboundCallAnswered):
+                self._outbound_answered(leg, event)
+            elif isinstance(event, OutboundCallFailed):
+                leg.end_reason = f"sip_{event.status}"
+                if leg.answered is not None and not leg.answered.done():
+                    leg.answered.set_result(False)
+                self._begin_finish(leg, f"sip_{event.status}")
+
+    def _offered(self, event: CallOffered) -> None:
+        leg = CallLeg(
+            id=f"c-{secrets.token_hex(6)}",
+            sip=event.call,
+            direction="inbound",
+            from_uri=event.from_uri,
+            to_uri=event.to_uri,
+            source=f"{event.source[0]}:{event.source[1]}",
+        )
+        self._worker.legs[leg.id] = leg
+        self.by_handle[event.call] = leg
+        leg.task = self._worker.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
+
+    def _reject(
+        self, leg: CallLeg, status: int, reason: str, *, end_reason: str, retry_after: int | None = None
+    ) -> None:
+        # Set before the answer goes out: the endpoint reports CallEnded at once, and its reason phrase
+        # (free text, e.g. naming the dialled number) must not become the end reason or a metric label.
+        if not leg.end_reason:
+            leg.end_reason = end_reason
+        if leg.sip is None:
+            return
+        headers = (("Retry-After", str(retry_after)),) if retry_after else ()
+        with contextlib.suppress(RemoteProtocolError, Exception):
+            self._worker.endpoint.reject(leg.sip, self._worker.sip.now(), status=status, reason=reason, headers=headers)
+        self._worker.sip.pump()
+
+    async def _admit(self, leg: CallLeg, *, called: str, caller: str) -> AdmissionDecision:
+        if self._worker.draining or self._worker.closing:
+            return AdmissionDecision(
+                accepted=False, status=503, code="draining", reason="worker draining", retry_after_s=5
+            )
+        if sum(1 for other in self._worker.legs.values() if other.live) > self._worker.settings.capacity:
+            return AdmissionDecision(
+                accepted=False, status=503, code="over_capacity", reason="worker full", retry_after_s=5
+            )
+        if self._worker.link is None:
+            return AdmissionDecision(
+                accepted=True, call_id=leg.id, worker=self._worker.id, route="default", profile=_DEFAULT_PROFILE
+            )
+        request = AdmissionRequest(
+            called=called,
+            caller=caller,
+            source=leg.source,
+            kind="sip",
+            direction=leg.direction,
+            worker=self._worker.id,
+            call_id=leg.id,
+        )
+        try:
+            return await self._worker.link.admit(request)
+        except Exception as exc:
+            log.warning("admission for %s failed: %s", leg.id, exc)
+            return AdmissionDecision(
+                accepted=False, status=503, code="no_control", reason="control plane unreachable", retry_after_s=5
+            )
+
+    async def _run_inbound(self, leg: CallLeg, event: CallOffered) -> None:
+        try:
+            decision = await self._admit(leg, called=user_part(event.to_uri), caller=user_part(event.from_uri))
+            if leg.state != "admitted":  # cancelled or hung up while the control plane decided
+                return
+            if not decision.accepted:
+                status = {403: 403, 404: 404}.get(decision.status, 503)
+                rejected = f"rejected_{decision.code or status}"
+                self._reject(
+                    leg,
+                    status,
+                    decision.reason or "not admitted",
+                    end_reason=rejected,
+                    retry_after=decision.retry_after_s,
+                )
+                self._begin_finish(leg, rejected)
+                return
+            leg.route = decision.route
+            leg.profile = decision.profile or _DEFAULT_PROFILE
+            if not self._prepare_media(leg, event.body):
+                return
+            assert leg.sip is not None and leg.local_sdp is not None
+            self._make_session(leg)  # holds caller frames from the first one on, while it connects
+            self._worker.endpoint.answer(leg.sip, self._worker.sip.now(), body=leg.local_sdp.to_bytes())
+            self._worker.sip.pump()
+            leg.state = "active"
+            leg.answered_wall = time.time()
+            CALL_SETUP_SECONDS.labels(self._worker.id).observe(time.monotonic() - leg.started_mono)
+            ACTIVE_CALLS.labels(self._worker.id).inc()
+            log.info(
+                "call %s answered: %s -> %s (%s, route %s)",
+                leg.id,
+                leg.from_uri,
+                leg.to_uri,
+                self._codec(leg),
+                leg.route,
+            )
+            await self._report("call.started", leg)
+            await self._run_session(leg)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("call %s failed", leg.id)
+            self.hang_up_leg(leg, "internal_error")
+        finally:
+            await self._finish(leg, leg.end_reason or "ended")
+
+    def _prepare_media(self, leg: CallLeg, offer_body: bytes) -> bool:
+        """Negotiate the offer (or prepare our offer for a late-offer INVITE), open RTP, add media state."""
+        try:
+            rtp = self._worker.ports.allocate()
+        except PortsExhaustedError:
+            self._reject(leg, 503, "no media ports", end_reason="no_media_ports", retry_after=5)
+            self._begin_finish(leg, "no_media_ports")
+            return False
+        leg.rtp = rtp
+        session_id = random.getrandbits(31)
+        public = self._worker.settings.advertised_host or rtp.host
+        if not offer_body:
+            leg.local_sdp = build_offer(
+                local_address=public,
+                local_port=rtp.port,
+                session_id=session_id,
+                session_version=1,
+                preferences=self._worker.settings.codecs,
+            )
+            return True  # media starts when the ACK brings the answer
+        try:
+            offer = parse_sdp(offer_body)
+            negotiated = negotiate(offer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+        except NoCommonCodec as exc:
+            self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
+            self._begin_finish(leg, "no_common_codec")
+            log.info("call %s: %s", leg.id, exc)
+            return False
+        except SdpError as exc:
+            self._reject(leg, 488, "malformed SDP", end_reason="bad_sdp")
+            self._begin_finish(leg, "bad_sdp")
+            log.info("call %s: bad SDP: %s", leg.id, exc)
+            return False
+        leg.remote_sdp = offer
+        leg.negotiated = negotiated
+        leg.local_sdp = build_answer(
+            offer, negotiated, local_address=public, local_port=rtp.port, session_id=session_id, session_version=1
+        )
+        self._start_media(leg)
+        return True
+
+    def _start_media(self, leg: CallLeg) -> None:
+        negotiated = leg.negotiated
+        assert negotiated is not None and leg.rtp is not None
+        channels = 1
+        if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
+            channels = 2
+        config = MediaCallConfig(
+            call_id=leg.id,
+            codec=negotiated.codec_name,  # type: ignore[arg-type]
+            payload_type=negotiated.payload_type,
+            remote_rtp=negotiated.remote_rtp,
+            remote_rtcp=negotiated.remote_rtcp,
+            ssrc=random.getrandbits(32),
+            initial_sequence=random.getrandbits(16),
+            initial_timestamp=random.getrandbits(32),
+            telephone_event_pt=negotiated.telephone_event_payload_type,
+            channels=channels,
+            direction=negotiated.direction,
+            latch_any_source=not self._worker.settings.rtp_strict_source,
+        )
+        now = self._worker.clock_now()
+        self._worker.engine.add_call(config, now=now)
+        leg.media_added = True
+        engine = self._worker.engine
+        call_id = leg.id
+        loop = asyncio.get_running_loop()
+        leg.rtp.start(
+            lambda data, addr: engine.packet_received(call_id, data, addr, loop.time()),
+            lambda data, addr: engine.rtcp_received(call_id, data, addr, loop.time()),
+        )
+
+    def _established(self, leg: CallLeg, event: CallEstablished) -> None:
+        if leg.negotiated is not None or not event.body:
+            return
+        try:  # a late offer: the ACK carries the caller's answer to our offer
+            answer = parse_sdp(event.body)
+            leg.negotiated = negotiate(answer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+            leg.remote_sdp = answer
+            self._start_media(leg)
+        except (SdpError, NoCommonCodec, LocalMediaError) as exc:
+            log.info("call %s: unusable SDP answer in ACK: %s", leg.id, exc)
+            self.hang_up_leg(leg, "bad_sdp")
+
+    def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
+        assert leg.sip is not None
+        now = self._worker.sip.now()
+        if leg.rtp is None:
+            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
+            return
+        public = self._worker.settings.advertised_host or leg.rtp.host
+        leg.session_version += 1
+        session_id = leg.local_sdp.origin.session_id if leg.local_sdp is not None else random.getrandbits(31)
+        if event.body is None or not event.body:
+            offer = build_offer(
+                local_address=public,
+                local_port=leg.rtp.port,
+                session_id=session_id,
+                session_version=leg.session_version,
+                preferences=self._worker.settings.codecs,
+            )
+            self._worker.endpoint.answer_reinvite(leg.sip, now, body=offer.to_bytes())
+            return
+        try:
+            offer = parse_sdp(event.body)
+            negotiated = negotiate(offer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+        except (SdpError, NoCommonCodec) as exc:
+            log.info("call %s: re-INVITE refused: %s", leg.id, exc)
+            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
+            return
+        if leg.negotiated is not None and negotiated.codec_name != leg.negotiated.codec_name:
+            # Changing codec mid-call would need new media state; keep it simple and refuse.
+            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488, reason="codec change not supported")
+            return
+        if leg.media_added:
+            self._worker.engine.set_direction(leg.id, negotiated.direction)
+            if not negotiated.on_hold:
+                self._worker.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
+        leg.negotiated = negotiated
+        leg.remote_sdp = offer
+        leg.local_sdp = build_answer(
+            offer,
+            negotiated,
+            local_address=public,
+            local_port=leg.rtp.port,
+            session_id=session_id,
+            session_version=leg.session_version,
+        )
+        self._worker.endpoint.answer_reinvite(leg.sip, now, body=leg.local_sdp.to_bytes())
+
+    def _make_session(self, leg: CallLeg) -> CallSession:
+        """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
+        profile_model = leg.profile or _DEFAULT_PROFILE
+        profile = profile_model.to_agent_profile()
+        config = self._worker.session_config
+        webhooks = tuple(
+            WebhookToolConfig(
+                name=tool.name,
+                url=tool.webhook.url,
+                description=tool.description,
+                parameters=tool.parameters,
+                timeout_s=tool.webhook.timeout_s,
+                auth_header=("Authorization", tool.webhook.auth_header) if tool.webhook.auth_header else None,
+            )
+            for tool in profile_model.tools
+            if tool.webhook is not None
+        )
+        if webhooks:
+            config = replace(config, webhook_tools=config.webhook_tools + webhooks)
+        model = self._worker.model_for(profile.provider)
+        leg.provider = model.name
+        session = CallSession(
+            call_id=leg.id,
+            profile=profile,
+            model=model,
+            control=SipCallControl(self, leg),
+            config=config,
+        )
+        leg.session = session
+        return session
+
+    async def _run_session(self, leg: CallLeg) -> None:
+        session = leg.session if leg.session is not None else self._make_session(leg)
+        try:
+            await session.start()
+        except Exception as exc:
+            log.warning("call %s: session failed to start: %s", leg.id, exc)
+            leg.end_reason = leg.end_reason or "provider_unavailable"
+            self.hang_up_leg(leg, leg.end_reason)
+            return
+        reason = await session.wait_ended()
+        if leg.live and leg.sip is not None:
+            self.hang_up_leg(leg, leg.end_reason or reason or "agent_ended")
+
+    def hang_up_leg(self, leg: CallLeg, reason: str) -> None:
+        """End a call from our side (BYE / CANCEL / 480 as the state requires). Idempotent."""
+        if not leg.end_reason:
+            leg.end_reason = reason
+        if leg.sip is not None:
+            with contextlib.suppress(Exception):
+                self._worker.endpoint.hang_up(leg.sip, self._worker.sip.now(), reason=reason)
+            self._worker.sip.pump()
+        self._begin_finish(leg, reason)
+
+    def _begin_finish(self, leg: CallLeg, reason: str) -> None:
+        if not leg.end_reason:
+            leg.end_reason = reason
+        if leg.state in ("ending", "ended"):
+            return
+        leg.state = "ending"
+        if leg.task is None or leg.task.done():
+            leg.task = self._worker.spawn(self._finish(leg, reason), name=f"call-{leg.id}-finish")
+        elif leg.task is asyncio.current_task():
+            return  # the call's own task finishes the call on its way out
+        elif leg.session is not None:
+            # the call's own task is waiting on its session: closing the session wakes it
+            self._worker.spawn(leg.session.aclose(leg.end_reason), name=f"call-{leg.id}-close")
+        else:
+            leg.task.cancel()
+
+    async def _finish(self, leg: CallLeg, reason: str) -> None:
+        if leg.state == "ended":
+            return
+        if not leg.end_reason:
+            leg.end_reason = reason
+        leg.state = "ending"
+        if leg.session is not None:
+            try:
+                await leg.session.aclose(leg.end_reason)
+            except Exception:
+                log.exception("call %s: session close failed", leg.id)
+        if leg.sip is not None:
+            with contextlib.suppress(Exception):
+                self._worker.endpoint.hang_up(leg.sip, self._worker.sip.now(), reason=leg.end_reason)
+            self._worker.sip.pump()
+        was_active = leg.answered_wall is not None
+        self._release_media(leg)
+        leg.state = "ended"
+        leg.ended_wall = time.time()
+        if leg.transfer is not None and not leg.transfer.done():
+            leg.transfer.cancel()
+        if leg.answered is not None and not leg.answered.done():
+            leg.answered.set_result(False)
+        if was_active:
+            ACTIVE_CALLS.labels(self._worker.id).dec()
+        CALLS_TOTAL.labels(self._worker.id, leg.end_reason).inc()
+        log.info("call %s ended: %s", leg.id, leg.end_reason)
+        if leg.route:  # refused before admission: the control plane holds nothing for it, so say nothing
+            with contextlib.suppress(Exception):
+                await self._report("call.ended", leg)
+        self._worker.legs.pop(leg.id, None)
+        if leg.sip is not None:
+            self.by_handle.pop(leg.sip, None)
+        if (
+            self._worker.draining
+            and self._worker.exit_when_empty
+            and not any(lg.live for lg in self._worker.legs.values())
+        ):
+            self._worker.exited.set()
+
+    def _release_media(self, leg: CallLeg) -> None:
+        if leg.media_added:
+            leg.last_media = self._worker.engine.stats(
+                leg.id, self._worker.clock_now()
+            )  # the ended call keeps its figures
+            leg.media_added = False
+            bye = self._worker.engine.remove_call(leg.id)
+            if leg.rtp is not None:
+                for _, destination, data in bye:
+                    leg.rtp.send_rtcp(data, destination)
+        if leg.rtp is not None:
+            self.rtp_in_done += leg.rtp.stats.received
+            self.rtp_out_done += leg.rtp.stats.sent
+            self._worker.ports.release(leg.rtp)
+            leg.rtp = None
+        self._worker.counters.forget_call(leg.id)
+
+    def send_dtmf_leg(self, leg: CallLeg, digits: str) -> None:
+        if not leg.media_added:
+            raise LocalMediaError("the call has no media yet")
+        self._worker.engine.send_dtmf(leg.id, digits)
+
+    def refer_leg(self, leg: CallLeg, target: str) -> None:
+        assert leg.sip is not None
+        uri = target
+        if not target.startswith(("sip:", "sips:", "tel:")):
+            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip_host
+            uri = f"sip:{target}@{host}"
+        self._worker.endpoint.refer(leg.sip, self._worker.sip.now(), target_uri=uri)
+        self._worker.sip.pump()
+
+    async def _transfer_and_end(self, leg: CallLeg, control: SipCallControl, target: str) -> None:
+        outcome = await control.transfer(target)
+        log.info("call %s: transfer to %s %s", leg.id, target, outcome.status)
+        if outcome.status == "accepted":
+            self.hang_up_leg(leg, "transferred")
+
+    def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
+        try:
+            answer = parse_sdp(event.body)
+            leg.negotiated = negotiate(answer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+            leg.remote_sdp = answer
+            self._start_media(leg)
+        except (SdpError, NoCommonCodec, LocalMediaError) as exc:
+            log.info("call %s: unusable SDP answer: %s", leg.id, exc)
+            if leg.answered is not None and not leg.answered.done():
+                leg.answered.set_result(False)
+            self.hang_up_leg(leg, "bad_sdp")
+            return
+        if leg.answered is not None and not leg.answered.done():
+            leg.answered.set_result(True)
+
+    async def _run_outbound(self, leg: CallLeg, ring_timeout_s: float) -> None:
+        try:
+            await self._report("call.started", leg)
+            assert leg.answered is not None
+            try:
+                answered = await asyncio.wait_for(asyncio.shield(leg.answered), timeout=ring_timeout_s)
+            except TimeoutError:
+                self.hang_up_leg(leg, "no_answer")
+                return
+            if not answered or not leg.live:
+                return
+            leg.state = "active"
+            leg.answered_wall = time.time()
+            ACTIVE_CALLS.labels(self._worker.id).inc()
+            await self._report("call.updated", leg)
+            await self._run_session(leg)
+        finally:
+            await self._finish(leg, leg.end_reason or "ended")
+
+    def _codec(self, leg: CallLeg) -> str:
+        return leg.negotiated.codec_name if leg.negotiated is not None else ""
+
+    def snapshot_of(self, leg: CallLeg) -> CallSnapshot:
+        media = self._worker.engine.stats(leg.id, self._worker.clock_now()) if leg.media_added else leg.last_media
+        stats: dict[str, object] = {}
+        if media is not None:
+            stats = media_fields(
+                packets_in=media.received,
+                packets_out=media.packets_sent,
+                lost=media.lost,
+                loss_pct=100.0 * media.loss_fraction,
+                jitter_ms=media.jitter_ms,
+                late=media.late,
+                rtt_ms=media.rtt_ms,
+                # jitter buffer + one tick each way + packetization
+                delay_ms=media.target_delay_ms + 40.0,
+                codec=media.codec,
+            )
+        stats.update(level_fields(leg.last_level, leg.levels))
+        return build_snapshot(
+            call_id=leg.id,
+            kind="sip",
+            direction=leg.direction,
+            from_=user_part(leg.from_uri),
+            to=user_part(leg.to_uri),
+            route=leg.route,
+            provider=leg.provider or (leg.profile.provider if leg.profile is not None else ""),
+            state=leg.state,
+            worker=self._worker.id,
+            codec=self._codec(leg),
+            started=leg.started_wall,
+            answered=leg.answered_wall,
+            ended=leg.ended_wall,
+            end_reason=leg.end_reason,
+            stats=stats,
+            session=leg.session,
+        )
+
+    async def _report(self, kind: str, leg: CallLeg) -> None:
+        if self._worker.link is None:
+            return
+        try:
+            await self._worker.link.report(
+                [WorkerEvent(type=kind, worker=self._worker.id, time=time.time(), call=self.snapshot_of(leg))]
+            )  # type: ignore[arg-type]
+        except Exception as exc:
+            log.warning("report %s for %s failed: %s", kind, leg.id, exc)
+
+    async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
+        """Place an outbound call to ``request.to`` with our offer; returns the call id at once."""
+        from gateway.fleet.errors import CommandRejectedError
+
+        if self._worker.draining or self._worker.closing:
+            raise CommandRejectedError("worker is draining")
+        to_uri = request.to
+        if not to_uri.startswith(("sip:", "sips:", "tel:")):
+            if self._worker.settings.trunk is None:
+                raise CommandRejectedError(
+                    f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
+                )
+            to_uri = f"sip:{request.to}@{self._worker.settings.trunk}"
+        leg = CallLeg(
+            id=admission.call_id or f"c-{secrets.token_hex(6)}",
+            sip=None,
+            direction="outbound",
+            from_uri=request.caller_id,
+            to_uri=request.to,
+            route=admission.route,
+            profile=admission.profile or _DEFAULT_PROFILE,
+        )
+        rtp = self._worker.ports.allocate()
+        leg.rtp = rtp
+        public = self._worker.settings.advertised_host or rtp.host
+        leg.local_sdp = build_offer(
+            local_address=public,
+            local_port=rtp.port,
+            session_id=random.getrandbits(31),
+            session_version=1,
+            preferences=self._worker.settings.codecs,
+        )
+        caller = request.caller_id or "gateway"
+        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.public_host}"
+        leg.from_uri, leg.to_uri = from_uri, to_uri
+        leg.answered = asyncio.get_running_loop().create_future()
+        leg.sip = self._worker.endpoint.invite(
+            to_uri,
+            self._worker.sip.now(),
+            from_uri=from_uri,
+            body=leg.local_sdp.to_bytes(),
+            credentials=self._worker.trunk_credentials,
+        )
+        self._worker.legs[leg.id] = leg
+        self.by_handle[leg.sip] = leg
+        leg.state = "ringing"
+        self._worker.sip.pump()
+        leg.task = self._worker.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
+        return leg.id
