@@ -229,16 +229,19 @@ def _wire_report(flows: list[Flow], *, sip: tuple[str, int], rtp: tuple[str, int
     }
 
 
-def _metrics(text: str) -> dict[str, float]:
-    """Sum of every sample of the counters this test cares about (absent: not in the output)."""
-    sums: dict[str, float] = {}
+def _metrics(text: str) -> dict[str, dict[str, float]]:
+    """The samples of the counters this test judges, summed per `reason` / `kind` label (absent: none)."""
+    out: dict[str, dict[str, float]] = {}
+    sample = re.compile(r"^(gateway_(?:rtp_dropped|sip_rejected|sip_messages)_total)(?:\{([^}]*)\})? ([0-9.e+-]+)$")
     for line in text.splitlines():
-        match = re.match(
-            r"^(gateway_(?:rtp_dropped|sip_rejected|sip_messages)_total)(?:\{[^}]*\})? ([0-9.e+-]+)$", line
-        )
-        if match:
-            sums[match.group(1)] = sums.get(match.group(1), 0.0) + float(match.group(2))
-    return sums
+        match = sample.match(line)
+        if match is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        key = labels.get("reason") or labels.get("kind") or ""
+        family = out.setdefault(match.group(1), {})
+        family[key] = family.get(key, 0.0) + float(match.group(3))
+    return out
 
 
 async def _scenario(workdir: Path, examples: int) -> dict[str, Any]:

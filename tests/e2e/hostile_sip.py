@@ -13,8 +13,8 @@ cut into chunks and whether it is left unfinished.
 The INVITE's SDP offers only a codec nobody has, so a fuzzed INVITE that survives parsing is refused
 with 488 and never becomes a call that would send media to a hostile address.
 
-Not generated: a `received=` parameter on the top Via. Only a server adds it (§18.2.1), so on an arriving
-request it is always forged; the spot check `spoofed_received` covers it on its own.
+Some Vias carry a forged `received=` (only a server adds it, §18.2.1): it must never steer an answer. The
+spot check `spoofed_received` covers it once more on its own, judged in a window of its own.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ class FuzzMessage:
     source: int
     via_host: str | None  # None: the real source address
     rport: bool
+    via_received: str | None
     contact_host: str
     route_hosts: tuple[str, ...]
     record_route: bool
@@ -111,6 +112,8 @@ class FuzzMessage:
         uri = f"sip:{host}:{port}" if method == "REGISTER" else f"sip:agent@{host}:{port}"
         sent_by = self.via_host or source_ip
         via = f"SIP/2.0/{self.transport.upper()} {sent_by};branch=z9hG4bKfz{uid}x" + (";rport" if self.rport else "")
+        if self.via_received is not None:
+            via += f";received={self.via_received}"
         headers: list[tuple[str, str]] = [
             ("Via", via),
             ("Max-Forwards", "70"),
@@ -298,6 +301,7 @@ def fuzz_messages(draw: st.DrawFn, *, sources: int) -> FuzzMessage:
         source=draw(st.integers(0, sources - 1)),
         via_host=draw(st.one_of(st.none(), st.sampled_from(HOSTILE_HOSTS))),
         rport=draw(st.booleans()),
+        via_received=draw(st.sampled_from([None, None, None, "192.0.2.7", "2001:db8::9", "example.com"])),
         contact_host=draw(st.sampled_from(HOSTILE_HOSTS)),
         route_hosts=tuple(draw(st.lists(st.sampled_from(HOSTILE_HOSTS), max_size=2))),
         record_route=draw(st.booleans()),

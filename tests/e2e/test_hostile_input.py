@@ -6,10 +6,10 @@ lookup aimed at 192.0.2.x, 2001:db8:: or example.com can leave the machine, and 
 in the report. While the phone talks, a derandomized hypothesis run throws a few hundred mangled SIP
 requests at the UDP and TCP listeners and hostile RTP/RTCP at the call's ports, and a set of crafted
 requests checks the exact answers. The scenario runs once per module; each test below judges one promise
-from its JSON report.
-
-Found missing and recorded as strict xfails (they pass, and so fail here, once fixed): the media and SIP
-drop counters are not exported, and a forged ``received=`` on the top Via steers the answer elsewhere.
+from its JSON report (kept as report.json in the test's temporary directory, next to every process log):
+the gateway stays up and responsive, the ongoing call keeps its audio, hostile RTP is dropped and counted
+by reason in /metrics, crafted requests get the RFC's answer, answers go back only to their sender (a
+forged ``received=`` on the top Via included), nothing leaks, and a fresh call works afterwards.
 """
 
 from __future__ import annotations
@@ -166,35 +166,31 @@ def test_a_fresh_call_works_after_the_fuzz(report: dict[str, Any]) -> None:
     assert [c["end_reason"] for c in r["phone_calls"]] == ["caller_hangup", "caller_hangup"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="gateway/worker/worker.py never increments gateway_rtp_dropped_total, and /v1/calls/{id} has no "
-    "drop counts: TickEngine.dropped / MediaStats.dropped are not exported",
-)
-def test_rtp_drops_are_counted_in_metrics(report: dict[str, Any]) -> None:
+def test_rtp_drops_are_counted_by_reason(report: dict[str, Any]) -> None:
     r = _completed(report)
-    assert r["metrics"].get("gateway_rtp_dropped_total", 0) >= r["fuzz"]["rtp_to_rtp_port"], r["metrics"]
+    fuzz = r["fuzz"]
+    dropped = r["metrics"].get("gateway_rtp_dropped_total", {})
+    at_rtp_port = sum(n for reason, n in dropped.items() if not reason.startswith("rtcp_"))
+    at_rtcp_port = sum(n for reason, n in dropped.items() if reason.startswith("rtcp_"))
+    # Every hostile datagram is counted once (the phone's own packets are not dropped on loopback).
+    assert at_rtp_port >= fuzz["rtp_to_rtp_port"], dropped
+    assert at_rtcp_port >= sum(fuzz["rtp_sent"].values()) - fuzz["rtp_to_rtp_port"], dropped
+    assert dropped.get("foreign_source", 0) >= fuzz["rtp_valid_to_rtp_port"], dropped
+    malformed = {"malformed_short", "malformed_version", "malformed_csrc_count", "malformed_extension_length"}
+    assert malformed | {"malformed_padding"} <= set(dropped), dropped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="gateway_sip_rejected_total is defined in gateway/observability.py but nothing increments it; "
-    "SipEndpoint.stats (malformed_answered/dropped, internal_errors) is not exported",
-)
-def test_sip_rejects_are_counted_in_metrics(report: dict[str, Any]) -> None:
+def test_sip_rejects_are_counted_by_reason(report: dict[str, Any]) -> None:
     r = _completed(report)
-    refused = sum(n for status, n in r["fuzz"]["answers"].items() if int(status) >= 400)
-    assert r["metrics"].get("gateway_sip_rejected_total", 0) >= refused, r["metrics"]
+    rejected = r["metrics"].get("gateway_sip_rejected_total", {})
+    answers = r["fuzz"]["answers"]
+    # The fuzzer saw these refusals of the §8.2 checks (not all: some went to ports nobody listened on).
+    seen_refusals = sum(answers.get(status, 0) for status in ("400", "413", "416", "483", "505", "513"))
+    assert rejected.get("malformed_answered", 0) >= seen_refusals, (rejected, answers)
+    assert rejected.get("malformed_dropped", 0) > 0, rejected
+    assert rejected.get("internal_errors", 0) == 0, "a fuzzed message hit a bug caught inside the SIP core"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="gateway/sip/endpoint.py _stamp_via keeps a received= the sender forged when its sent-by equals "
-    "the source address, and core.response_destination then answers to that address (§18.2.1)",
-)
 def test_forged_received_does_not_steer_the_answer(report: dict[str, Any]) -> None:
     spoof = _completed(report)["spoofed_received"]
     assert spoof["misdirected"] == [], spoof["misdirected"]
