@@ -41,6 +41,7 @@ from tests.e2e.hostile_fuzz import FUZZ_SOURCES, PING_SOURCES, FuzzTarget, run_f
 from tests.e2e.hostile_sip import (
     SPOOFED_RECEIVED,
     SPOT_CHECKS,
+    UNICODE_DIGIT_CHECKS,
     NamedConnectionCall,
     SipProbe,
     SpotCheck,
@@ -329,6 +330,12 @@ async def _scenario(workdir: Path, examples: int) -> dict[str, Any]:
             with contextlib.suppress(TimeoutError):  # the API's own connections close just after their answer
                 await _until(lambda: _fd_count(pid) <= report["fds_idle"], within=5, what="fd count back to idle")
             report["fds_end"] = _fd_count(pid)
+
+            report["stage"] = "unicode-digits"
+            report["late_spot_checks"] = [
+                await asyncio.to_thread(_spot_check, check, 20_000 + uid, sip)
+                for uid, check in enumerate(UNICODE_DIGIT_CHECKS)
+            ]
 
             report["stage"] = "spoofed-received"
             report["spoofed_received"] = await asyncio.to_thread(_spoofed_received_check, sip, sniffer)

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 __all__ = [
     "SPOOFED_RECEIVED",
     "SPOT_CHECKS",
+    "UNICODE_DIGIT_CHECKS",
     "VIA_PORTS",
     "FuzzMessage",
     "NamedConnectionCall",
@@ -419,6 +420,25 @@ SPOT_CHECKS = (
     ),
 )
 
+# Run after the metrics are read: today they trip a ValueError inside the core (str.isdigit() accepts
+# Unicode digits that int() refuses), which the metrics count as an internal error.
+UNICODE_DIGIT_CHECKS = (
+    SpotCheck(
+        name="unicode_digit_content_length_400",
+        template=_request("OPTIONS sip:agent@{host}:{port} SIP/2.0").replace(
+            "Content-Length: 0", "Content-Length: \u00b2"
+        ),
+        expected=frozenset({400}),
+    ),
+    SpotCheck(
+        name="unicode_digit_cseq_400",
+        template=_request("OPTIONS sip:agent@{host}:{port} SIP/2.0").replace(
+            "CSeq: 1 {method}", "CSeq: \u00b2 {method}"
+        ),
+        expected=frozenset({400}),
+    ),
+)
+
 # Run last and judged apart: a forged received= on the top Via must not steer the answer (§18.2.1).
 SPOOFED_RECEIVED = SpotCheck(
     name="spoofed_received",
@@ -441,7 +461,7 @@ def render_spot(check: SpotCheck, *, uid: int, target: tuple[str, int], src: str
         .replace("{src}", src)
         .replace("{sport}", str(sport))
     )
-    return text.encode()
+    return text.encode("utf-8")
 
 
 # ----------------------------------------------------------------------------------------------- probe
