@@ -46,6 +46,7 @@ class SipEndpoint:
         # Tags, branches and Call-IDs need only be unique and unguessable enough; tests pass a seeded rng.
         self._core = Core(config, rng or random.Random())
         self._core.on_response = lambda tx, response, now: on_response(self._core, tx, response, now)
+        self.last_internal_error: Exception | None = None
         self._policy = InboundPolicy(
             allow_cidrs=config.allow_cidrs, rate_limit=config.rate_limit, authenticator=config.authenticator
         )
@@ -76,8 +77,9 @@ class SipEndpoint:
             self._receive(data, source, transport, now)
         except RemoteProtocolError:
             stats.malformed_dropped += 1
-        except Exception:  # the boundary of §"errors are modelled": a core bug must not kill the worker
+        except Exception as exc:  # the boundary of §"errors are modelled": a core bug must not kill the worker
             stats.internal_errors += 1
+            self.last_internal_error = exc  # for the glue to log: the core itself does no I/O
 
     def handle_timers(self, now: float) -> None:
         """Fire every timer due at `now` (transactions, 2xx retransmission, session timers). Never raises."""

@@ -53,7 +53,10 @@ class StreamFramer:
         head = bytes(buffer[:end])
         # Folded Content-Length lines are not worth supporting here: the parser rejects a mismatch later.
         match = _LENGTH_RE.search(head)
-        length = int(match.group(1)) if match else 0
+        digits = match.group(1) if match else b"0"
+        if len(digits) > 10:  # int() of an unbounded digit string is itself a denial of service
+            raise MessageTooLargeError(f"Content-Length of {len(digits)} digits on stream")
+        length = int(digits)
         if length > self._limits.max_body_bytes:
             raise MessageTooLargeError(f"body of {length} bytes on stream")
         if len(buffer) < head_end + length:

@@ -179,7 +179,7 @@ class Via:
     @property
     def rport(self) -> int | None:
         value = get_param(self.params, "rport")
-        return int(value) if value and value.isdigit() else None
+        return int(value) if value and (value.isascii() and value.isdigit()) else None
 
     def with_param(self, name: str, value: str | None) -> Via:
         return replace(self, params=with_param(self.params, name, value))
@@ -203,7 +203,7 @@ def parse_via(text: str) -> Via:
     host, port = parse_host_port(sent_by)
     params = parse_params(param_text)
     rport = get_param(params, "rport")
-    if rport is not None and not (rport.isdigit() and int(rport) <= 65535):
+    if rport is not None and not ((rport.isascii() and rport.isdigit()) and int(rport) <= 65535):
         raise RemoteProtocolError("bad rport")
     return Via(transport=transport.upper(), host=host, port=port, params=params)
 
@@ -222,7 +222,7 @@ class CSeq:
 
 def parse_cseq(text: str) -> CSeq:
     parts = text.split()
-    if len(parts) != 2 or not parts[0].isdigit() or not is_token(parts[1]):
+    if len(parts) != 2 or not (parts[0].isascii() and parts[0].isdigit()) or not is_token(parts[1]):
         raise RemoteProtocolError(f"bad CSeq {text[:40]!r}")
     number = int(parts[0])
     if number > MAX_CSEQ:
@@ -232,6 +232,6 @@ def parse_cseq(text: str) -> CSeq:
 
 def parse_int_header(text: str, name: str) -> int:
     value = text.strip()
-    if not value.isdigit() or len(value) > 10:
+    if not (value.isascii() and value.isdigit()) or len(value) > 10:
         raise RemoteProtocolError(f"bad {name} {text[:20]!r}")
     return int(value)

@@ -172,7 +172,7 @@ def _parse_start_line(line: str) -> tuple[SipMessage, RemoteProtocolError | None
     """The message shell, and a version error to raise once the headers are parsed (so 505 can be sent)."""
     if line.upper().startswith("SIP/"):
         parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[1].isdigit() or len(parts[1]) != 3:
+        if len(parts) < 2 or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) != 3:
             raise RemoteProtocolError(f"bad status line {line[:60]!r}")
         _check_version(parts[0])
         status = int(parts[1])

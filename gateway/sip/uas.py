@@ -274,7 +274,7 @@ def parse_dtmf_relay(body: bytes) -> tuple[str, int] | None:
             fields[name.strip().lower()] = value.strip()
     signal = fields.get("signal", "")
     duration = fields.get("duration", "160")
-    if len(signal) != 1 or signal not in _DTMF_SIGNALS or not duration.isdigit():
+    if len(signal) != 1 or signal not in _DTMF_SIGNALS or not (duration.isascii() and duration.isdigit()):
         return None
     return signal.upper(), int(duration)
 

@@ -98,7 +98,7 @@ def parse_host_port(text: str) -> tuple[str, int | None]:
             raise RemoteProtocolError(f"bad host {host[:60]!r}")
     if not rest:
         return host, None
-    if not rest.startswith(":") or not rest[1:].isdigit() or len(rest) > 6:
+    if not rest.startswith(":") or not (rest[1:].isascii() and rest[1:].isdigit()) or len(rest) > 6:
         raise RemoteProtocolError(f"bad port {rest[:10]!r}")
     port = int(rest[1:])
     if port > 65535:

@@ -49,6 +49,7 @@ class TransportStats:
     send_failed: int = 0
     tcp_connections: int = 0
     tcp_closed_oversize: int = 0
+    tcp_refused: int = 0
     tcp_closed_unframeable: int = 0
     unresolvable: int = 0
 
@@ -76,6 +77,7 @@ class SipTransport:
         port: int,
         transports: tuple[str, ...] = ("udp", "tcp"),
         on_events: Callable[[list[SipEvent]], None],
+        max_tcp_connections: int = 1024,
     ) -> None:
         self.endpoint = endpoint
         self.host = host
@@ -92,6 +94,7 @@ class SipTransport:
         self._timer_at: float | None = None
         self._pumping = False
         self._closed = False
+        self.max_tcp_connections = max_tcp_connections
 
     @property
     def bound_port(self) -> int:
@@ -144,7 +147,15 @@ class SipTransport:
     def _feed(self, data: bytes, source: Address, transport: str) -> None:
         if self._closed:
             return
+        errors = self.endpoint.stats.internal_errors
         self.endpoint.receive(data, source, transport=transport, now=self.now())
+        if self.endpoint.stats.internal_errors != errors:
+            log.warning(
+                "SIP core failed on a message from %s:%d (dropped): %r",
+                source[0],
+                source[1],
+                self.endpoint.last_internal_error,
+            )
         self.pump()
 
     def _arm_timer(self) -> None:
@@ -213,6 +224,10 @@ class SipTransport:
     # ------------------------------------------------------------------------------------- TCP
 
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._tcp) >= self.max_tcp_connections:
+            self.stats.tcp_refused += 1  # a connection flood must not exhaust file descriptors
+            writer.close()
+            return
         peer = writer.get_extra_info("peername")
         address = (str(peer[0]), int(peer[1]))
         self._tcp[address] = writer

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import random
 import secrets
@@ -56,8 +57,10 @@ from gateway.sip.events import (
 )
 from gateway.sip.sdp import (
     LocalMedia,
+    NegotiatedMedia,
     NoCommonCodec,
     SdpError,
+    SessionDescription,
     build_answer,
     build_offer,
     negotiate,
@@ -76,6 +79,20 @@ _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 if TYPE_CHECKING:
     from gateway.worker.worker import MediaWorker
+
+
+def _negotiate(description: SessionDescription, codecs: tuple[str, ...]) -> NegotiatedMedia:
+    """SDP offer/answer for our one audio stream; media addresses must be IP literals.
+
+    A host name in ``c=`` is legal SDP, but resolving it would put a DNS lookup on the event loop (or, done
+    per packet by ``sendto``, one per RTP packet); such an offer is refused like malformed SDP (488).
+    """
+    negotiated = negotiate(description, local=LocalMedia(), preferences=codecs)
+    try:
+        ipaddress.ip_address(negotiated.remote_rtp[0])
+    except ValueError:
+        raise SdpError(f"media address {negotiated.remote_rtp[0]!r} is not an IP address") from None
+    return negotiated
 
 
 class SipCalls:
@@ -258,7 +275,7 @@ class SipCalls:
             return True  # media starts when the ACK brings the answer
         try:
             offer = parse_sdp(offer_body)
-            negotiated = negotiate(offer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+            negotiated = _negotiate(offer, self._worker.settings.codecs)
         except NoCommonCodec as exc:
             self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
             self._begin_finish(leg, "no_common_codec")
@@ -313,7 +330,7 @@ class SipCalls:
             return
         try:  # a late offer: the ACK carries the caller's answer to our offer
             answer = parse_sdp(event.body)
-            leg.negotiated = negotiate(answer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+            leg.negotiated = _negotiate(answer, self._worker.settings.codecs)
             leg.remote_sdp = answer
             self._start_media(leg)
         except (SdpError, NoCommonCodec, LocalMediaError) as exc:
@@ -341,7 +358,7 @@ class SipCalls:
             return
         try:
             offer = parse_sdp(event.body)
-            negotiated = negotiate(offer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+            negotiated = _negotiate(offer, self._worker.settings.codecs)
         except (SdpError, NoCommonCodec) as exc:
             log.info("call %s: re-INVITE refused: %s", leg.id, exc)
             self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
@@ -516,7 +533,7 @@ class SipCalls:
     def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
         try:
             answer = parse_sdp(event.body)
-            leg.negotiated = negotiate(answer, local=LocalMedia(), preferences=self._worker.settings.codecs)
+            leg.negotiated = _negotiate(answer, self._worker.settings.codecs)
             leg.remote_sdp = answer
             self._start_media(leg)
         except (SdpError, NoCommonCodec, LocalMediaError) as exc:

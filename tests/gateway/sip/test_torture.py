@@ -15,6 +15,7 @@ from gateway.sip.config import RateLimit, SipConfig
 from gateway.sip.digest import DigestChallenger
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
+from gateway.sip.errors import MessageTooLargeError
 from gateway.sip.framing import StreamFramer
 from gateway.sip.message import SipResponse, parse_message
 from tests.gateway.sip.sipnet import FakeAuthenticator, FakeCredentials, Net
@@ -346,3 +347,23 @@ def test_digest_round_trip_with_digest_module_adapters() -> None:
     assert net.of_type(a, OutboundCallFailed) == [OutboundCallFailed(call=failed, status=401, reason="Unauthorized")]
     assert len(net.of_type(b, CallOffered)) == 1
     assert call != failed
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [("Content-Length: \u00b2", 400), ("X-Note: x", None)],
+)
+def test_unicode_digits_are_not_numbers(extra: str, status: int | None) -> None:
+    ep = endpoint()
+    ep.receive(request(extra=extra), ("198.51.100.4", 5070), transport="udp", now=0.0)
+    (out,) = ep.datagrams()
+    answer = parse_message(out.data)
+    assert isinstance(answer, SipResponse)
+    assert answer.status == (status or 200)
+    assert ep.stats.internal_errors == 0
+
+
+def test_an_unbounded_content_length_on_a_stream_closes_it() -> None:
+    framer = StreamFramer()
+    with pytest.raises(MessageTooLargeError):
+        framer.feed(b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n")
