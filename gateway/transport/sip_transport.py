@@ -18,13 +18,15 @@ import asyncio
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.errors import MessageTooLargeError
 from gateway.sip.events import Outgoing, SipEvent
 from gateway.sip.framing import StreamFramer
+from gateway.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ class SipTransport:
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp_server: asyncio.Server | None = None
         self._tcp: dict[Address, asyncio.StreamWriter] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("sip transport")
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._pumping = False
@@ -233,8 +235,7 @@ class SipTransport:
         self._tcp[address] = writer
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.adopt(task)
         await self._read_stream(reader, writer, address)
 
     async def _read_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Address) -> None:
@@ -267,10 +268,8 @@ class SipTransport:
                 del self._tcp[peer]
             writer.close()
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._tasks.spawn(coro, "sip-send")
 
     async def aclose(self) -> None:
         """Send what is queued, then close sockets and stop every task this transport started."""
@@ -284,10 +283,6 @@ class SipTransport:
             self._tcp_server.close()
         for writer in list(self._tcp.values()):
             writer.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()

@@ -40,6 +40,7 @@ from gateway.providers.base import RealtimeModel
 from gateway.session.config import SessionConfig
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
+from gateway.tasks import TaskSet
 from gateway.transport.webrtc import (
     CallRefusedError,
     OfferError,
@@ -173,7 +174,7 @@ class WebRtcCalls:
         self.settings = settings or WebRtcSettings()
         self.config = self.settings.peer_config(worker.settings.media_host)
         self.legs: dict[str, WebRtcLeg] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("webrtc")
         self._closing = False
 
     # -------------------------------------------------------------------------------- bookkeeping
@@ -186,16 +187,7 @@ class WebRtcCalls:
         return call_id in self.legs
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("webrtc task %s failed", task.get_name(), exc_info=task.exception())
+        return self._tasks.spawn(coro, name)
 
     # -------------------------------------------------------------------------------------- answer
 
@@ -421,11 +413,7 @@ class WebRtcCalls:
         pending = [leg.task for leg in self.legs.values() if leg.task is not None]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
 
     # ------------------------------------------------------------------------------------ commands
 

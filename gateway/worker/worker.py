@@ -16,7 +16,8 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from gateway import __version__
 from gateway.fleet.models import (
@@ -39,6 +40,7 @@ from gateway.session.config import SessionConfig
 from gateway.sip.auth import ClientCredentials
 from gateway.sip.config import RateLimit, SessionTimerConfig, SipConfig
 from gateway.sip.endpoint import SipEndpoint
+from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
@@ -93,7 +95,7 @@ class MediaWorker:
         self.engine = TickEngine(wall_clock_offset=time.time() - time.monotonic())
         self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured)
         self.legs: dict[str, CallLeg] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(f"worker {settings.worker_id}")
         self._heartbeat_s = heartbeat_s
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._counters_task: asyncio.Task[None] | None = None
@@ -183,27 +185,14 @@ class MediaWorker:
         if self.link is not None:  # an orderly exit is "gone", not "lost" (which alerts)
             with contextlib.suppress(Exception):
                 await self.link.report([WorkerEvent(type="worker.gone", worker=self.id, time=time.time())])
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
         await self.sip.aclose()
         self.clock.stop()
         for leg in list(self.legs.values()):
             self.sip_calls._release_media(leg)
 
-    def spawn(self, coro: object, name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return self._tasks.spawn(coro, name)
 
     def info(self) -> WorkerInfo:
         active = sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count  # + browser calls
