@@ -14,8 +14,8 @@ from gateway.sip.auth import DigestAuthenticator, DigestClientCredentials
 from gateway.sip.config import RateLimit, SipConfig
 from gateway.sip.digest import DigestChallenger
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
 from gateway.sip.errors import MessageTooLargeError
+from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
 from gateway.sip.framing import StreamFramer
 from gateway.sip.message import SipResponse, parse_message
 from tests.gateway.sip.sipnet import FakeAuthenticator, FakeCredentials, Net
