@@ -150,7 +150,10 @@ class MediaWorker:
         self._started = True
         self._counters_task = asyncio.create_task(self._counters_loop(), name=f"worker-{self.id}-counters")
         if self.link is not None:
-            await self.link.register(self.info())
+            try:
+                await self.link.register(self.info())
+            except Exception as exc:  # a control plane that starts later takes the worker in at its first heartbeat
+                log.warning("cannot register with the control plane yet (%s); heartbeats will keep trying", exc)
             self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name=f"worker-{self.id}-heartbeat")
         log.info(
             "worker %s: SIP on %s:%d (%s), RTP %s, capacity %d",

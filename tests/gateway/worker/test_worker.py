@@ -234,3 +234,56 @@ async def test_drops_of_the_sip_and_media_cores_reach_the_metrics(worker: MediaW
         assert _sample("gateway_sip_rejected_total", worker=w, reason="malformed_answered") >= sip_before + 1
         assert _sample("gateway_rtp_packets_total", worker=w, direction="in") >= 20
         peer.hang_up(call)
+
+
+async def test_a_worker_started_before_its_control_plane_registers_when_it_comes_up() -> None:
+    import socket
+
+    import uvicorn
+
+    from gateway.control.app import create_app
+    from gateway.control.settings import ControlSettings
+    from gateway.fleet.http import HttpControlLink, RetryPolicy
+
+    control_port = free_ports(1)[0]
+    link = HttpControlLink(f"http://127.0.0.1:{control_port}", None, policy=RetryPolicy(attempts=1, timeout_s=1.0))
+    settings = WorkerSettings(worker_id="w-early", sip_port=free_ports(1)[0], rtp_ports="45000-45099")
+    worker = MediaWorker(settings, model_factory=lambda name: EchoModel(), link=link, heartbeat_s=0.1)
+    await worker.start()  # nothing listens on control_port yet: start() must not fail
+    app = create_app(ControlSettings(http_port=control_port))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", control_port))
+
+    class Quiet(uvicorn.Server):
+        def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+            pass
+
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            import contextlib
+
+            return contextlib.nullcontext()
+
+    server = Quiet(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        plane = app.state.plane
+        await _until_async(lambda: _registered(plane, "w-early"), within=10)
+    finally:
+        await worker.aclose()
+        await link.aclose()
+        server.should_exit = True
+        await asyncio.wait_for(serving, timeout=10)
+        sock.close()
+
+
+async def _registered(plane, worker_id: str) -> bool:  # type: ignore[no-untyped-def]
+    return any(w.id == worker_id for w in await plane.list_workers())
+
+
+async def _until_async(predicate, *, within: float) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not await predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
