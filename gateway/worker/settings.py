@@ -43,6 +43,9 @@ class WorkerSettings(BaseSettings):
     session_expires_s: int = Field(default=1800, ge=90)
     user_agent: str = "voice-gateway/0.1"
     # A tool still running after this long is promoted to the background (the agent gets an interim output).
+    # Caller audio per provider message: 20 ms is lowest latency; 40-100 ms trade latency for worker CPU
+    # (docs/performance.md, "Frame size toward the provider").
+    provider_chunk_ms: int = Field(default=20, ge=20, le=200, multiple_of=20)
     tool_grace_s: float = Field(default=3.0, gt=0, le=60)
 
     @field_validator("sip_transports", "codecs", "sip_allow", mode="before")

@@ -79,7 +79,9 @@ class MediaWorker:
         self._model_factory = model_factory
         self._models: dict[str, RealtimeModel] = {}
         self.link = link
-        self.session_config = session_config or SessionConfig(tool_grace_s=settings.tool_grace_s)
+        self.session_config = session_config or SessionConfig(
+            tool_grace_s=settings.tool_grace_s, inbound_chunk_ms=settings.provider_chunk_ms
+        )
         self.sip_config = sip_config or self._sip_config(settings)
         self.endpoint = SipEndpoint(self.sip_config)
         self.sip_calls = SipCalls(self)
