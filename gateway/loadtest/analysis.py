@@ -1,4 +1,7 @@
-"""Audio and RTP analysis for the load tester: round-trip markers, echo correlation, receive statistics.
+"""Audio analysis for the load tester: round-trip markers, echo correlation, summaries.
+
+RTP receive statistics (loss, duplicates, RFC 3550 A.8 jitter) come from :mod:`gateway.media.reception`,
+the same code the gateway uses for its own callers.
 
 The marker is a short linear chirp mixed into the sent audio at a known media time. A matched filter
 finds it in the returned audio; the distance between where it was sent and where it came back is the
@@ -158,74 +161,3 @@ def summarize(values: Sequence[float]) -> Summary:
         max=float(arr.max()),
         mean=float(arr.mean()),
     )
-
-
-class ReceiveStats:
-    """RFC 3550 receive statistics for one RTP stream: loss, duplicates, sequence errors, A.8 jitter."""
-
-    __slots__ = (
-        "_base_seq",
-        "_clock_rate",
-        "_cycles",
-        "_last_transit",
-        "_max_seq",
-        "_seen",
-        "duplicates",
-        "jitter",
-        "received",
-        "sequence_errors",
-    )
-
-    def __init__(self, clock_rate: int) -> None:
-        self._clock_rate = clock_rate
-        self._base_seq: int | None = None
-        self._max_seq = 0
-        self._cycles = 0
-        self._last_transit: float | None = None
-        self._seen: set[int] = set()
-        self.received = 0
-        self.duplicates = 0
-        self.sequence_errors = 0  # jumps backwards or forwards by more than 100
-        self.jitter = 0.0  # in timestamp units
-
-    def packet(self, seq: int, timestamp: int, arrival_s: float) -> None:
-        if self._base_seq is None:
-            self._base_seq = seq
-            self._max_seq = seq
-        else:
-            delta = (seq - self._max_seq) & 0xFFFF
-            if delta == 0:
-                pass
-            elif delta < 0x8000:
-                if delta > 100:
-                    self.sequence_errors += 1
-                if seq < self._max_seq:
-                    self._cycles += 0x10000
-                self._max_seq = seq
-            elif (0x10000 - delta) > 100:
-                self.sequence_errors += 1
-        extended = self._cycles + seq if seq <= self._max_seq or self._cycles == 0 else self._cycles - 0x10000 + seq
-        if extended in self._seen:
-            self.duplicates += 1
-            return
-        self._seen.add(extended)
-        self.received += 1
-        transit = arrival_s * self._clock_rate - timestamp
-        if self._last_transit is not None:
-            d = abs(transit - self._last_transit)
-            self.jitter += (d - self.jitter) / 16.0
-        self._last_transit = transit
-
-    @property
-    def expected(self) -> int:
-        if self._base_seq is None:
-            return 0
-        return self._cycles + self._max_seq - self._base_seq + 1
-
-    @property
-    def lost(self) -> int:
-        return max(0, self.expected - self.received)
-
-    @property
-    def jitter_ms(self) -> float:
-        return 1000.0 * self.jitter / self._clock_rate

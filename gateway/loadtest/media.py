@@ -14,14 +14,14 @@ progress line.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
-from gateway.loadtest.analysis import ReceiveStats
+from gateway.media.errors import RtpError
+from gateway.media.reception import ReceptionStats
 from gateway.media.rfc4733 import DtmfSender
+from gateway.media.rtp import looks_like_rtcp, pack_rtp_header, parse_rtp
 
 FRAME_S = 0.02
-_HEADER = struct.Struct("!BBHII")
 
 
 class FrameSchedule:
@@ -108,12 +108,11 @@ class CallSender:
             if payload:
                 self.sent += 1
                 assert self.telephone_event_pt is not None
-                b1 = (0x80 if marker else 0) | self.telephone_event_pt
-                return _HEADER.pack(0x80, b1, seq, event_ts, self.ssrc) + payload
+                return pack_rtp_header(marker, self.telephone_event_pt, seq, event_ts, self.ssrc) + payload
         payloads = self.payloads
         payload = payloads[k] if k < len(payloads) else self._silence
         self.sent += 1
-        return _HEADER.pack(0x80, (0x80 if k == 0 else 0) | self.payload_type, seq, ts, self.ssrc) + payload
+        return pack_rtp_header(k == 0, self.payload_type, seq, ts, self.ssrc) + payload
 
     @property
     def dtmf_sent(self) -> int:
@@ -128,7 +127,7 @@ class CallReceiver:
 
     def __init__(self, *, audio_pt: int, clock_rate: int) -> None:
         self.audio_pt = audio_pt
-        self.stats = ReceiveStats(clock_rate)
+        self.stats = ReceptionStats(clock_rate)
         self.seqs: list[int] = []
         self.timestamps: list[int] = []
         self.arrivals: list[float] = []
@@ -137,25 +136,22 @@ class CallReceiver:
         self.rtcp = 0
 
     def datagram(self, data: bytes, now: float) -> None:
-        if len(data) < 12 or data[0] >> 6 != 2:
+        if looks_like_rtcp(data):  # RTCP muxed on the RTP port (RFC 5761)
+            self.rtcp += 1
+            return
+        try:
+            packet = parse_rtp(data)
+        except RtpError:
             self.other += 1
             return
-        b0, b1, seq, ts, _ssrc = _HEADER.unpack_from(data)
-        if (b1 & 0x7F) != self.audio_pt:
-            if 192 <= b1 <= 223:  # RTCP muxed on the RTP port (RFC 5761)
-                self.rtcp += 1
-            else:
-                self.other += 1
+        if packet.payload_type != self.audio_pt:
+            self.other += 1
             return
-        offset = 12 + 4 * (b0 & 0x0F)
-        if b0 & 0x10 and len(data) >= offset + 4:
-            offset += 4 + 4 * int.from_bytes(data[offset + 2 : offset + 4], "big")
-        end = len(data) - (data[-1] if b0 & 0x20 else 0)
-        self.seqs.append(seq)
-        self.timestamps.append(ts)
+        self.seqs.append(packet.sequence_number)
+        self.timestamps.append(packet.timestamp)
         self.arrivals.append(now)
-        self.payloads.append(data[offset:end])
-        self.stats.packet(seq, ts, now)
+        self.payloads.append(packet.payload)
+        self.stats.update(packet.sequence_number, packet.timestamp, packet.ssrc, now)
 
     def rtcp_datagram(self, data: bytes, now: float) -> None:
         """RTCP from the far end is only counted: the figures come from the RTP itself."""

@@ -349,8 +349,8 @@ class LoadRunner:
                 continue
             up += 1
             stats = call.media.receiver.stats  # type: ignore[attr-defined]
-            expected += stats.expected
-            lost += stats.lost
+            expected += stats.received_total + stats.cumulative_lost
+            lost += stats.cumulative_lost
             jitters.append(stats.jitter_ms)
         self._placed_recent = [t for t in self._placed_recent if t > now - 1.0]
         sample = TimelineSample(
@@ -428,12 +428,12 @@ class LoadRunner:
             answered_s=call.answered_at - t0,
             ended_s=(call.ended_at - t0) if call.ended_at is not None else None,
             packets_sent=sender.sent,
-            packets_received=stats.received,
-            expected=stats.expected,
-            lost=stats.lost,
+            packets_received=stats.received_total,
+            expected=stats.received_total + stats.cumulative_lost,
+            lost=stats.cumulative_lost,
             duplicates=stats.duplicates,
-            sequence_errors=stats.sequence_errors,
-            jitter_ms=stats.jitter_ms if stats.received > 1 else None,
+            sequence_errors=stats.out_of_range + stats.restarts,
+            jitter_ms=stats.jitter_ms if stats.received_total > 1 else None,
             rtt_ms=analysis.rtt_ms if analysis else (),
             rtt_at_s=tuple(send_t0 + t - t0 for t in analysis.rtt_at) if analysis and send_t0 else (),
             markers_expected=analysis.markers_expected if analysis else 0,

@@ -194,7 +194,7 @@ def test_analysis_reports_late_packets_as_pacing_error_and_lost_markers() -> Non
     result = analyze_call(plan, receiver, codec="PCMU", frame_sent=_frame_sent)
     assert result.markers_found == 1 and result.audio_ok is False
     assert result.pacing_p99_ms == pytest.approx(15.0, abs=0.01)
-    assert receiver.stats.lost == 3
+    assert receiver.stats.cumulative_lost == 3
 
 
 def test_pacing_histogram_percentiles() -> None:
