@@ -6,6 +6,12 @@ through :meth:`ProviderLink.send` under one lock, one named task reads the socke
 queue that :meth:`ProviderLink.events` drains. The queue bound is back-pressure: a reader that falls behind
 stops the receive task, which stops reading the socket, which lets TCP slow the provider down.
 
+:meth:`ProviderLink.send_nowait` is the media tick's way in: it writes one message synchronously when that
+needs no waiting (no send in progress, the socket open, the transport below its write-buffer high-water mark)
+and otherwise returns False so the caller falls back to :meth:`ProviderLink.send`. It frames the message
+with the connection's own sans-I/O protocol object, exactly as ``Connection.send`` does, minus the
+coroutine, the send context and the drain; see docs/adr/0005-synchronous-provider-audio.md.
+
 The last event is always :class:`~gateway.providers.base.ProviderDisconnected`; it is delivered even when the
 queue is full (the oldest queued event makes room) so a consumer never waits forever. ``websockets`` exceptions
 are translated here into :mod:`gateway.providers.errors`.
@@ -24,6 +30,7 @@ from urllib.parse import urlsplit
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.protocol import State
 
 from gateway.providers.base import ProviderDisconnected, ProviderErrored, ProviderEvent
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError
@@ -151,6 +158,32 @@ class ProviderLink:
                 raise ProviderClosedError(
                     f"{self._name}: connection closed (code {code})", retryable=close_is_retryable(code)
                 ) from exc
+
+    def writable(self) -> bool:
+        """Whether :meth:`send_nowait` would write now: no send in progress, the socket open, the transport
+        below its write-buffer high-water mark. Raises ProviderClosedError once the connection is gone (as
+        :meth:`send` does), so a caller never keeps falling back to a dead link."""
+        if not self.is_open:
+            raise ProviderClosedError(f"{self._name}: connection is closed")
+        ws = self._ws
+        return not (
+            self._send_lock.locked()
+            or ws.send_in_progress is not None
+            or ws.paused
+            or ws.protocol.state is not State.OPEN
+        )
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Write one serialized JSON text message now if that needs no waiting; False: use :meth:`send`."""
+        if not self.writable():
+            return False
+        ws = self._ws
+        ws.protocol.send_text(data)
+        try:
+            ws.send_data()
+        except OSError as exc:  # the socket failed under us; the receive task reports the disconnect
+            raise ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True) from exc
+        return True
 
     async def events(self) -> AsyncIterator[ProviderEvent]:
         while True:

@@ -252,6 +252,12 @@ class RealtimeSession(Protocol):
         """Caller audio, 24 kHz mono PCM16 LE (one or more whole 20 ms frames) — or G.711 bytes in passthrough."""
         ...
 
+    def send_audio_nowait(self, pcm: bytes) -> bool:
+        """:meth:`send_audio` without waiting, from the media tick: True when the audio was handed to the
+        connection; False when it would have to wait (a send in progress, a full write buffer), and the caller
+        then awaits :meth:`send_audio` with the same audio instead. Raises like :meth:`send_audio`."""
+        ...
+
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
         """Add a text item to the conversation (no response is requested)."""
         ...

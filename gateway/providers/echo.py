@@ -80,6 +80,9 @@ class EchoSession:
     # ------------------------------------------------------------------------------- sending
 
     async def send_audio(self, pcm: bytes) -> None:
+        self.send_audio_nowait(pcm)
+
+    def send_audio_nowait(self, pcm: bytes) -> bool:
         self._check_open()
         data = self._partial + pcm if self._partial else pcm
         whole = len(data) - len(data) % FRAME_BYTES
@@ -88,6 +91,7 @@ class EchoSession:
             self._held.append(data[offset : offset + FRAME_BYTES])
             while len(self._held) > self.config.delay_frames:
                 self._emit_frame(self._held.popleft())
+        return True
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
         self._check_open()

@@ -258,9 +258,18 @@ class GeminiSession:
     async def send_audio(self, pcm: bytes) -> None:
         if not self._link.is_open:
             raise ProviderClosedError("gemini: connection is closed")
+        await self._link.send(self._audio_message(pcm))
+
+    def send_audio_nowait(self, pcm: bytes) -> bool:
+        if not self._link.writable():
+            return False
+        # Resample only once the write is certain: the downsampler's state must see each frame exactly once.
+        return self._link.send_nowait(orjson.dumps(self._audio_message(pcm)))
+
+    def _audio_message(self, pcm: bytes) -> dict[str, Any]:
         samples = self._downsampler.process(np.frombuffer(pcm, dtype="<i2"))
         data = base64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
-        await self._link.send({"realtimeInput": {"audio": {"data": data, "mimeType": INPUT_MIME}}})
+        return {"realtimeInput": {"audio": {"data": data, "mimeType": INPUT_MIME}}}
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
         turn = {"role": "user", "parts": [{"text": text}]}

@@ -4,9 +4,12 @@
   send checks that its link is still the current, non-stale one right before awaiting it, so a refused or failed
   resume never sends to a stale connection.
 - Caller frames enter one bounded FIFO (:meth:`ProviderPipe.push`), O(1) inside the media tick. While the
-  session may send (ACTIVE) one sender task drains it, batching queued frames into one send when it is behind;
-  otherwise (CONNECTING/RESUMING) frames are held in the same FIFO, in order. Overflow drops the oldest frame
-  and counts it. A batch whose send fails goes back to the front to be flushed into the next connection.
+  session may send (ACTIVE), a complete chunk is written at once from the tick when the connection takes it
+  without waiting (``send_audio_nowait``: one synchronous write, no task switch per call per frame); when it
+  cannot (a send in progress, a full write buffer), one sender task drains the FIFO, batching queued frames
+  into one send when it is behind. Otherwise (CONNECTING/RESUMING) frames are held in the same FIFO, in order.
+  Overflow drops the oldest frame and counts it. A batch whose send fails goes back to the front to be
+  flushed into the next connection.
 - Everything else (cancel, truncate, tool outputs, text items, response requests) goes through one ordered
   queue with one task. An op is either bound to the epoch it was made for (a truncate names an item of that
   connection) or follows the call to whichever connection is current; the latter may ask to be retried on the
@@ -71,6 +74,8 @@ class ProviderPipe:
         self.epoch = 0
         self._inbound: deque[Frame] = deque()
         self._inbound_wake = asyncio.Event()
+        self._sending = False  # the sender task is awaiting a send: the tick must not overtake it
+        self._unsent: tuple[list[Frame], bytes] | None = None  # a chunk the connection could not take at once
         self._ops: deque[SendOp] = deque()
         self._ops_wake = asyncio.Event()
         self.frames_sent = 0
@@ -108,16 +113,60 @@ class ProviderPipe:
     def queued_frames(self) -> int:
         return len(self._inbound)
 
-    def push(self, frame: Frame, *, holding: bool) -> None:
-        """Queue one caller frame (held while ``holding``); O(1)."""
-        if len(self._inbound) >= self._hold_frames:
-            self._inbound.popleft()
+    def push(self, frame: Frame, *, holding: bool, send: bool = True) -> None:
+        """Queue one caller frame (held while ``holding``) and, with ``send``, :meth:`send_queued`. O(1)."""
+        queue = self._inbound
+        if len(queue) >= self._hold_frames:
+            queue.popleft()
             self.frames_dropped += 1
-        self._inbound.append(frame)
+        queue.append(frame)
         if holding:
             self.frames_held += 1
-        elif not self._inbound_wake.is_set():
+        elif send:
+            self.send_queued()
+
+    def send_queued(self) -> None:
+        """When a chunk is complete, send it now if the connection takes it without waiting; otherwise wake
+        the sender task to send it."""
+        queue = self._inbound
+        if len(queue) < self._chunk:
+            return
+        if not self._sending and self._unsent is None and self._can_send():
+            self._send_now()
+        if (len(queue) >= self._chunk or self._unsent is not None) and not self._inbound_wake.is_set():
             self._inbound_wake.set()
+
+    def _take(self) -> tuple[list[Frame], bytes]:
+        """The next batch of whole chunks from the queue and its bytes in the provider's input format."""
+        queue = self._inbound
+        take = min(len(queue), self._max_batch)
+        take -= take % self._chunk
+        batch = [queue.popleft() for _ in range(take)]
+        pcm = b"".join([frame.to_bytes() for frame in batch])
+        if self.encode is not None:
+            pcm = self.encode(pcm)
+        return batch, pcm
+
+    def _send_now(self) -> None:
+        # The media tick's path: one synchronous write per chunk, no task switch. A chunk the connection cannot
+        # take at once is kept as it is (already encoded: encoders keep state) for the sender task.
+        link = self.usable()
+        if link is None:
+            return
+        session = link.session
+        while len(self._inbound) >= self._chunk:
+            batch, pcm = self._take()
+            try:
+                sent = session.send_audio_nowait(pcm)
+            except Exception as exc:
+                self._requeue(batch)
+                self._on_send_failed(link, exc)
+                return
+            if not sent:
+                self._unsent = (batch, pcm)
+                return
+            self.frames_sent += len(batch)
+            self.audio_sends += 1
 
     async def sender_loop(self) -> None:
         while True:
@@ -126,24 +175,26 @@ class ProviderPipe:
             await self._inbound_wake.wait()
 
     async def _flush_inbound(self) -> None:
-        queue = self._inbound
-        while len(queue) >= self._chunk and self._can_send():
+        while self._can_send():
             link = self.usable()
             if link is None:
                 return
-            take = min(len(queue), self._max_batch)
-            take -= take % self._chunk
-            batch = [queue.popleft() for _ in range(take)]
-            pcm = b"".join(frame.to_bytes() for frame in batch)
-            if self.encode is not None:
-                pcm = self.encode(pcm)
+            if self._unsent is not None:
+                (batch, pcm), self._unsent = self._unsent, None
+            elif len(self._inbound) >= self._chunk:
+                batch, pcm = self._take()
+            else:
+                return
+            self._sending = True
             try:
                 await link.session.send_audio(pcm)
             except Exception as exc:
                 self._requeue(batch)
                 self._on_send_failed(link, exc)
                 return
-            self.frames_sent += take
+            finally:
+                self._sending = False
+            self.frames_sent += len(batch)
             self.audio_sends += 1
 
     def _requeue(self, batch: list[Frame]) -> None:

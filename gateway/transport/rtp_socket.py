@@ -1,9 +1,10 @@
 """RTP/RTCP sockets: a pool of even port pairs and a cheap non-blocking reader per call.
 
 Each call owns one UDP socket for RTP (even port) and one for RTCP (port + 1), taken from a configured
-range and given back when the call ends. Reading uses ``loop.add_reader`` and drains the socket with
-``recvfrom(2048)`` until it would block: asyncio's datagram transport asks ``recvfrom(256 KiB)`` for every
-datagram, an allocation 1,000 times the size of a 172-byte RTP packet (see docs/adr/0002-rtp-socket-reader.md).
+range and given back when the call ends. Reading uses ``loop.add_reader`` and reads one datagram with
+``recvfrom(2048)`` per readiness callback (the poller is level-triggered: a socket with more queued is ready
+again at once). asyncio's datagram transport asks ``recvfrom(256 KiB)`` for every datagram, an allocation
+1,000 times the size of a 172-byte RTP packet (see docs/adr/0002-rtp-socket-reader.md).
 Only this module touches the sockets; parsing and everything after it is the media core's job.
 
 Destinations must be IP literals. SDP may name a host (``c=IN IP4 rtp.example.com``, RFC 4566 §5.7), and
@@ -28,7 +29,6 @@ Address = tuple[str, int]
 DatagramHandler = Callable[[bytes, Address], None]
 
 _MAX_DATAGRAM = 2048
-_MAX_READS_PER_WAKEUP = 64
 
 
 def _is_ip_literal(host: str) -> bool:
@@ -71,22 +71,22 @@ class _Reader:
         self.stats = stats
 
     def __call__(self) -> None:
-        recv = self.sock.recvfrom
-        handler = self.handler
-        for _ in range(_MAX_READS_PER_WAKEUP):
-            try:
-                data, addr = recv(_MAX_DATAGRAM)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # ICMP port unreachable surfaces as ECONNREFUSED on Linux
-                if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
-                    log.debug("rtp recv error: %s", exc)
-                continue
-            self.stats.received += 1
-            try:
-                handler(data, addr[:2])
-            except Exception:  # one bad packet or call must not stop the reader of others
-                log.exception("rtp handler failed")
+        # One datagram per readiness callback: the poller is level-triggered, so a socket with more queued is
+        # ready again on the next loop pass. Draining until EAGAIN would cost every packet a second syscall
+        # and an exception, since a call's socket almost always holds exactly one packet per 20 ms.
+        try:
+            data, addr = self.sock.recvfrom(_MAX_DATAGRAM)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # ICMP port unreachable surfaces as ECONNREFUSED on Linux
+            if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
+                log.debug("rtp recv error: %s", exc)
+            return
+        self.stats.received += 1
+        try:
+            self.handler(data, addr[:2])
+        except Exception:  # one bad packet or call must not stop the reader of others
+            log.exception("rtp handler failed")
 
 
 @dataclass(slots=True)

@@ -6,7 +6,8 @@ commands. The life of each SIP call is :class:`gateway.worker.sip_calls.SipCalls
 :class:`gateway.worker.webrtc.WebRtcCalls`'.
 
 The tick (``_on_tick``) runs at absolute deadlines from :class:`~gateway.transport.clock.MediaClock`:
-inbound frames to sessions, one outbound frame from each session, batched DSP in the tick engine, RTP out.
+inbound frames to sessions, one outbound frame from each session, batched DSP in the tick engine, RTP out,
+and only then the caller audio to the providers (written from the tick when the connections take it at once).
 """
 
 from __future__ import annotations
@@ -266,13 +267,15 @@ class MediaWorker:
         legs = self.legs
         sample_level = self._tick_no % LEVEL_EVERY_TICKS == 0
         outbound = {}
+        sessions = []
         for call_id, frame in inbound.frames.items():
             leg = legs.get(call_id)
             session = leg.session if leg is not None else None
             if session is None:
                 outbound[call_id] = None
                 continue
-            session.push_inbound(frame)
+            session.push_inbound(frame, send=False)  # sent below, once this tick's RTP is out
+            sessions.append(session)
             outbound[call_id] = session.pull_outbound()
             if sample_level:
                 level = dbfs(frame.pcm)
@@ -286,6 +289,8 @@ class MediaWorker:
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:
                 leg.rtp.send_rtp(data, destination)
+        for session in sessions:
+            session.send_inbound()
         for call_id, destination, data in engine.rtcp_due(now):
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:

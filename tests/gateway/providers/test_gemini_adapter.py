@@ -136,13 +136,17 @@ async def test_setup_message_and_schema(gemini: tuple[FakeGemini, str]) -> None:
         await session.aclose()
 
 
-async def test_audio_in_is_resampled_to_16k(gemini: tuple[FakeGemini, str]) -> None:
+@pytest.mark.parametrize("nowait", [False, True], ids=["awaited", "nowait"])
+async def test_audio_in_is_resampled_to_16k(gemini: tuple[FakeGemini, str], nowait: bool) -> None:
     fake, url = gemini
     session, _ = await open_session(url)
     try:
         frames = [_audio(i, 480) for i in range(5)]
         for frame in frames:
-            await session.send_audio(frame)
+            if nowait:
+                assert session.send_audio_nowait(frame) is True
+            else:
+                await session.send_audio(frame)
         sent = await fake.wait_for("realtimeInput", count=5)
         for message in sent:
             types.LiveClientRealtimeInput.model_validate_json(orjson.dumps(message))

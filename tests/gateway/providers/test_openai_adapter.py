@@ -202,6 +202,46 @@ async def test_dropped_connection_is_retryable(fake: FakeRealtimeServer) -> None
         await session.aclose()
 
 
+async def test_nowait_audio_arrives_in_order_with_awaited_sends(fake: FakeRealtimeServer) -> None:
+    session, _events = await open_session(fake.url)
+    try:
+        frames = noise_frames(12, seed=5)
+        for i, frame in enumerate(frames):
+            if i % 3 == 2:
+                await session.send_audio(frame)
+            else:
+                assert session.send_audio_nowait(frame) is True
+        await fake.wait_until(lambda: len(fake.record(1).audio) == len(frames) * FRAME_BYTES)
+        assert fake.record(1).audio == bytearray(b"".join(frames))
+    finally:
+        await session.aclose()
+
+
+async def test_nowait_declines_while_an_awaited_send_holds_the_connection(fake: FakeRealtimeServer) -> None:
+    session, _events = await open_session(fake.url)
+    try:
+        frame = noise_frames(1, seed=6)[0]
+        async with session._link._send_lock:  # what an awaited send holds while the transport drains
+            assert session.send_audio_nowait(frame) is False
+        assert session.send_audio_nowait(frame) is True
+        await fake.wait_until(lambda: len(fake.record(1).audio) == FRAME_BYTES)
+    finally:
+        await session.aclose()
+
+
+async def test_nowait_after_a_drop_raises_retryable_closed(fake: FakeRealtimeServer) -> None:
+    session, events = await open_session(fake.url + "?drop_after_frames=5")
+    try:
+        for frame in noise_frames(6, seed=3):
+            session.send_audio_nowait(frame)
+        gone = await events.until(ProviderDisconnected)
+        assert gone.retryable is True
+        with pytest.raises(ProviderClosedError):
+            session.send_audio_nowait(bytes(FRAME_BYTES))
+    finally:
+        await session.aclose()
+
+
 async def test_server_side_close_codes_decide_retry(fake: FakeRealtimeServer) -> None:
     session, events = await open_session(fake.url)
     try:

@@ -49,6 +49,7 @@ async def test_every_client_event_the_adapter_sends_is_valid(profile: AgentProfi
         session = await OpenAIRealtimeModel(config).connect(profile, history=HISTORY)
         try:
             await session.send_audio(b"".join(silent_frames(2)))
+            assert session.send_audio_nowait(b"".join(silent_frames(1)))
             await session.send_text("hello")
             await session.send_text("be terse", role="system")
             await session.create_response()
@@ -57,14 +58,15 @@ async def test_every_client_event_the_adapter_sends_is_valid(profile: AgentProfi
             await session.truncate_item("item_x", content_index=0, audio_end_ms=120)
             await session.delete_item("item_x")
             await session.send_tool_result("c2", '{"ok":true}', name="get_weather")
-            expected = 1 + len(HISTORY) + 1 + 9
+            expected = 1 + len(HISTORY) + 1 + 10
             await fake.wait_until(lambda: len(fake.record(1).events) == expected)
         finally:
             await session.aclose()
         sent = fake.record(1).events
         kinds = [event["type"] for event in sent]
         assert kinds[0] == "session.update"
-        assert kinds[-9:] == [
+        assert kinds[-10:] == [
+            "input_audio_buffer.append",
             "input_audio_buffer.append",
             "conversation.item.create",
             "conversation.item.create",

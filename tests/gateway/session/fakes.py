@@ -97,11 +97,18 @@ class FakeRealtimeSession:
         self.sends_after_drop = 0
         self._queue: asyncio.Queue[ProviderEvent | None] = asyncio.Queue()
         self.changed = _Pulse()
+        self.nowait = True  # False: every audio send takes the sender task's awaited path
 
     # ---------------------------------------------------------------------------- RealtimeSession
 
     async def send_audio(self, pcm: bytes) -> None:
         await self._op("audio", pcm)
+
+    def send_audio_nowait(self, pcm: bytes) -> bool:
+        if not self.nowait:
+            return False
+        self._sync_op("audio", pcm)
+        return True
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
         await self._op("text", text, role)
@@ -152,6 +159,9 @@ class FakeRealtimeSession:
         return await self.changed.until(lambda: predicate(self.sent), timeout_s)
 
     async def _op(self, kind: str, *args: Any) -> None:
+        self._sync_op(kind, *args)
+
+    def _sync_op(self, kind: str, *args: Any) -> None:
         if self.closed or self.dropped:
             self.sends_after_drop += 1
             raise ProviderClosedError(f"fake session {self.index} is closed")

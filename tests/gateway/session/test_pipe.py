@@ -1,0 +1,203 @@
+"""ProviderPipe: caller frames reach the provider exactly once and in order, from the tick or the sender task."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.providers.errors import ProviderClosedError
+from gateway.session.pipe import Link, ProviderPipe
+from telcodecs.frames import FRAME_SAMPLES, Frame
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def frame(i: int) -> Frame:
+    pcm = np.full(FRAME_SAMPLES, i, dtype=np.int16)
+    pcm.flags.writeable = False
+    return Frame(index=i, pcm=pcm)
+
+
+def indexes(pcm: bytes) -> list[int]:
+    """The frame indexes a batch carries (every sample of frame i is i)."""
+    samples = np.frombuffer(pcm, dtype="<i2")
+    return [int(samples[k]) for k in range(0, samples.size, FRAME_SAMPLES)]
+
+
+class ScriptedSession:
+    """Answers send_audio_nowait from a script (True, False or an exception; True once it runs out)."""
+
+    def __init__(self, script: list[bool | BaseException] | None = None) -> None:
+        self.script = list(script or [])
+        self.sent: list[tuple[str, list[int]]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.awaiting = asyncio.Event()
+        self.changed = asyncio.Event()  # set on every send that reached the session
+
+    def send_audio_nowait(self, pcm: bytes) -> bool:
+        outcome = self.script.pop(0) if self.script else True
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome:
+            self.sent.append(("nowait", indexes(pcm)))
+            self.changed.set()
+        return outcome
+
+    async def send_audio(self, pcm: bytes) -> None:
+        self.awaiting.set()
+        await self.gate.wait()
+        self.sent.append(("await", indexes(pcm)))
+        self.changed.set()
+
+    def order(self) -> list[int]:
+        return [i for _, batch in self.sent for i in batch]
+
+
+def make_pipe(*, chunk: int = 1, max_batch: int = 10, hold: int = 100) -> tuple[ProviderPipe, list[Any]]:
+    failures: list[Any] = []
+    pipe = ProviderPipe(
+        hold_frames=hold,
+        chunk_frames=chunk,
+        max_batch_frames=max_batch,
+        can_send=lambda: True,
+        on_send_failed=lambda link, exc: failures.append((link.epoch, exc)),
+    )
+    return pipe, failures
+
+
+def install(pipe: ProviderPipe, session: ScriptedSession) -> Link:
+    link, _ = pipe.install(session, now=0.0)  # type: ignore[arg-type]
+    return link
+
+
+async def sent_frames(session: ScriptedSession, count: int, timeout_s: float = 5.0) -> None:
+    """Wait (bounded) until ``count`` frames reached the session; the sending task has finished its step."""
+    async with asyncio.timeout(timeout_s):
+        while len(session.order()) < count:
+            session.changed.clear()
+            await session.changed.wait()
+
+
+def test_complete_chunks_are_written_from_push_without_a_task() -> None:
+    pipe, failures = make_pipe(chunk=3)
+    session = ScriptedSession()
+    install(pipe, session)
+    for i in range(7):
+        pipe.push(frame(i), holding=False)
+    assert session.sent == [("nowait", [0, 1, 2]), ("nowait", [3, 4, 5])]
+    assert pipe.queued_frames == 1  # frame 6 waits for its chunk
+    assert (pipe.frames_sent, pipe.audio_sends, failures) == (6, 2, [])
+
+
+def test_a_tick_can_queue_first_and_send_after_its_rtp() -> None:
+    pipe, _ = make_pipe(chunk=2)
+    session = ScriptedSession()
+    install(pipe, session)
+    for i in range(4):
+        pipe.push(frame(i), holding=False, send=False)
+    assert session.sent == [] and pipe.queued_frames == 4
+    pipe.send_queued()
+    assert session.sent == [("nowait", [0, 1, 2, 3])]  # what queued up goes as one batch of whole chunks
+    pipe.push(frame(4), holding=False, send=False)
+    pipe.send_queued()
+    assert pipe.queued_frames == 1 and pipe.frames_sent == 4  # half a chunk waits
+
+
+async def test_a_chunk_the_connection_cannot_take_goes_to_the_sender_without_being_overtaken() -> None:
+    pipe, _ = make_pipe()
+    session = ScriptedSession([True, True, False])
+    session.gate.clear()
+    install(pipe, session)
+    sender = asyncio.create_task(pipe.sender_loop())
+    try:
+        for i in range(3):
+            pipe.push(frame(i), holding=False)
+        await asyncio.wait_for(session.awaiting.wait(), 5)  # the sender is writing frame 2
+        for i in range(3, 6):
+            pipe.push(frame(i), holding=False)  # must queue behind it, not jump ahead through nowait
+        assert session.sent == [("nowait", [0]), ("nowait", [1])]
+        session.gate.set()
+        await sent_frames(session, 6)
+        assert pipe.frames_sent == 6
+        assert session.sent[2] == ("await", [2])
+        assert session.order() == list(range(6))
+        pipe.push(frame(6), holding=False)  # the sender is idle again: back to the tick's path
+        assert session.sent[-1] == ("nowait", [6])
+    finally:
+        sender.cancel()
+
+
+async def test_an_encoded_chunk_is_encoded_once_even_when_the_sender_writes_it() -> None:
+    pipe, _ = make_pipe()
+    encoded: list[int] = []
+
+    def encode(pcm: bytes) -> bytes:
+        encoded.extend(indexes(pcm))
+        return pcm
+
+    pipe.encode = encode
+    session = ScriptedSession([False])
+    install(pipe, session)
+    sender = asyncio.create_task(pipe.sender_loop())
+    try:
+        pipe.push(frame(0), holding=False)
+        await sent_frames(session, 1)
+        assert encoded == [0] and session.sent == [("await", [0])]
+    finally:
+        sender.cancel()
+
+
+def test_a_failed_write_puts_the_chunk_back_and_reports_the_link() -> None:
+    pipe, failures = make_pipe()
+    session = ScriptedSession([ProviderClosedError("gone", retryable=True)])
+    link = install(pipe, session)
+    pipe.push(frame(0), holding=False)
+    assert pipe.queued_frames == 1 and pipe.frames_sent == 0
+    assert len(failures) == 1 and failures[0][0] == link.epoch
+    assert isinstance(failures[0][1], ProviderClosedError)
+
+
+async def test_held_frames_are_sent_first_once_the_session_may_send() -> None:
+    pipe, _ = make_pipe(max_batch=4)
+    session = ScriptedSession()
+    for i in range(6):
+        pipe.push(frame(i), holding=True)
+    assert session.sent == [] and pipe.frames_held == 6
+    install(pipe, session)
+    sender = asyncio.create_task(pipe.sender_loop())
+    try:
+        pipe.wake()
+        await sent_frames(session, 6)
+        pipe.push(frame(6), holding=False)
+        assert session.order() == list(range(7))
+        assert [kind for kind, _ in session.sent][:2] == ["await", "await"]  # batches of up to 4 held frames
+    finally:
+        sender.cancel()
+
+
+@pytest.mark.parametrize("seed", range(20))
+async def test_every_frame_arrives_once_in_order_whatever_the_connection_takes(seed: int) -> None:
+    rng = random.Random(seed)
+    chunk = rng.choice([1, 2, 5])
+    pipe, failures = make_pipe(chunk=chunk, max_batch=10)
+    session = ScriptedSession([rng.random() < 0.7 for _ in range(200)])
+    install(pipe, session)
+    sender = asyncio.create_task(pipe.sender_loop())
+    try:
+        total = 100 - 100 % chunk
+        for i in range(total):
+            pipe.push(frame(i), holding=False)
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)  # let the sender task run now and then, as the tick does
+        await sent_frames(session, total)
+        assert pipe.frames_sent == total
+        assert session.order() == list(range(total))
+        assert all(len(batch) % chunk == 0 for _, batch in session.sent)
+        assert failures == [] and pipe.frames_dropped == 0
+    finally:
+        sender.cancel()
