@@ -53,6 +53,7 @@ __all__ = [
 FRAME_MS: Final = 20
 _COEFF_BITS: Final = 24  # taps are integers / 2**24: exact in float64 with int16 inputs (sums < 2**53)
 _SCALE: Final = 1.0 / (1 << _COEFF_BITS)
+_TILE: Final = 8  # preferred block width in outputs, see _pick_blocks
 _ROW_CHUNK: Final = 256  # calls per matmul: bounds the scratch buffer and the working set
 
 
@@ -97,7 +98,8 @@ class FilterDesign:
     ``taps`` is the prototype low-pass at ``in_rate * up`` with gain ``up`` (float64, as designed);
     ``taps_int`` the same taps quantized to integers (value * 2**-24), which are what is applied.
     ``block`` is the (window, block_out) matrix shared by all ``blocks`` output blocks of a frame:
-    block output i = sum over window sample j of ``window[j] * block[j, i]``.
+    block output i = sum over window sample j of ``window[j] * block[j, i]``. ``peak_gain`` is the largest
+    sum of |weights| of any output, so no output exceeds ``peak_gain * max |input|``.
     """
 
     in_rate: int
@@ -113,6 +115,7 @@ class FilterDesign:
     block_in: int
     block_out: int
     block: npt.NDArray[np.float64]
+    peak_gain: float
 
     @property
     def delay_ms(self) -> float:
@@ -127,15 +130,19 @@ class FilterDesign:
 def _pick_blocks(in_frame: int, out_frame: int, up: int, down: int, history: int) -> int:
     # Split a frame's outputs into blocks that each start on a whole input sample. More blocks waste fewer
     # multiplies on the zeros of the banded frame matrix; fewer blocks make larger, BLAS-friendlier
-    # matmuls. About half the history in new inputs per block measured fastest on x86-64 (AVX2).
+    # matmuls. Measured on x86-64 (AVX2, OpenBLAS): at least half the history in new inputs per block, and
+    # a block width that is a multiple of 8 outputs (whole dgemm register tiles; 10 or 30 outputs leave a
+    # narrow edge tile and cost 10-20 % more than 16 or 24, see docs/adr/0003-exact-batched-resampling.md).
     period_out = up // math.gcd(up, down)  # outputs per whole-input step
-    best = 1
+    best, best_tiled = 1, 0
     for blocks in range(1, out_frame + 1):
         if out_frame % blocks or (out_frame // blocks) % period_out or in_frame % blocks:
             continue
         if in_frame // blocks >= max(history // 2, 8):
             best = blocks
-    return best
+            if (out_frame // blocks) % _TILE == 0:
+                best_tiled = blocks
+    return best_tiled or best
 
 
 @functools.cache
@@ -168,6 +175,7 @@ def design(in_rate: int, out_rate: int) -> FilterDesign:
     block = np.ascontiguousarray(block, dtype=np.float64)
     for array in (taps, taps_int, block):
         array.flags.writeable = False
+    peak_gain = float(np.abs(block).sum(axis=0).max())
     return FilterDesign(
         in_rate=in_rate,
         out_rate=out_rate,
@@ -182,6 +190,7 @@ def design(in_rate: int, out_rate: int) -> FilterDesign:
         block_in=block_in,
         block_out=block_out,
         block=block,
+        peak_gain=peak_gain,
     )
 
 
@@ -202,12 +211,27 @@ def _windows(d: FilterDesign, buf: npt.NDArray[np.float64]) -> npt.NDArray[np.fl
     )
 
 
-def _round_to_int16(acc: npt.NDArray[np.float64]) -> None:
-    """Saturate and round in place; values are exact, so this is the only rounding of the whole path."""
-    # Speech rarely comes near full scale: two read-only reductions are cheaper than clipping every tick.
-    if acc.max(initial=0.0) > 32767.0 or acc.min(initial=0.0) < -32768.0:
+def _round_into(acc: npt.NDArray[np.float64], out: npt.NDArray[np.int16], *, may_saturate: bool) -> None:
+    """Round the exact sums to int16 into ``out``, saturating: the only rounding of the whole path.
+
+    ``may_saturate=False`` is a promise from the caller (see :func:`_may_saturate`) that every value lies
+    within [-32767, 32767], so the float64 -> int16 cast cannot overflow and the range check is skipped.
+    """
+    if may_saturate and (acc.max(initial=0.0) > 32767.0 or acc.min(initial=0.0) < -32768.0):
         np.clip(acc, -32768.0, 32767.0, out=acc)
-    np.rint(acc, out=acc)
+    np.rint(acc, out=acc)  # round half to even, as np.rint over the whole signal
+    np.copyto(out, acc, casting="unsafe")
+
+
+def _may_saturate(d: FilterDesign, peak: int) -> bool:
+    # |output| <= peak_gain * the largest |input| in its window. Checking the int16 inputs (fewer samples,
+    # 4x narrower) is cheaper than two reductions over the float64 outputs; speech seldom comes close.
+    return peak * d.peak_gain > 32767.0
+
+
+def _peak(x: npt.NDArray[np.int16]) -> int:
+    """Largest |sample| (as a Python int: -(-32768) does not fit int16)."""
+    return max(int(x.max()), -int(x.min()))
 
 
 def _check_frames(d: FilterDesign, x: npt.NDArray[np.int16], ndim: int) -> None:
@@ -220,13 +244,14 @@ def _check_frames(d: FilterDesign, x: npt.NDArray[np.int16], ndim: int) -> None:
 class StreamResampler:
     """One call's resampler: a 20 ms frame in, a 20 ms frame out, filter state kept across frames."""
 
-    __slots__ = ("_buf", "_design", "_windows")
+    __slots__ = ("_buf", "_design", "_last_peak", "_windows")
 
     def __init__(self, in_rate: int, out_rate: int) -> None:
         self._design = design(in_rate, out_rate)
         d = self._design
         self._buf = np.zeros((1, d.history + d.in_frame), dtype=np.float64)
         self._windows = _windows(d, self._buf)  # a fixed view of the fixed buffer
+        self._last_peak = 0  # largest |sample| of the previous frame: the history in the next window
 
     @property
     def in_rate(self) -> int:
@@ -254,6 +279,7 @@ class StreamResampler:
     def reset(self) -> None:
         """Forget the history (as if newly constructed)."""
         self._buf[:] = 0.0
+        self._last_peak = 0
 
     def process(self, x: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
         """Resample one frame: int16[in_frame] -> int16[out_frame]."""
@@ -262,12 +288,14 @@ class StreamResampler:
         buf = self._buf
         h = d.history
         buf[0, h:] = x
+        peak = _peak(x)
         # (blocks, 1, block_out) is already in time order for a single row: same products, same rounding
         # as a BatchResampler row.
         acc = np.matmul(self._windows, d.block)
-        _round_to_int16(acc)
+        frame = np.empty(d.out_frame, dtype=np.int16)
+        _round_into(acc.reshape(d.out_frame), frame, may_saturate=_may_saturate(d, max(peak, self._last_peak)))
+        self._last_peak = peak
         buf[0, :h] = buf[0, d.in_frame :]  # the last `history` inputs become the next frame's history
-        frame: npt.NDArray[np.int16] = acc.reshape(d.out_frame).astype(np.int16)
         return frame
 
 
@@ -277,19 +305,47 @@ class BatchResampler:
     Each call owns a row from :meth:`open` until :meth:`close`; :meth:`process` takes the rows present this
     tick (any subset, any order, no duplicates) and their frames, and returns their output frames in the
     same order. A row's output is bit-identical to a :class:`StreamResampler` fed the same frames.
+
+    State: row r of ``_state`` holds the call's last ``history`` input samples in its first columns, and
+    room for one frame after them. When a tick's rows are one ascending run (the usual case: the media tick
+    passes its calls in a stable order and rows are handed out low first), the frames are written into
+    those rows and the products read them in place; otherwise the histories are gathered into a scratch
+    buffer and scattered back. Both paths run the same products on the same values.
     """
 
-    __slots__ = ("_design", "_free", "_history", "_is_open", "_scratch")
+    __slots__ = (
+        "_acc",
+        "_acc_blocks",
+        "_design",
+        "_free",
+        "_index",
+        "_is_open",
+        "_peaks",
+        "_scratch",
+        "_scratch_windows",
+        "_state",
+        "_state_windows",
+    )
 
     def __init__(self, in_rate: int, out_rate: int, *, capacity: int = 64) -> None:
         if capacity < 1:
             raise ResampleError(f"capacity must be >= 1, got {capacity}")
         self._design = design(in_rate, out_rate)
         d = self._design
-        self._history = np.zeros((capacity, d.history), dtype=np.float64)
+        self._state = np.zeros((capacity, d.history + d.in_frame), dtype=np.float64)
+        # An upper bound of each row's largest |sample| in its last frame (the tick's peak over all rows).
+        self._peaks = np.zeros(capacity, dtype=np.int32)
         self._is_open = np.zeros(capacity, dtype=bool)
+        self._index = np.arange(capacity, dtype=np.intp)
         self._free: list[int] = list(range(capacity - 1, -1, -1))  # pop() hands out low rows first
         self._scratch = np.empty((_ROW_CHUNK, d.history + d.in_frame), dtype=np.float64)
+        self._acc = np.empty((_ROW_CHUNK, d.out_frame), dtype=np.float64)
+        # Fixed views, built once (each view costs about as much per tick as a few hundred multiplies):
+        # the windows of every state row and of the scratch rows, and the result as (blocks, rows,
+        # block_out), through which each block's gemm writes its columns of the time-ordered result.
+        self._state_windows = _windows(d, self._state)
+        self._scratch_windows = _windows(d, self._scratch)
+        self._acc_blocks = self._acc.reshape(_ROW_CHUNK, d.blocks, d.block_out).transpose(1, 0, 2)
 
     @property
     def in_frame(self) -> int:
@@ -305,7 +361,7 @@ class BatchResampler:
 
     @property
     def capacity(self) -> int:
-        return int(self._history.shape[0])
+        return int(self._state.shape[0])
 
     @property
     def open_rows(self) -> int:
@@ -316,7 +372,7 @@ class BatchResampler:
         if not self._free:
             self._grow()
         row = self._free.pop()
-        self._history[row] = 0.0
+        self._clear(row)
         self._is_open[row] = True
         return row
 
@@ -331,7 +387,7 @@ class BatchResampler:
         """Zero one open row's history (a new stream on the same call)."""
         if not 0 <= row < self.capacity or not self._is_open[row]:
             raise ResampleError(f"row {row} is not open")
-        self._history[row] = 0.0
+        self._clear(row)
 
     def process(self, rows: npt.NDArray[np.intp], x: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
         """Resample one frame for each of ``rows``: int16 (N, in_frame) -> int16 (N, out_frame)."""
@@ -344,32 +400,56 @@ class BatchResampler:
         out = np.empty((n, d.out_frame), dtype=np.int16)
         if n == 0:
             return out
+        first, last = int(rows[0]), int(rows[-1])
+        # One ascending run of rows (first, first + 1, ..., last)? Checked against a stored arange: one
+        # comparison instead of np.diff's three array operations (each costs microseconds per tick).
+        run = last - first == n - 1 and first >= 0 and last < self.capacity
+        run = run and bool((rows == self._index[first : last + 1]).all())
+        picked: slice | npt.NDArray[np.intp] = slice(first, last + 1) if run else rows
         try:
-            all_open = bool(self._is_open[rows].all()) and int(rows.min()) >= 0
+            all_open = bool(self._is_open[picked].all()) and (run or int(rows.min()) >= 0)
         except IndexError:
             all_open = False
         if not all_open:
             raise ResampleError("process() got a row that is not open")
+        peak = _peak(x)
+        may_saturate = _may_saturate(d, max(peak, int(self._peaks[picked].max())))
+        self._peaks[picked] = peak
         h = d.history
         for start in range(0, n, _ROW_CHUNK):
             stop = min(n, start + _ROW_CHUNK)
-            chunk_rows = rows[start:stop]
             count = stop - start
-            buf = self._scratch[:count]  # a prefix of a C-contiguous array is C-contiguous
-            buf[:, :h] = self._history[chunk_rows]
+            if run:
+                lo, hi = first + start, first + stop
+                buf = self._state[lo:hi]
+                windows = self._state_windows[:, lo:hi]
+            else:
+                buf = self._scratch[:count]
+                windows = self._scratch_windows[:, :count]
+                buf[:, :h] = self._state[rows[start:stop], :h]
             buf[:, h:] = x[start:stop]
-            acc = np.matmul(_windows(d, buf), d.block)  # (blocks, count, block_out)
-            _round_to_int16(acc)
-            out[start:stop].reshape(count, d.blocks, d.block_out)[...] = acc.transpose(1, 0, 2)
-            self._history[chunk_rows] = buf[:, d.in_frame :]
+            np.matmul(windows, d.block, out=self._acc_blocks[:, :count])
+            _round_into(self._acc[:count], out[start:stop], may_saturate=may_saturate)
+            if run:
+                buf[:, :h] = buf[:, d.in_frame :]  # the last `history` inputs become the next history
+            else:
+                self._state[rows[start:stop], :h] = buf[:, d.in_frame :]
         return out
+
+    def _clear(self, row: int) -> None:
+        self._state[row, : self._design.history] = 0.0
+        self._peaks[row] = 0
 
     def _grow(self) -> None:
         old = self.capacity
         new = old * 2
-        history = np.zeros((new, self._design.history), dtype=np.float64)
-        history[:old] = self._history
+        state = np.zeros((new, self._state.shape[1]), dtype=np.float64)
+        state[:old] = self._state
+        peaks = np.zeros(new, dtype=np.int32)
+        peaks[:old] = self._peaks
         is_open = np.zeros(new, dtype=bool)
         is_open[:old] = self._is_open
-        self._history, self._is_open = history, is_open
+        self._state, self._peaks, self._is_open = state, peaks, is_open
+        self._index = np.arange(new, dtype=np.intp)
+        self._state_windows = _windows(self._design, state)
         self._free.extend(range(new - 1, old - 1, -1))
