@@ -27,8 +27,10 @@ def test_design_invariants_the_fast_paths_rely_on(pair: tuple[int, int]) -> None
     d = resample.design(*pair)
     # A window spans the current frame and at most the previous one (the saturation bound tracks one frame).
     assert d.history <= d.in_frame
-    # peak_gain bounds every output: the sum of |weights| of the worst output, on the applied taps.
+    # peak_gain bounds every output: the sum of |weights| of the worst output, on the applied taps; a frame
+    # at or below quiet_peak cannot drive an output past int16.
     assert d.peak_gain == pytest.approx(float(np.abs(d.block).sum(axis=0).max()))
+    assert d.quiet_peak * d.peak_gain <= 32767.0 < (d.quiet_peak + 1) * d.peak_gain
     assert d.blocks * d.block_out == d.out_frame and d.blocks * d.block_in == d.in_frame
 
 
