@@ -7,6 +7,7 @@ Providers that need another rate convert inside their adapter with :mod:`telcode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,8 @@ FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000  # 480
 FRAME_BYTES = FRAME_SAMPLES * 2  # 960: PCM16 little-endian
 
 Pcm = npt.NDArray[np.int16]
+G711Law = Literal["pcmu", "pcma"]
+G711_FRAME_BYTES = 160  # 20 ms of 8 kHz G.711 codes
 
 _SILENCE = np.zeros(FRAME_SAMPLES, dtype=np.int16)
 _SILENCE.flags.writeable = False
@@ -32,16 +35,22 @@ class Frame:
 
     ``index`` counts frames of one direction of one call from 0 and never goes backwards.
     ``pcm`` is a read-only int16 array of exactly :data:`FRAME_SAMPLES` samples.
+    ``g711`` optionally carries the same 20 ms as the caller's own G.711 codes (160 bytes of ``g711_law``),
+    so a provider that takes G.711 gets them unchanged instead of a re-encoding of ``pcm`` (passthrough).
     """
 
     index: int
     pcm: Pcm
+    g711: bytes | None = None
+    g711_law: G711Law | None = None
 
     def __post_init__(self) -> None:
         if self.pcm.dtype != np.int16 or self.pcm.shape != (FRAME_SAMPLES,):
             raise FrameError(f"frame needs int16[{FRAME_SAMPLES}], got {self.pcm.dtype}{list(self.pcm.shape)}")
         if self.index < 0:
             raise FrameError(f"frame index must be >= 0, got {self.index}")
+        if self.g711 is not None and (len(self.g711) != G711_FRAME_BYTES or self.g711_law not in ("pcmu", "pcma")):
+            raise FrameError(f"g711 needs {G711_FRAME_BYTES} codes and a law (pcmu or pcma)")
 
     @classmethod
     def from_bytes(cls, data: bytes, *, index: int) -> Frame:

@@ -4,7 +4,8 @@ It is the production :class:`~gateway.worker.worker.MediaWorker` (SIP, RTP socke
 CallSession per call, the provider websocket) without the control plane: admission is the worker's own
 (``link=None``), so the figure is the worker's cost, not FastAPI's. Every call goes to the provider named by
 ``--provider`` (``openai`` at ``--openai-url``, the fake server: the full websocket + JSON + base64 path; or
-``echo``). Two knobs exist only for the benchmark: ``--engine percall`` swaps the batched tick engine for the
+``echo``), in the profile's ``--provider-format`` (``pcmu``: G.711 passthrough). Two knobs exist only for the
+benchmark: ``--engine percall`` swaps the batched tick engine for the
 per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` sets ``SessionConfig.inbound_chunk_ms``.
 ``/metrics`` is served on ``--metrics-port`` (prometheus-client's thread). SIGINT/SIGTERM end the calls and
 exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m gateway.bench._worker``) writes
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--openai-url", default="")
     parser.add_argument("--engine", choices=["batched", "percall"], default="batched")
     parser.add_argument("--chunk-ms", type=int, default=20)
+    parser.add_argument("--provider-format", choices=["pcm24k", "pcmu"], default="pcm24k")
     parser.add_argument("--capacity", type=int, default=5000)
     parser.add_argument("--no-uvloop", action="store_true")
     args = parser.parse_args(argv)
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from prometheus_client import start_http_server
 
+    from gateway.fleet.models import ProfileModel
     from gateway.observability import REGISTRY
     from gateway.providers.registry import ProviderSettings, create_model
     from gateway.session.config import SessionConfig
@@ -61,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     def factory(name: str) -> RealtimeModel:
         return model  # every route's calls go to the provider under test
 
-    worker = MediaWorker(settings, model_factory=factory, session_config=SessionConfig(inbound_chunk_ms=args.chunk_ms))
+    worker = MediaWorker(
+        settings,
+        model_factory=factory,
+        session_config=SessionConfig(inbound_chunk_ms=args.chunk_ms),
+        default_profile=ProfileModel(name="bench", provider=args.provider, audio_format=args.provider_format),
+    )
     if args.engine == "percall":
         from gateway.bench._percall import install
 

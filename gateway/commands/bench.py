@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--provider", choices=["openai", "echo"], default="openai", help="openai = the fake server over websocket"
     )
     calls.add_argument("--chunk-ms", type=int, default=20, help="caller audio per provider message (20..100)")
+    calls.add_argument(
+        "--provider-format",
+        choices=["pcm24k", "pcmu"],
+        default="pcm24k",
+        help="audio format toward the provider; pcmu = G.711 passthrough (the callers' codes as they came)",
+    )
     calls.add_argument("--window", type=float, default=20.0, help="measurement window per step, seconds")
     calls.add_argument("--ramp-cps", type=float, default=50.0, help="call rate while a step ramps up")
     calls.add_argument("--repeats", type=int, default=1, help="runs per step (medians are reported)")
@@ -55,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
             engine=args.engine,
             provider=args.provider,
             chunk_ms=args.chunk_ms,
+            provider_format=args.provider_format,
             window_s=5.0 if args.quick else args.window,
             ramp_cps=args.ramp_cps,
             repeats=args.repeats,

@@ -15,6 +15,8 @@ Batching: all G.711 calls (PCMU rows first, then PCMA) are decoded with one ``*_
 and resampled 8k->24k as one (N, 160) -> (N, 480) batch with per-call state rows of a
 :class:`~telcodecs.resample.BatchResampler`; outbound runs the mirror image (24k->8k batch, encode batch).
 Opus calls decode/encode per call (libopus state is per call) and resample 48k<->24k as one batch.
+Every G.711 inbound frame also carries its 8 kHz codes (``Frame.g711``): the caller's own bytes when the frame
+was played, the codes of the concealment otherwise, for sessions whose provider takes G.711 (passthrough).
 
 PLC: G.711 repeats the last decoded 20 ms frame with a linear fade to silence over ``PLC_FADE_FRAMES``
 frames; Opus uses the decoder's in-band FEC when the next packet is already buffered, else its PLC.
@@ -270,6 +272,10 @@ class TickEngine:
         played = status == jitter.PLAYED
         if not played.all():
             self._conceal(pcm8, rows, status, played)
+            # What the caller did not send (concealment, silence) is carried as codes of what PLC made.
+            for i in np.flatnonzero(~played).tolist():
+                encode = ulaw_encode_batch if i < nu else alaw_encode_batch
+                parts[i] = encode(pcm8[i : i + 1]).tobytes()
         if played.any():
             played_rows = rows[played]
             self._plc_last[played_rows] = pcm8[played]
@@ -277,7 +283,9 @@ class TickEngine:
         pcm24 = self._up8.process(rows, pcm8)
         pcm24.flags.writeable = False
         for i, call in enumerate(calls):
-            frames[call.config.call_id] = Frame(index=call.inbound_index, pcm=pcm24[i])
+            frames[call.config.call_id] = Frame(
+                index=call.inbound_index, pcm=pcm24[i], g711=parts[i], g711_law="pcmu" if i < nu else "pcma"
+            )
             call.inbound_index += 1
 
     def _conceal(

@@ -2,9 +2,10 @@
 
 The session speaks the frame contract (24 kHz PCM16, 20 ms) on both sides; an adapter in G.711 mode passes
 bytes through unchanged (the provider seam's passthrough). Between the two this module converts: caller frames
-are resampled to 8 kHz and encoded before they are sent, and the provider's G.711 audio is decoded and resampled
-to 24 kHz before it reaches playout, so barge-in accounting (milliseconds sent to the caller) stays in the
-provider item's own time base.
+from a G.711 caller carry the caller's own codes, which go to the provider unchanged (or through the G.711
+tables when the laws differ); other callers' frames are resampled to 8 kHz and encoded before they are sent.
+The provider's G.711 audio is decoded and resampled to 24 kHz before it reaches playout, so barge-in
+accounting (milliseconds sent to the caller) stays in the provider item's own time base.
 
 Provider deltas are not aligned to 20 ms: the codes of a part-frame are carried to the next delta of the same
 item, and an item's last part-frame is completed with silence when the item ends (or the next item starts).
@@ -20,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.providers.base import AudioReceived
-from telcodecs.frames import FRAME_SAMPLES, SAMPLE_RATE
+from telcodecs.frames import SAMPLE_RATE, Frame
 from telcodecs.g711 import ALAW_SILENCE, ULAW_SILENCE, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from telcodecs.resample import StreamResampler
 
@@ -28,6 +29,8 @@ G711_RATE = 8000
 G711_FRAME = G711_RATE // 50  # codes (bytes) per 20 ms
 
 _Key = tuple[str, str, int]
+# Codes in the other law, decoded to linear PCM on the way to this transcoder's law.
+_DECODE_OTHER: dict[str, Callable[[bytes], npt.NDArray[np.int16]]] = {"pcmu": alaw_decode, "pcma": ulaw_decode}
 
 
 class G711Transcoder:
@@ -45,13 +48,24 @@ class G711Transcoder:
         self._carry = b""
         self._carry_key: _Key | None = None
 
-    def encode(self, pcm: bytes) -> bytes:
-        """Caller audio: whole 20 ms frames of 24 kHz PCM16 -> G.711 codes at 8 kHz."""
-        samples = np.frombuffer(pcm, dtype="<i2")
-        return b"".join(
-            self._encode(self._down.process(samples[start : start + FRAME_SAMPLES]))
-            for start in range(0, samples.size - FRAME_SAMPLES + 1, FRAME_SAMPLES)
-        )
+    def encode(self, frames: list[Frame]) -> bytes:
+        """Caller frames -> G.711 codes at 8 kHz, 160 per frame.
+
+        A frame that carries the caller's own codes (a G.711 caller, :attr:`Frame.g711`) passes through: as
+        they are in the same law, through the G.711 tables (no resampling) in the other. Frames without codes
+        (Opus and browser callers) are resampled 24 kHz -> 8 kHz and encoded; a call's frames are one kind or
+        the other for its whole life, so the resampler's state stays continuous.
+        """
+        out = []
+        for frame in frames:
+            codes = frame.g711
+            if codes is None:
+                out.append(self._encode(self._down.process(frame.pcm)))
+            elif frame.g711_law == self.law:
+                out.append(codes)
+            else:
+                out.append(self._encode(_DECODE_OTHER[self.law](codes)))
+        return b"".join(out)
 
     def decode(self, event: AudioReceived) -> list[AudioReceived]:
         """A provider delta in G.711 -> 24 kHz deltas: a previous item's completed tail first, then this one."""

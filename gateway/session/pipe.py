@@ -69,7 +69,7 @@ class ProviderPipe:
         self._can_send = can_send
         self._on_send_failed = on_send_failed
         # Converts a batch of caller frames into the provider's input format (G.711 profiles); None: PCM as is.
-        self.encode: Callable[[bytes], bytes] | None = None
+        self.encode: Callable[[list[Frame]], bytes] | None = None
         self.link: Link | None = None
         self.epoch = 0
         self._inbound: deque[Frame] = deque()
@@ -142,10 +142,9 @@ class ProviderPipe:
         take = min(len(queue), self._max_batch)
         take -= take % self._chunk
         batch = [queue.popleft() for _ in range(take)]
-        pcm = b"".join([frame.to_bytes() for frame in batch])
         if self.encode is not None:
-            pcm = self.encode(pcm)
-        return batch, pcm
+            return batch, self.encode(batch)
+        return batch, b"".join([frame.to_bytes() for frame in batch])
 
     def _send_now(self) -> None:
         # The media tick's path: one synchronous write per chunk, no task switch. A chunk the connection cannot

@@ -27,7 +27,6 @@ from gateway.fleet.models import (
     AdmissionRequest,
     CallSnapshot,
     OriginateRequest,
-    ProfileModel,
     WorkerEvent,
 )
 from gateway.media.call import MediaCallConfig
@@ -73,7 +72,6 @@ from gateway.worker.reporting import build_snapshot, level_fields, media_fields,
 log = logging.getLogger(__name__)
 
 ModelFactory = Callable[[str], RealtimeModel]
-_DEFAULT_PROFILE = ProfileModel(name="default", provider="default")
 _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
@@ -187,7 +185,11 @@ class SipCalls:
             )
         if self._worker.link is None:
             return AdmissionDecision(
-                accepted=True, call_id=leg.id, worker=self._worker.id, route="default", profile=_DEFAULT_PROFILE
+                accepted=True,
+                call_id=leg.id,
+                worker=self._worker.id,
+                route="default",
+                profile=self._worker.default_profile,
             )
         request = AdmissionRequest(
             called=called,
@@ -224,7 +226,7 @@ class SipCalls:
                 self._begin_finish(leg, rejected)
                 return
             leg.route = decision.route
-            leg.profile = decision.profile or _DEFAULT_PROFILE
+            leg.profile = decision.profile or self._worker.default_profile
             if not self._prepare_media(leg, event.body):
                 return
             assert leg.sip is not None and leg.local_sdp is not None
@@ -385,7 +387,7 @@ class SipCalls:
 
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
-        profile_model = leg.profile or _DEFAULT_PROFILE
+        profile_model = leg.profile or self._worker.default_profile
         profile = profile_model.to_agent_profile()
         config = self._worker.session_config
         webhooks = tuple(
@@ -633,7 +635,7 @@ class SipCalls:
             from_uri=request.caller_id,
             to_uri=request.to,
             route=admission.route,
-            profile=admission.profile or _DEFAULT_PROFILE,
+            profile=admission.profile or self._worker.default_profile,
         )
         rtp = self._worker.ports.allocate()
         leg.rtp = rtp

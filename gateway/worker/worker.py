@@ -73,11 +73,14 @@ class MediaWorker:
         url: str = "",
         heartbeat_s: float = 1.0,
         trunk_credentials: ClientCredentials | None = None,
+        default_profile: ProfileModel | None = None,
     ) -> None:
         self.settings = settings
         self.id = settings.worker_id
         self.url = url
         self._model_factory = model_factory
+        # The agent profile of calls admitted without a control plane (which otherwise picks it per route).
+        self.default_profile = default_profile or _DEFAULT_PROFILE
         self._models: dict[str, RealtimeModel] = {}
         self.link = link
         self.session_config = session_config or SessionConfig(

@@ -24,6 +24,15 @@ def test_frame_contract() -> None:
     assert [f.index for f in whole] == [5, 6] and rest.shape == (40,)
 
 
+def test_a_frame_may_carry_the_callers_g711_codes() -> None:
+    pcm = np.zeros(480, dtype=np.int16)
+    carried = frames.Frame(index=0, pcm=pcm, g711=b"\xff" * 160, g711_law="pcmu")
+    assert carried.g711 == b"\xff" * 160 and frames.Frame(index=0, pcm=pcm).g711 is None
+    for codes, law in ((b"\xff" * 159, "pcmu"), (b"\xff" * 160, None), (b"\xff" * 160, "g722")):
+        with pytest.raises(frames.FrameError, match="g711 needs 160 codes"):
+            frames.Frame(index=0, pcm=pcm, g711=codes, g711_law=law)  # type: ignore[arg-type]
+
+
 def test_concealer_repeats_the_pitch_period_at_8khz() -> None:
     rate, period = 8000, 64  # 125 Hz voice
     t = np.arange(rate) // 1

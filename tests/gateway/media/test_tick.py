@@ -227,6 +227,32 @@ def test_plc_repeats_and_fades_then_silence() -> None:
     assert stats.concealed == 7 and stats.underruns == 1 and stats.lost == 0
 
 
+@pytest.mark.parametrize("law", ["PCMU", "PCMA"])
+def test_g711_frames_carry_the_callers_own_codes_and_the_codes_of_concealment(law: str) -> None:
+    engine = TickEngine()
+    engine.add_call(config(codec=law), now=0.0)
+    encode, decode = (ulaw_encode, ulaw_decode) if law == "PCMU" else (alaw_encode, alaw_decode)
+    signal8 = tone(300, 8000, 0.2, amp=10000)
+    sent = [encode(signal8[k * 160 : (k + 1) * 160]) for k in range(6)]
+    frames = []
+    for k in range(14):
+        if k < 6:
+            data = build_rtp(
+                payload_type=0 if law == "PCMU" else 8, sequence_number=k, timestamp=k * 160, ssrc=9, payload=sent[k]
+            )
+            engine.packet_received("c1", data, PEER, k * 0.02)
+        frames.append(engine.tick_inbound(k * 0.02 + 0.001).frames["c1"])
+    assert {f.g711_law for f in frames} == {law.lower()}
+    # Ticks 1-6 play the packets: their codes are the caller's bytes, unchanged.
+    assert [f.g711 for f in frames[1:7]] == sent
+    # Ticks 7-9 conceal: the codes are the faded repeat of the last frame, so they fall in level too.
+    levels = [float(np.sqrt(np.mean(decode(f.g711 or b"").astype(np.float64) ** 2))) for f in frames]
+    assert levels[6] > levels[7] > levels[8] > levels[9] > 0
+    # Before the first packet and after the fade, silence codes.
+    silence = bytes([0xFF if law == "PCMU" else 0xD5]) * 160
+    assert frames[0].g711 == silence and frames[13].g711 == silence
+
+
 def test_dtmf_received_events_come_out_of_the_inbound_tick() -> None:
     engine = TickEngine()
     engine.add_call(config(), now=0.0)

@@ -136,9 +136,9 @@ async def test_an_encoded_chunk_is_encoded_once_even_when_the_sender_writes_it()
     pipe, _ = make_pipe()
     encoded: list[int] = []
 
-    def encode(pcm: bytes) -> bytes:
-        encoded.extend(indexes(pcm))
-        return pcm
+    def encode(batch: list[Frame]) -> bytes:
+        encoded.extend(f.index for f in batch)
+        return b"".join(f.to_bytes() for f in batch)
 
     pipe.encode = encode
     session = ScriptedSession([False])
