@@ -217,8 +217,9 @@ def _windows(d: FilterDesign, buf: npt.NDArray[np.float64]) -> npt.NDArray[np.fl
 def _round_into(acc: npt.NDArray[np.float64], out: npt.NDArray[np.int16], *, may_saturate: bool) -> None:
     """Round the exact sums to int16 into ``out``, saturating: the only rounding of the whole path.
 
-    ``may_saturate=False`` is a promise from the caller (see :func:`_may_saturate`) that every value lies
-    within [-32767, 32767], so the float64 -> int16 cast cannot overflow and the range check is skipped.
+    ``may_saturate=False`` is the caller's promise (from :func:`_is_loud` on every input in the windows)
+    that every value lies within [-32767, 32767], so the float64 -> int16 cast cannot overflow and the two
+    range reductions are skipped.
     """
     if may_saturate and (acc.max(initial=0.0) > 32767.0 or acc.min(initial=0.0) < -32768.0):
         np.clip(acc, -32768.0, 32767.0, out=acc)
