@@ -287,3 +287,10 @@ async def _until_async(predicate, *, within: float) -> None:  # type: ignore[no-
     while not await predicate():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.05)
+
+
+async def test_a_started_worker_has_frozen_its_start_up_heap(worker: MediaWorker) -> None:
+    # A full collection must not walk the modules and libraries loaded at start-up (docs/adr/0006-gc-freeze.md).
+    import gc
+
+    assert gc.get_freeze_count() > 10_000
