@@ -318,12 +318,13 @@ class BatchResampler:
 
     __slots__ = (
         "_acc",
-        "_acc_blocks",
+        "_by_time",
         "_design",
         "_free",
         "_index",
         "_is_open",
         "_loud",
+        "_matrix",
         "_scratch",
         "_scratch_windows",
         "_state",
@@ -343,13 +344,20 @@ class BatchResampler:
         self._index = np.arange(capacity, dtype=np.intp)
         self._free: list[int] = list(range(capacity - 1, -1, -1))  # pop() hands out low rows first
         self._scratch = np.empty((_ROW_CHUNK, d.history + d.in_frame), dtype=np.float64)
-        self._acc = np.empty((_ROW_CHUNK, d.out_frame), dtype=np.float64)
-        # Fixed views, built once (each view costs about as much per tick as a few hundred multiplies):
-        # the windows of every state row and of the scratch rows, and the result as (blocks, rows,
-        # block_out), through which each block's gemm writes its columns of the time-ordered result.
-        self._state_windows = _windows(d, self._state)
-        self._scratch_windows = _windows(d, self._scratch)
-        self._acc_blocks = self._acc.reshape(_ROW_CHUNK, d.blocks, d.block_out).transpose(1, 0, 2)
+        # Orientation of the products. windows @ block gives (rows, block_out), the output's own layout;
+        # block.T @ windows.T gives (block_out, rows), which OpenBLAS runs 15-25 % faster for these shapes
+        # (the calls become its long dimension) but leaves the result time-major, and transposing it into
+        # the (N, out_frame) output costs about three plain copies. That pays where the output frame is
+        # the short side (downsampling), not where it is three times the input (8k -> 24k).
+        self._by_time = d.out_frame < d.in_frame
+        self._matrix = np.ascontiguousarray(d.block.T) if self._by_time else d.block
+        # The products' results, (count, out_frame) or (out_frame, count), contiguous for every count (a
+        # column slice of an (out_frame, 256) buffer measured 10 % slower to round and copy).
+        self._acc = np.empty(_ROW_CHUNK * d.out_frame, dtype=np.float64)
+        # Fixed views of the windows of every state row and of the scratch rows, built once (each view
+        # costs about as much per tick as a few hundred multiplies).
+        self._state_windows = self._oriented(_windows(d, self._state))
+        self._scratch_windows = self._oriented(_windows(d, self._scratch))
 
     @property
     def in_frame(self) -> int:
@@ -429,19 +437,30 @@ class BatchResampler:
             if run:
                 lo, hi = first + start, first + stop
                 buf = self._state[lo:hi]
-                windows = self._state_windows[:, lo:hi]
+                windows = self._state_windows[..., lo:hi] if self._by_time else self._state_windows[:, lo:hi]
             else:
                 buf = self._scratch[:count]
-                windows = self._scratch_windows[:, :count]
+                windows = self._scratch_windows[..., :count] if self._by_time else self._scratch_windows[:, :count]
                 buf[:, :h] = self._state[rows[start:stop], :h]
             buf[:, h:] = x[start:stop]
-            np.matmul(windows, d.block, out=self._acc_blocks[:, :count])
-            _round_into(self._acc[:count], out[start:stop], may_saturate=may_saturate)
+            flat = self._acc[: count * d.out_frame]
+            if self._by_time:  # each block's gemm writes block_out rows of the (out_frame, count) result
+                acc = flat.reshape(d.out_frame, count)
+                np.matmul(self._matrix, windows, out=acc.reshape(d.blocks, d.block_out, count))
+                _round_into(acc, out[start:stop].T, may_saturate=may_saturate)
+            else:  # each block's gemm writes block_out columns of the (count, out_frame) result
+                acc = flat.reshape(count, d.out_frame)
+                np.matmul(windows, self._matrix, out=acc.reshape(count, d.blocks, d.block_out).transpose(1, 0, 2))
+                _round_into(acc, out[start:stop], may_saturate=may_saturate)
             if run:
                 buf[:, :h] = buf[:, d.in_frame :]  # the last `history` inputs become the next history
             else:
                 self._state[rows[start:stop], :h] = buf[:, d.in_frame :]
         return out
+
+    def _oriented(self, windows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """(blocks, rows, window) windows as the products read them: (blocks, window, rows) by time."""
+        return windows.transpose(0, 2, 1) if self._by_time else windows
 
     def _clear(self, row: int) -> None:
         self._state[row, : self._design.history] = 0.0
@@ -458,5 +477,5 @@ class BatchResampler:
         is_open[:old] = self._is_open
         self._state, self._loud, self._is_open = state, loud, is_open
         self._index = np.arange(new, dtype=np.intp)
-        self._state_windows = _windows(self._design, state)
+        self._state_windows = self._oriented(_windows(self._design, state))
         self._free.extend(range(new - 1, old - 1, -1))
