@@ -132,9 +132,9 @@ class FilterDesign:
 def _pick_blocks(in_frame: int, out_frame: int, up: int, down: int, history: int) -> int:
     # Split a frame's outputs into blocks that each start on a whole input sample. More blocks waste fewer
     # multiplies on the zeros of the banded frame matrix; fewer blocks make larger, BLAS-friendlier
-    # matmuls. Measured on x86-64 (AVX2, OpenBLAS): at least half the history in new inputs per block, and
-    # a block width that is a multiple of 8 outputs (whole dgemm register tiles; 10 or 30 outputs leave a
-    # narrow edge tile and cost 10-20 % more than 16 or 24, see docs/adr/0003-exact-batched-resampling.md).
+    # matmuls. Measured on x86-64 (AVX2, OpenBLAS's Haswell kernels): at least half the history in new
+    # inputs per block, and a block width that is a multiple of 8 outputs (10 or 30 outputs cost 10-20 %
+    # more than 16, 24 or 48, presumably edge register tiles; see docs/adr/0003-exact-batched-resampling.md).
     period_out = up // math.gcd(up, down)  # outputs per whole-input step
     best, best_tiled = 1, 0
     for blocks in range(1, out_frame + 1):
