@@ -309,11 +309,11 @@ class BatchResampler:
     tick (any subset, any order, no duplicates) and their frames, and returns their output frames in the
     same order. A row's output is bit-identical to a :class:`StreamResampler` fed the same frames.
 
-    State: row r of ``_state`` holds the call's last ``history`` input samples in its first columns, and
-    room for one frame after them. When a tick's rows are one ascending run (the usual case: the media tick
-    passes its calls in a stable order and rows are handed out low first), the frames are written into
-    those rows and the products read them in place; otherwise the histories are gathered into a scratch
-    buffer and scattered back. Both paths run the same products on the same values.
+    State: row r of ``_history`` holds the call's last ``history`` input samples. Each chunk of a tick is
+    assembled in a scratch buffer (histories, then the new frames) that stays cache-warm from tick to tick.
+    When a tick's rows are one ascending run (the usual case: the media tick passes its calls in a stable
+    order and rows are handed out low first), histories move in and out with slice copies; any other
+    order gathers and scatters them by index. Both paths run the same products on the same values.
     """
 
     __slots__ = (
@@ -321,14 +321,13 @@ class BatchResampler:
         "_by_time",
         "_design",
         "_free",
+        "_history",
         "_index",
         "_is_open",
         "_loud",
         "_matrix",
         "_scratch",
         "_scratch_windows",
-        "_state",
-        "_state_windows",
     )
 
     def __init__(self, in_rate: int, out_rate: int, *, capacity: int = 64) -> None:
@@ -336,7 +335,7 @@ class BatchResampler:
             raise ResampleError(f"capacity must be >= 1, got {capacity}")
         self._design = design(in_rate, out_rate)
         d = self._design
-        self._state = np.zeros((capacity, d.history + d.in_frame), dtype=np.float64)
+        self._history = np.zeros((capacity, d.history), dtype=np.float64)
         # Whether each row's last frame may have been loud (set for every row of a tick with a loud frame:
         # an upper bound, so rows are judged without per-row reductions).
         self._loud = np.zeros(capacity, dtype=bool)
@@ -354,10 +353,10 @@ class BatchResampler:
         # The products' results, (count, out_frame) or (out_frame, count), contiguous for every count (a
         # column slice of an (out_frame, 256) buffer measured 10 % slower to round and copy).
         self._acc = np.empty(_ROW_CHUNK * d.out_frame, dtype=np.float64)
-        # Fixed views of the windows of every state row and of the scratch rows, built once (each view
-        # costs about as much per tick as a few hundred multiplies).
-        self._state_windows = self._oriented(_windows(d, self._state))
-        self._scratch_windows = self._oriented(_windows(d, self._scratch))
+        # The windows of the scratch rows, as the products read them, built once (a view costs about as
+        # much per tick as a few hundred multiplies).
+        windows = _windows(d, self._scratch)
+        self._scratch_windows = windows.transpose(0, 2, 1) if self._by_time else windows
 
     @property
     def in_frame(self) -> int:
@@ -373,7 +372,7 @@ class BatchResampler:
 
     @property
     def capacity(self) -> int:
-        return int(self._state.shape[0])
+        return int(self._history.shape[0])
 
     @property
     def open_rows(self) -> int:
@@ -434,14 +433,10 @@ class BatchResampler:
         for start in range(0, n, _ROW_CHUNK):
             stop = min(n, start + _ROW_CHUNK)
             count = stop - start
-            if run:
-                lo, hi = first + start, first + stop
-                buf = self._state[lo:hi]
-                windows = self._state_windows[..., lo:hi] if self._by_time else self._state_windows[:, lo:hi]
-            else:
-                buf = self._scratch[:count]
-                windows = self._scratch_windows[..., :count] if self._by_time else self._scratch_windows[:, :count]
-                buf[:, :h] = self._state[rows[start:stop], :h]
+            buf = self._scratch[:count]  # a prefix of a C-contiguous array is C-contiguous
+            windows = self._scratch_windows[..., :count] if self._by_time else self._scratch_windows[:, :count]
+            lo, hi = first + start, first + stop  # the rows' span when they are a run
+            buf[:, :h] = self._history[lo:hi] if run else self._history[rows[start:stop]]
             buf[:, h:] = x[start:stop]
             flat = self._acc[: count * d.out_frame]
             if self._by_time:  # each block's gemm writes block_out rows of the (out_frame, count) result
@@ -452,30 +447,26 @@ class BatchResampler:
                 acc = flat.reshape(count, d.out_frame)
                 np.matmul(windows, self._matrix, out=acc.reshape(count, d.blocks, d.block_out).transpose(1, 0, 2))
                 _round_into(acc, out[start:stop], may_saturate=may_saturate)
+            # The last `history` inputs become the next frame's history.
             if run:
-                buf[:, :h] = buf[:, d.in_frame :]  # the last `history` inputs become the next history
+                self._history[lo:hi] = buf[:, d.in_frame :]
             else:
-                self._state[rows[start:stop], :h] = buf[:, d.in_frame :]
+                self._history[rows[start:stop]] = buf[:, d.in_frame :]
         return out
 
-    def _oriented(self, windows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """(blocks, rows, window) windows as the products read them: (blocks, window, rows) by time."""
-        return windows.transpose(0, 2, 1) if self._by_time else windows
-
     def _clear(self, row: int) -> None:
-        self._state[row, : self._design.history] = 0.0
+        self._history[row] = 0.0
         self._loud[row] = False
 
     def _grow(self) -> None:
         old = self.capacity
         new = old * 2
-        state = np.zeros((new, self._state.shape[1]), dtype=np.float64)
-        state[:old] = self._state
+        history = np.zeros((new, self._design.history), dtype=np.float64)
+        history[:old] = self._history
         loud = np.zeros(new, dtype=bool)
         loud[:old] = self._loud
         is_open = np.zeros(new, dtype=bool)
         is_open[:old] = self._is_open
-        self._state, self._loud, self._is_open = state, loud, is_open
+        self._history, self._loud, self._is_open = history, loud, is_open
         self._index = np.arange(new, dtype=np.intp)
-        self._state_windows = self._oriented(_windows(self._design, state))
         self._free.extend(range(new - 1, old - 1, -1))

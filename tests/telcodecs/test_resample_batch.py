@@ -59,18 +59,18 @@ def test_loud_frames_then_quiet_ones_saturate_like_whole_signal_filtering(pair: 
 
 @pytest.mark.parametrize("pair", [(8000, 24000), (24000, 8000)])
 def test_run_of_rows_equals_the_same_rows_in_another_order(pair: tuple[int, int]) -> None:
-    """The in-place path (one ascending run) and the gather/scatter path give identical rows."""
+    """The slice path (one ascending run) and the gather/scatter path give identical rows."""
     rng = np.random.default_rng(2)
-    in_place, gathered = BatchResampler(*pair, capacity=300), BatchResampler(*pair, capacity=300)
-    rows = np.array([in_place.open() for _ in range(300)], dtype=np.intp)  # 0..299: more than one chunk
+    by_slices, gathered = BatchResampler(*pair, capacity=300), BatchResampler(*pair, capacity=300)
+    rows = np.array([by_slices.open() for _ in range(300)], dtype=np.intp)  # 0..299: more than one chunk
     for _ in range(300):
         gathered.open()
     perm = rng.permutation(300)
     for tick in range(4):
-        x = rng.integers(-30000, 30000, size=(300, in_place.in_frame), dtype=np.int16)
-        y_run = in_place.process(rows, x)
+        x = rng.integers(-30000, 30000, size=(300, by_slices.in_frame), dtype=np.int16)
+        y_run = by_slices.process(rows, x)
         if tick == 2:  # the run path on a sub-range (rows 100..199) leaves the other rows' state alone
-            y_run[100:200] = in_place.process(rows[100:200], x[100:200])
+            y_run[100:200] = by_slices.process(rows[100:200], x[100:200])
             gathered.process(rows[100:200][::-1].copy(), x[100:200][::-1].copy())
         y_perm = gathered.process(perm, x[perm])
         assert np.array_equal(y_run[perm], y_perm), tick
