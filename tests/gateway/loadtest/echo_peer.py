@@ -37,6 +37,7 @@ class EchoPeer:
         self.drop_every = drop_every
         self.rtp: dict[CallHandle, RtpEndpoint] = {}
         self.offers = 0
+        self.call_ids: list[str] = []
         self.ended = 0
 
     async def start(self) -> None:
@@ -52,6 +53,7 @@ class EchoPeer:
         for event in events:
             if isinstance(event, CallOffered):
                 self.offers += 1
+                self.call_ids.append(event.call_id)
                 if self.reject:
                     self.endpoint.reject(event.call, now, status=self.reject)
                     continue

@@ -79,3 +79,27 @@ async def test_total_calls_beyond_the_concurrency_ceiling_wait_for_a_free_slot()
     result = s["_result"]
     third = sorted(result.calls, key=lambda c: c.placed_s)[2]
     assert third.placed_s >= 0.9  # it waited for one of the first two to end
+
+
+async def test_back_to_back_runs_use_new_call_ids_and_are_all_answered() -> None:
+    # The audio plans follow --seed; SIP identifiers must not, or a second run within 32 s of the first
+    # repeats (From tag, Call-ID, CSeq) and a correct target answers 482 Loop Detected.
+    (port,) = free_ports(1)
+    peer = EchoPeer(port=port, rtp_ports=(33200, 33399))
+    await peer.start()
+    try:
+        options: dict[str, object] = {
+            "target": ("127.0.0.1", port),
+            "cps": 20.0,
+            "calls": 4,
+            "duration_s": 1.0,
+            "audio": "silence",
+            "rtp_ports": (34200, 34399),
+            "analyze": False,
+        }
+        first = aggregate(await run_load(LoadConfig(**options)))  # type: ignore[arg-type]
+        second = aggregate(await run_load(LoadConfig(**options)))  # type: ignore[arg-type]
+    finally:
+        await peer.aclose()
+    assert first["answered"] == second["answered"] == 4
+    assert len(peer.call_ids) == 8 and len(set(peer.call_ids)) == 8
