@@ -9,6 +9,8 @@ connection a request came on for reliable transports).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 from collections.abc import Callable
 
@@ -59,6 +61,12 @@ class Core:
         self.server_txs: dict[tuple[str, ...], Transaction] = {}
         self.client_txs: dict[tuple[str, ...], Transaction] = {}
         self.merge_index: dict[MergeKey, tuple[str, ...]] = {}
+        # Transaction timers as a min-heap of (deadline, seq, tx), pushed whenever a transaction changes and
+        # checked lazily: an entry counts only while its transaction is alive and still due then. A worker
+        # keeps thousands of transactions alive (a 2xx'd INVITE waits 32 s in Accepted, §17.2.1 / RFC 6026),
+        # and the transport asks for the next deadline after every message it feeds in.
+        self._tx_timers: list[tuple[float, int, Transaction]] = []
+        self._tx_seq = itertools.count()
         self.calls: dict[CallHandle, Call] = {}
         self.dialogs: dict[DialogId, CallHandle] = {}
         self.on_response: ResponseHandler = lambda tx, response, now: None
@@ -173,6 +181,10 @@ class Core:
                 self.on_response(tx, None, now)
         if tx.state is TxState.TERMINATED:
             self._forget(tx)
+            return
+        deadline = tx.next_deadline()
+        if deadline is not None:
+            heapq.heappush(self._tx_timers, (deadline, next(self._tx_seq), tx))
 
     def _forget(self, tx: Transaction) -> None:
         request = tx.request
@@ -189,15 +201,27 @@ class Core:
                 del self.client_txs[ckey]
 
     def fire_transaction_timers(self, now: float) -> None:
-        for table in (self.client_txs, self.server_txs):
-            for tx in list(table.values()):
-                deadline = tx.next_deadline()
-                if deadline is not None and deadline <= now:
-                    before = tx.state
-                    effects = tx.fire_due(now)
-                    if tx.state is before and any(isinstance(e, Transmit) for e in effects):
-                        self.stats.retransmissions_sent += 1
-                    self.apply(tx, effects, now)
+        timers = self._tx_timers
+        due: dict[int, Transaction] = {}
+        while timers and timers[0][0] <= now:
+            deadline, _, tx = heapq.heappop(timers)
+            if tx.state is not TxState.TERMINATED and tx.next_deadline() == deadline:
+                due[id(tx)] = tx
+        for tx in due.values():
+            before = tx.state
+            effects = tx.fire_due(now)
+            if tx.state is before and any(isinstance(e, Transmit) for e in effects):
+                self.stats.retransmissions_sent += 1
+            self.apply(tx, effects, now)
+
+    def _next_transaction_deadline(self) -> float | None:
+        timers = self._tx_timers
+        while timers:
+            deadline, _, tx = timers[0]
+            if tx.state is not TxState.TERMINATED and tx.next_deadline() == deadline:
+                return deadline
+            heapq.heappop(timers)  # stale: the transaction moved on or ended since this entry
+        return None
 
     # --- calls -----------------------------------------------------------------------------------
 
@@ -231,9 +255,8 @@ class Core:
             del self.dialogs[call.dialog.id]
 
     def next_deadline(self) -> float | None:
-        deadlines = [
-            d for tx in (*self.client_txs.values(), *self.server_txs.values()) if (d := tx.next_deadline()) is not None
-        ]
+        first = self._next_transaction_deadline()
+        deadlines = [first] if first is not None else []
         for call in self.calls.values():
             deadlines.extend(call.deadlines())
         return min(deadlines) if deadlines else None

@@ -101,6 +101,8 @@ class Net:
             if due is None or due * 1000 > target:
                 break
             self.now_ms = max(self.now_ms, int(-(-due * 1000 // 1)))  # ceil to the next whole ms
+            if self.now < due:  # due * 1000 rounded down to a whole number in floating point
+                self.now_ms += 1
             for endpoint in self.endpoints.values():
                 endpoint.handle_timers(self.now)
             self.pump()

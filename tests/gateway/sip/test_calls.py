@@ -268,3 +268,35 @@ def test_actions_on_ended_calls_are_ignored_and_illegal_ones_raise() -> None:
     assert len(net.log) == sent
     with pytest.raises(LocalProtocolError):
         a.invite("not a uri", net.now, from_uri="<sip:a@h>", body=b"")
+
+
+def _brute_force_deadline(endpoint: SipEndpoint) -> float | None:
+    core = endpoint._core
+    deadlines = [
+        d for tx in (*core.client_txs.values(), *core.server_txs.values()) if (d := tx.next_deadline()) is not None
+    ]
+    for call in core.calls.values():
+        deadlines.extend(call.deadlines())
+    return min(deadlines) if deadlines else None
+
+
+def test_next_deadline_from_the_timer_heap_is_the_earliest_of_every_live_timer() -> None:
+    # Many calls in every phase: offered, answered (2xx in Accepted), confirmed, ended (BYE transactions
+    # running out). The heap must agree with a scan of every transaction and call at every step.
+    net, a, b = setup()
+    handles = []
+    for i in range(40):
+        handles.append(place_call(net, a, b, answer=i % 4 != 0))
+        net.advance(37)
+        if i % 3 == 0:
+            a.hang_up(handles[i // 2][0], net.now)
+            net.pump()
+        for endpoint in (a, b):
+            assert endpoint.next_deadline() == _brute_force_deadline(endpoint)
+    for _ in range(80):
+        net.advance(500)
+        for endpoint in (a, b):
+            assert endpoint.next_deadline() == _brute_force_deadline(endpoint)
+    net.advance(60_000)
+    assert a.next_deadline() == _brute_force_deadline(a)
+    assert b.next_deadline() == _brute_force_deadline(b)
