@@ -272,10 +272,17 @@ class TickEngine:
         played = status == jitter.PLAYED
         if not played.all():
             self._conceal(pcm8, rows, status, played)
-            # What the caller did not send (concealment, silence) is carried as codes of what PLC made.
-            for i in np.flatnonzero(~played).tolist():
-                encode = ulaw_encode_batch if i < nu else alaw_encode_batch
-                parts[i] = encode(pcm8[i : i + 1]).tobytes()
+            # Concealed frames carry the codes of what PLC made, one batch per law. SILENT rows already hold
+            # the silence codes (PLC zeroes them), and a paused sender makes many of those every tick.
+            concealed = np.flatnonzero(status == jitter.CONCEALED)
+            for law_rows, encode in (
+                (concealed[concealed < nu], ulaw_encode_batch),
+                (concealed[concealed >= nu], alaw_encode_batch),
+            ):
+                if law_rows.size:
+                    codes = encode(pcm8[law_rows]).tobytes()
+                    for k, i in enumerate(law_rows.tolist()):
+                        parts[i] = codes[k * G711_FRAME : (k + 1) * G711_FRAME]
         if played.any():
             played_rows = rows[played]
             self._plc_last[played_rows] = pcm8[played]
