@@ -15,7 +15,8 @@ from tests.support.procs import free_ports
 PATTERN = TalkPattern(talk_ms=400, pause_ms=600)
 
 
-async def _run(peer_kwargs: dict[str, int] | None = None, **config: object) -> dict[str, object]:
+async def _run(peer_kwargs: dict[str, int] | None = None, *, runs: int = 1, **config: object) -> dict[str, object]:
+    """``runs`` load tests back to back against one peer; the summary is the last run's."""
     (port,) = free_ports(1)
     peer = EchoPeer(port=port, rtp_ports=(33000, 33199), **(peer_kwargs or {}))
     await peer.start()
@@ -30,7 +31,8 @@ async def _run(peer_kwargs: dict[str, int] | None = None, **config: object) -> d
             "rtp_ports": (34000, 34199),
         }
         options.update(config)
-        result = await run_load(LoadConfig(**options))  # type: ignore[arg-type]
+        for _ in range(runs):
+            result = await run_load(LoadConfig(**options))  # type: ignore[arg-type]
     finally:
         await peer.aclose()
     summary = aggregate(result)
@@ -84,22 +86,8 @@ async def test_total_calls_beyond_the_concurrency_ceiling_wait_for_a_free_slot()
 async def test_back_to_back_runs_use_new_call_ids_and_are_all_answered() -> None:
     # The audio plans follow --seed; SIP identifiers must not, or a second run within 32 s of the first
     # repeats (From tag, Call-ID, CSeq) and a correct target answers 482 Loop Detected.
-    (port,) = free_ports(1)
-    peer = EchoPeer(port=port, rtp_ports=(33200, 33399))
-    await peer.start()
-    try:
-        options: dict[str, object] = {
-            "target": ("127.0.0.1", port),
-            "cps": 20.0,
-            "calls": 4,
-            "duration_s": 1.0,
-            "audio": "silence",
-            "rtp_ports": (34200, 34399),
-            "analyze": False,
-        }
-        first = aggregate(await run_load(LoadConfig(**options)))  # type: ignore[arg-type]
-        second = aggregate(await run_load(LoadConfig(**options)))  # type: ignore[arg-type]
-    finally:
-        await peer.aclose()
-    assert first["answered"] == second["answered"] == 4
-    assert len(peer.call_ids) == 8 and len(set(peer.call_ids)) == 8
+    summary = await _run(runs=2, calls=4, duration_s=1.0, audio="silence", analyze=False)
+    peer = summary["_peer"]
+    assert isinstance(peer, EchoPeer)
+    assert summary["answered"] == 4  # the second run; the peer answers every offer it gets
+    assert len(peer.call_ids) == 8 and len(set(peer.call_ids)) == 8 and peer.offers == 8
