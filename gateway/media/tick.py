@@ -280,9 +280,9 @@ class TickEngine:
                 (concealed[concealed >= nu], alaw_encode_batch),
             ):
                 if law_rows.size:
-                    codes = encode(pcm8[law_rows]).tobytes()
+                    made = encode(pcm8[law_rows]).tobytes()
                     for k, i in enumerate(law_rows.tolist()):
-                        parts[i] = codes[k * G711_FRAME : (k + 1) * G711_FRAME]
+                        parts[i] = made[k * G711_FRAME : (k + 1) * G711_FRAME]
         if played.any():
             played_rows = rows[played]
             self._plc_last[played_rows] = pcm8[played]
