@@ -189,15 +189,22 @@ async def test_tool_call_round_trip() -> None:
             await session.aclose()
 
 
-async def test_dropped_connection_is_retryable(fake: FakeRealtimeServer) -> None:
+@pytest.mark.parametrize("nowait", [False, True], ids=["awaited", "nowait"])
+async def test_dropped_connection_is_retryable(fake: FakeRealtimeServer, nowait: bool) -> None:
     session, events = await open_session(fake.url + "?drop_after_frames=5")
     try:
         for frame in noise_frames(6, seed=3):
-            await session.send_audio(frame)
+            if nowait:
+                session.send_audio_nowait(frame)
+            else:
+                await session.send_audio(frame)
         gone = await events.until(ProviderDisconnected)
         assert gone.retryable is True
         with pytest.raises(ProviderClosedError):
-            await session.send_audio(bytes(FRAME_BYTES))
+            if nowait:
+                session.send_audio_nowait(bytes(FRAME_BYTES))
+            else:
+                await session.send_audio(bytes(FRAME_BYTES))
     finally:
         await session.aclose()
 
@@ -225,19 +232,6 @@ async def test_nowait_declines_while_an_awaited_send_holds_the_connection(fake: 
             assert session.send_audio_nowait(frame) is False
         assert session.send_audio_nowait(frame) is True
         await fake.wait_until(lambda: len(fake.record(1).audio) == FRAME_BYTES)
-    finally:
-        await session.aclose()
-
-
-async def test_nowait_after_a_drop_raises_retryable_closed(fake: FakeRealtimeServer) -> None:
-    session, events = await open_session(fake.url + "?drop_after_frames=5")
-    try:
-        for frame in noise_frames(6, seed=3):
-            session.send_audio_nowait(frame)
-        gone = await events.until(ProviderDisconnected)
-        assert gone.retryable is True
-        with pytest.raises(ProviderClosedError):
-            session.send_audio_nowait(bytes(FRAME_BYTES))
     finally:
         await session.aclose()
 
