@@ -19,6 +19,14 @@ from gateway.session.pipe import Link, ProviderPipe
 from gateway.session.tasks import TaskOwner
 
 
+def _ignore_error(where: str, exc: BaseException) -> None:
+    pass
+
+
+async def _no_listener(link: Link) -> None:
+    pass
+
+
 class Connections:
     def __init__(
         self,
@@ -97,6 +105,11 @@ class Connections:
                 await session.aclose()
         except Exception as exc:
             self._on_error("closing the provider session", exc)
+
+    def release(self) -> None:
+        """The call has ended: drop the session's callbacks (reference cycles: ADR 0006)."""
+        self._on_error = _ignore_error
+        self._listen = _no_listener
 
     async def close_all(self) -> None:
         """At call end (after tasks are cancelled): close every link and every connection not yet installed."""

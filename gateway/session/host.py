@@ -18,6 +18,18 @@ from gateway.session.tools import ToolActions
 from gateway.session.transcript import Transcript
 
 
+def _ignore() -> None:
+    pass
+
+
+def _quiet() -> bool:
+    return True
+
+
+def _ignore_reason(reason: str) -> None:
+    pass
+
+
 class SessionToolHost:
     def __init__(
         self,
@@ -43,6 +55,12 @@ class SessionToolHost:
         self._request_response = request_response
         self._agent_quiet = agent_quiet
         self._end_call = end_call
+
+    def release(self) -> None:
+        """The call has ended: drop the session's callbacks (reference cycles: ADR 0006)."""
+        self._request_response = _ignore
+        self._agent_quiet = _quiet
+        self._end_call = _ignore_reason
 
     @property
     def session_id(self) -> str:

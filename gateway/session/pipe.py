@@ -53,6 +53,14 @@ class SendOp:
     attempts: list[int] = field(default_factory=list)
 
 
+def _never() -> bool:
+    return False
+
+
+def _ignore_failure(link: Link, exc: BaseException) -> None:
+    pass
+
+
 class ProviderPipe:
     def __init__(
         self,
@@ -244,6 +252,13 @@ class ProviderPipe:
                 return
             if op.on_sent is not None:
                 op.on_sent(link.epoch)
+
+    def release(self) -> None:
+        """The call has ended: drop the session's callbacks and the last link (reference cycles: ADR 0006)."""
+        self._can_send = _never
+        self._on_send_failed = _ignore_failure
+        self.encode = None
+        self.link = None
 
     def drain_ops(self) -> list[SendOp]:
         """At call end: every op that was never sent."""

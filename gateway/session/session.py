@@ -163,6 +163,7 @@ class CallSession:
             agent_quiet=lambda: self._turns.agent_quiet,
             end_call=self._end_call,
         )
+        self._host = host
         self._tools = ToolRunner(host, self._registry, config)
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._close_task: asyncio.Task[None] | None = None
@@ -646,6 +647,10 @@ class CallSession:
             self._transition(CallState.ENDED, reason)
             self._record(SessionEnded(reason=reason))
             self._events.close()
+            self._tasks.release()
+            self._pipe.release()
+            self._connections.release()
+            self._host.release()
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 

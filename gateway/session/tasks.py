@@ -8,9 +8,18 @@ to end the call. Once closing, nothing new starts. :meth:`TaskOwner.cancel_all` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
+
+
+def _ignore() -> None:
+    pass
+
+
+def _ignore_error(where: str, exc: BaseException) -> None:
+    pass
 
 
 class TaskOwner:
@@ -82,6 +91,13 @@ class TaskOwner:
             if pending:
                 return sorted(task.get_name() for task in pending)
 
+    def release(self) -> None:
+        """The call has ended: drop the owner's callbacks (they reference the session, which references this
+        owner; without them reference counting frees the call at once, no full GC pass needed: ADR 0006)."""
+        self.closing = True
+        self._on_error = _ignore_error
+        self._on_critical = _ignore
+
     def pulse(self) -> None:
         """Something waiters may care about changed."""
         if self._changed is not None:
@@ -104,7 +120,12 @@ class TaskOwner:
         self._tasks.discard(task)
         # A task cancelled before its first step never awaited ``coro``: close it (no "never awaited" warning).
         coro.close()
-        if not task.cancelled():
+        if task.cancelled():
+            # Reading it clears the task's CancelledError, whose traceback holds the task's frames (and through
+            # them the task): a reference cycle per cancelled task otherwise.
+            with contextlib.suppress(asyncio.CancelledError):
+                task.result()
+        else:
             task.exception()  # an unguarded task's starter reads it; never "exception was never retrieved"
 
     async def _guard(self, coro: Coroutine[Any, Any, Any], name: str, critical: bool) -> None:

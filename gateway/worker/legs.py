@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gateway.fleet.models import ProfileModel
 from gateway.media.call import MediaStats
+from gateway.media.errors import LocalMediaError
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.sip.events import CallHandle
@@ -68,22 +70,31 @@ class CallLeg:
 
 
 class SipCallControl:
-    """The session's CallControl, implemented over the worker's SIP endpoint and media tick (via SipCalls)."""
+    """The session's CallControl, implemented over the worker's SIP endpoint and media tick (via SipCalls).
+
+    It holds its leg weakly: the leg owns the session, which owns this control, and a strong reference back
+    would make every ended call a reference cycle that only a full GC pass frees (docs/adr/0006-gc-freeze.md).
+    """
 
     def __init__(self, calls: SipCalls, leg: CallLeg, *, transfer_timeout_s: float = 30.0) -> None:
         self._calls = calls
-        self._leg = leg
+        self._leg_ref = weakref.ref(leg)
         self._transfer_timeout_s = transfer_timeout_s
 
     async def hang_up(self, reason: str) -> None:
-        self._calls.hang_up_leg(self._leg, reason)
+        leg = self._leg_ref()
+        if leg is not None:  # a leg that is gone has ended already
+            self._calls.hang_up_leg(leg, reason)
 
     async def send_dtmf(self, digits: str) -> None:
-        self._calls.send_dtmf_leg(self._leg, digits)
+        leg = self._leg_ref()
+        if leg is None:
+            raise LocalMediaError("the call has ended")
+        self._calls.send_dtmf_leg(leg, digits)
 
     async def transfer(self, target: str) -> TransferOutcome:
-        leg = self._leg
-        if not leg.live or leg.sip is None:
+        leg = self._leg_ref()
+        if leg is None or not leg.live or leg.sip is None:
             return TransferOutcome(status="failed", detail="call is not up")
         if leg.transfer is not None and not leg.transfer.done():
             return TransferOutcome(status="refused", detail="a transfer is already in progress")

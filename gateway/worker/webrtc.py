@@ -18,6 +18,7 @@ import asyncio
 import logging
 import secrets
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -150,17 +151,25 @@ class WebRtcLeg:
 
 
 class WebRtcCallControl:
-    """The session's CallControl for a browser call: hang up, DTMF to the page; no transfer."""
+    """The session's CallControl for a browser call: hang up, DTMF to the page; no transfer.
+
+    It holds its leg weakly (the leg owns the session, which owns this control): see SipCallControl.
+    """
 
     def __init__(self, calls: WebRtcCalls, leg: WebRtcLeg) -> None:
         self._calls = calls
-        self._leg = leg
+        self._leg_ref = weakref.ref(leg)
 
     async def hang_up(self, reason: str) -> None:
-        self._calls.hang_up_leg(self._leg, reason)
+        leg = self._leg_ref()
+        if leg is not None:  # a leg that is gone has ended already
+            self._calls.hang_up_leg(leg, reason)
 
     async def send_dtmf(self, digits: str) -> None:
-        self._calls.send_dtmf_leg(self._leg, digits)
+        leg = self._leg_ref()
+        if leg is None:
+            raise CommandRejectedError("the call has ended")
+        self._calls.send_dtmf_leg(leg, digits)
 
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")

@@ -294,3 +294,49 @@ async def test_a_started_worker_has_frozen_its_start_up_heap(worker: MediaWorker
     import gc
 
     assert gc.get_freeze_count() > 10_000
+
+
+async def _assert_freed_by_reference_counting(worker: MediaWorker) -> None:
+    # A call that leaves reference cycles behind is freed only by a full GC pass, which walks the whole heap
+    # and stalls every call's tick and every new call's setup (docs/adr/0006-gc-freeze.md).
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        async with SipPeer() as peer:
+            call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+            await _answered(peer, call)
+            await peer.stream(call, speechlike(0.5))
+            [leg] = list(worker.legs.values())
+            assert leg.session is not None
+            refs = {"leg": weakref.ref(leg), "session": weakref.ref(leg.session)}
+            peer.hang_up(call)
+            await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+            del leg
+            await _until(lambda: all(ref() is None for ref in refs.values()), within=2.0)
+    finally:
+        gc.enable()
+
+
+async def test_an_ended_call_is_freed_by_reference_counting_alone(worker: MediaWorker) -> None:
+    await _assert_freed_by_reference_counting(worker)
+
+
+async def test_an_ended_call_over_the_openai_adapter_is_freed_by_reference_counting_alone() -> None:
+    from gateway.providers.fake_server import FakeOptions, FakeRealtimeServer
+    from gateway.providers.openai import OpenAIConfig, OpenAIRealtimeModel
+
+    sip_port = free_ports(1)[0]
+    rtp_low = free_ports(4)[0]
+    rtp_low += rtp_low % 2
+    settings = WorkerSettings(worker_id="w-gc", sip_port=sip_port, rtp_ports=f"{rtp_low}-{rtp_low + 3}", capacity=2)
+    async with FakeRealtimeServer(FakeOptions()) as fake:
+        config = OpenAIConfig(url=fake.url, api_key="test-key", setup_timeout_s=5.0)
+        w = MediaWorker(settings, model_factory=lambda name: OpenAIRealtimeModel(config))
+        await w.start()
+        try:
+            await _assert_freed_by_reference_counting(w)
+        finally:
+            await w.aclose()
