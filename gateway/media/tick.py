@@ -18,6 +18,11 @@ Opus calls decode/encode per call (libopus state is per call) and resample 48k<-
 Every G.711 inbound frame also carries its 8 kHz codes (``Frame.g711``): the caller's own bytes when the frame
 was played, the codes of the concealment otherwise, for sessions whose provider takes G.711 (passthrough).
 
+G.711 passthrough outbound: an outbound frame that carries codes (a :class:`G711Frame`, or a ``Frame`` with
+``g711``) is sent as those codes when their law is the call's codec and through a 256-entry code table when
+it is not; only frames without codes are resampled 24k->8k (one batch) and encoded. Silence (``None``) is the
+law's silence code, resampled only while the previous PCM frame's filter tail still has to play out.
+
 PLC: G.711 repeats the last decoded 20 ms frame with a linear fade to silence over ``PLC_FADE_FRAMES``
 frames; Opus uses the decoder's in-band FEC when the next packet is already buffered, else its PLC.
 
@@ -27,6 +32,7 @@ Clocks: ``now`` is the transport's monotonic clock in seconds; RTCP needs wall-c
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,13 +46,17 @@ from gateway.media.errors import LocalMediaError, RtpError
 from gateway.media.rfc4733 import DtmfReceived
 from gateway.media.rtcp import build_bye, ntp_timestamp
 from gateway.media.rtp import looks_like_rtcp, parse_rtp
-from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.frames import FRAME_SAMPLES, G711_FRAME_BYTES, Frame, FrameError, G711Law, Pcm
 from telcodecs.g711 import (
     ALAW_SILENCE,
     ULAW_SILENCE,
+    alaw_decode,
     alaw_decode_batch,
+    alaw_encode,
     alaw_encode_batch,
+    ulaw_decode,
     ulaw_decode_batch,
+    ulaw_encode,
     ulaw_encode_batch,
 )
 from telcodecs.opus import OpusDecoder, OpusEncoder, OpusError
@@ -64,6 +74,40 @@ _ZERO_48K = np.zeros(OPUS_FRAME, dtype=np.int16)
 _SILENT_CODES = {"PCMU": bytes([ULAW_SILENCE]) * G711_FRAME, "PCMA": bytes([ALAW_SILENCE]) * G711_FRAME}
 # Per-sample position inside a frame, for fades that are continuous across frame boundaries.
 _RAMP = (np.arange(1, G711_FRAME + 1, dtype=np.float32) / G711_FRAME)[None, :]
+# Codes of the other law -> codes of the call's codec, code by code through the G.711 tables (decode, encode):
+# for bytes.translate, keyed by the call's codec.
+_ALL_CODES = bytes(range(256))
+_FROM_OTHER_LAW = {"PCMU": ulaw_encode(alaw_decode(_ALL_CODES)), "PCMA": alaw_encode(ulaw_decode(_ALL_CODES))}
+_CODEC_LAW: dict[str, G711Law] = {"PCMU": "pcmu", "PCMA": "pcma"}
+# State of a call's outbound 24k->8k resampler row. CLEAR: zero history, exactly a fresh stream. LIVE: the
+# history holds the last PCM frame sent. STALE: PCM was sent, then code frames (which skip the resampler),
+# so the history is out of date and is zeroed before the next PCM frame.
+_CLEAR, _LIVE, _STALE = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class G711Frame:
+    """20 ms of outbound audio as 160 G.711 codes and nothing else, for a call whose codec is G.711.
+
+    A :class:`~telcodecs.frames.Frame` always carries 24 kHz PCM; for a provider's G.711 audio that PCM costs
+    an 8k->24k resampling that a G.711 caller never uses (the codes go out as they are). A session whose
+    caller takes codes hands the tick this instead: it holds no PCM, so no consumer can read audio from it
+    that was not made. ``index`` counts the call's outbound frames, as ``Frame.index`` does.
+    """
+
+    index: int
+    g711: bytes
+    g711_law: G711Law
+
+    def __post_init__(self) -> None:
+        if len(self.g711) != G711_FRAME_BYTES or self.g711_law not in ("pcmu", "pcma"):
+            raise FrameError(f"g711 needs {G711_FRAME_BYTES} codes and a law (pcmu or pcma)")
+        if self.index < 0:
+            raise FrameError(f"frame index must be >= 0, got {self.index}")
+
+
+#: What a session hands the tick for one call: PCM (maybe with codes), codes only, or None for silence.
+OutboundFrame = Frame | G711Frame | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,7 +145,9 @@ class TickEngine:
         self._g711_order: list[MediaCall] = []
         self._g711_in_rows = np.zeros(0, dtype=np.intp)
         self._g711_out_rows = np.zeros(0, dtype=np.intp)
+        self._g711_out_list: list[int] = []
         self._g711_ulaw = 0
+        self._down8_state: list[int] = []  # per row of _down8: _CLEAR, _LIVE or _STALE
         self._plc_last = np.zeros((64, G711_FRAME), dtype=np.int16)
         self._plc_gap = np.zeros(64, dtype=np.int32)
         # Opus.
@@ -129,7 +175,11 @@ class TickEngine:
             self._opus[config.call_id] = leg
         else:
             row_in = self._up8.open()
-            self._g711_rows[config.call_id] = (row_in, self._down8.open())
+            row_out = self._down8.open()  # a zeroed row
+            self._g711_rows[config.call_id] = (row_in, row_out)
+            if row_out >= len(self._down8_state):
+                self._down8_state.extend([_CLEAR] * (row_out + 1 - len(self._down8_state)))
+            self._down8_state[row_out] = _CLEAR
             if row_in >= self._plc_last.shape[0]:
                 grow = max(row_in + 1, 2 * self._plc_last.shape[0])
                 self._plc_last = np.resize(self._plc_last, (grow, G711_FRAME))
@@ -165,7 +215,8 @@ class TickEngine:
         self._g711_ulaw = len(ulaw)
         rows = [self._g711_rows[c.config.call_id] for c in self._g711_order]
         self._g711_in_rows = np.array([r[0] for r in rows], dtype=np.intp)
-        self._g711_out_rows = np.array([r[1] for r in rows], dtype=np.intp)
+        self._g711_out_list = [r[1] for r in rows]
+        self._g711_out_rows = np.array(self._g711_out_list, dtype=np.intp)
         self._opus_order = [c for c in calls if c.config.codec == "opus"]
         legs = [self._opus[c.config.call_id] for c in self._opus_order]
         self._opus_in_rows = np.array([leg.row_in for leg in legs], dtype=np.intp)
@@ -347,8 +398,11 @@ class TickEngine:
 
     # ---------------------------------------------------------------------------------- outbound tick
 
-    def tick_outbound(self, outbound: Mapping[str, Frame | None], now: float) -> list[Datagram]:
-        """Encode each call's frame (missing/None = silence) into RTP; returns (call_id, address, datagram)."""
+    def tick_outbound(self, outbound: Mapping[str, OutboundFrame], now: float) -> list[Datagram]:
+        """Encode each call's frame (missing/None = silence) into RTP; returns (call_id, address, datagram).
+
+        G.711 calls take a :class:`G711Frame` (codes only) or a ``Frame``. Opus calls need PCM: a session is told
+        its caller takes codes only for a G.711 call, and a code frame handed to an Opus call would be silence."""
         out: list[Datagram] = []
         if self._g711_order:
             self._outbound_g711(outbound, now, out)
@@ -356,34 +410,69 @@ class TickEngine:
             self._outbound_opus(outbound, now, out)
         return out
 
-    def _outbound_g711(self, outbound: Mapping[str, Frame | None], now: float, out: list[Datagram]) -> None:
+    def _outbound_g711(self, outbound: Mapping[str, OutboundFrame], now: float, out: list[Datagram]) -> None:
         calls = self._g711_order
-        n = len(calls)
         nu = self._g711_ulaw
+        rows = self._g711_out_list
+        state = self._down8_state
         frames = [outbound.get(call.config.call_id) for call in calls]
-        pcm24 = np.stack([_ZERO_24K if f is None else f.pcm for f in frames])
-        pcm8 = self._down8.process(self._g711_out_rows, pcm24)
-        blob = b""
-        if nu:
-            blob = ulaw_encode_batch(pcm8[:nu]).tobytes()
-        if nu < n:
-            blob += alaw_encode_batch(pcm8[nu:]).tobytes()
+        payloads: list[bytes] = []
+        resampled: list[int] = []  # positions resampled this tick, ascending
+        pcm24: list[Pcm] = []
+        for i, frame in enumerate(frames):
+            row = rows[i]
+            codec = "PCMU" if i < nu else "PCMA"
+            if frame is None:
+                if state[row] == _LIVE:
+                    # The last PCM frame's filter tail plays out, as in a continuous stream; a frame of zeros
+                    # also zeroes the history (shorter than a frame), so later silence skips the resampler.
+                    resampled.append(i)
+                    pcm24.append(_ZERO_24K)
+                    state[row] = _CLEAR
+                    payloads.append(b"")
+                else:  # CLEAR: zeros through a zero history are zeros; STALE: the history is zeroed before use
+                    payloads.append(_SILENT_CODES[codec])
+            elif (codes := frame.g711) is not None:
+                payloads.append(
+                    codes if frame.g711_law == _CODEC_LAW[codec] else codes.translate(_FROM_OTHER_LAW[codec])
+                )
+                if state[row] == _LIVE:
+                    state[row] = _STALE
+            elif isinstance(frame, Frame):  # always, here: a G711Frame has codes
+                if state[row] == _STALE:
+                    # PCM after code frames: start the stream afresh. The caller heard the codes, which never
+                    # passed through this row, so no history is the true one; zero history is a fresh stream,
+                    # as after silence, and the only cost is the old tail not bleeding into this frame's first
+                    # 1.25 ms (the filter's delay). Switches happen between items (a profile change, a resume).
+                    self._down8.reset(row)
+                resampled.append(i)
+                pcm24.append(frame.pcm)
+                state[row] = _LIVE
+                payloads.append(b"")
+        if resampled:
+            out_rows = self._g711_out_rows if len(resampled) == len(calls) else self._g711_out_rows[resampled]
+            pcm8 = self._down8.process(out_rows, np.stack(pcm24))
+            k = bisect_left(resampled, nu)  # PCMU positions come first
+            blob = ulaw_encode_batch(pcm8[:k]).tobytes() if k else b""
+            if k < len(resampled):
+                blob += alaw_encode_batch(pcm8[k:]).tobytes()
+            for j, i in enumerate(resampled):
+                payloads[i] = blob[j * G711_FRAME : (j + 1) * G711_FRAME]
         for i, call in enumerate(calls):
-            start = i * G711_FRAME
-            packet = call.next_packet(blob[start : start + G711_FRAME], frames[i] is not None, now)
+            packet = call.next_packet(payloads[i], frames[i] is not None, now)
             if packet is not None:
                 out.append((call.config.call_id, call.send_address, packet))
 
-    def _outbound_opus(self, outbound: Mapping[str, Frame | None], now: float, out: list[Datagram]) -> None:
+    def _outbound_opus(self, outbound: Mapping[str, OutboundFrame], now: float, out: list[Datagram]) -> None:
         calls = self._opus_order
         frames = [outbound.get(call.config.call_id) for call in calls]
-        pcm24 = np.stack([_ZERO_24K if f is None else f.pcm for f in frames])
+        pcm24 = np.stack([f.pcm if isinstance(f, Frame) else _ZERO_24K for f in frames])
         pcm48 = self._up48.process(self._opus_out_rows, pcm24)
         for i, call in enumerate(calls):
             leg = self._opus[call.config.call_id]
             mono = pcm48[i]
             pcm = np.repeat(mono, 2) if call.config.channels == 2 else mono
-            packet = call.next_packet(leg.encoder.encode(pcm), frames[i] is not None, now)
+            packet = call.next_packet(leg.encoder.encode(pcm), isinstance(frames[i], Frame), now)
             if packet is not None:
                 out.append((call.config.call_id, call.send_address, packet))
 

@@ -1,52 +1,49 @@
-"""G.711 toward a provider for profiles with ``audio_format`` "pcmu" or "pcma" (ITU-T G.711, 8 kHz).
+"""G.711 between the session and a provider for profiles with ``audio_format`` "pcmu" or "pcma" (ITU-T G.711, 8 kHz).
 
-The session speaks the frame contract (24 kHz PCM16, 20 ms) on both sides; an adapter in G.711 mode passes
-bytes through unchanged (the provider seam's passthrough). Between the two this module converts: caller frames
-from a G.711 caller carry the caller's own codes, which go to the provider unchanged (or through the G.711
-tables when the laws differ); other callers' frames are resampled to 8 kHz and encoded before they are sent.
-The provider's G.711 audio is decoded and resampled to 24 kHz before it reaches playout, so barge-in
-accounting (milliseconds sent to the caller) stays in the provider item's own time base.
+Toward the provider (:class:`G711Transcoder`): caller frames from a G.711 caller carry the caller's own codes,
+which go to the provider unchanged (or through the G.711 tables when the laws differ); other callers' frames
+are resampled to 8 kHz and encoded before they are sent.
 
-Provider deltas are not aligned to 20 ms: the codes of a part-frame are carried to the next delta of the same
-item, and an item's last part-frame is completed with silence when the item ends (or the next item starts).
-One resampler per direction serves the whole call, as the audio is one continuous stream in each direction.
+From the provider: its codes are not converted on arrival. Playout (:mod:`gateway.session.playout`) frames them
+per item, 160 codes a frame, an item's part-frame carried to its next delta and its last part-frame completed
+with silence codes, and counts them in 24 kHz samples (three per code), so barge-in accounting is the same as
+for PCM. When a frame is played, a G.711 caller is sent the codes themselves (the media tick converts the law
+if the caller's differs, and never resamples them); any other caller gets 24 kHz PCM made here
+(:class:`G711Playback`): decoded through the tables and resampled 8k->24k, one frame at a time, only for the
+frames such a caller is actually sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from gateway.providers.base import AudioReceived
-from telcodecs.frames import SAMPLE_RATE, Frame
-from telcodecs.g711 import ALAW_SILENCE, ULAW_SILENCE, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from telcodecs.frames import SAMPLE_RATE, Frame, G711Law, Pcm
+from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from telcodecs.resample import StreamResampler
 
 G711_RATE = 8000
 G711_FRAME = G711_RATE // 50  # codes (bytes) per 20 ms
 
-_Key = tuple[str, str, int]
-# Codes in the other law, decoded to linear PCM on the way to this transcoder's law.
-_DECODE_OTHER: dict[str, Callable[[bytes], npt.NDArray[np.int16]]] = {"pcmu": alaw_decode, "pcma": ulaw_decode}
+_DECODE: dict[G711Law, Callable[[bytes], npt.NDArray[np.int16]]] = {"pcmu": ulaw_decode, "pcma": alaw_decode}
+_ALL_CODES = bytes(range(256))
+# Codes of the other law -> codes of this law, code by code through the G.711 tables (for bytes.translate).
+_FROM_OTHER_LAW: dict[G711Law, bytes] = {
+    "pcmu": ulaw_encode(alaw_decode(_ALL_CODES)),
+    "pcma": alaw_encode(ulaw_decode(_ALL_CODES)),
+}
 
 
 class G711Transcoder:
-    def __init__(self, law: Literal["pcmu", "pcma"]) -> None:
+    """Caller frames -> the provider's G.711 (one per connection of a G.711 profile)."""
+
+    def __init__(self, law: G711Law) -> None:
         self.law = law
-        self._encode: Callable[[npt.NDArray[np.int16]], bytes]
-        self._decode: Callable[[bytes], npt.NDArray[np.int16]]
-        if law == "pcmu":
-            self._encode, self._decode, silence = ulaw_encode, ulaw_decode, ULAW_SILENCE
-        else:
-            self._encode, self._decode, silence = alaw_encode, alaw_decode, ALAW_SILENCE
-        self._silence = bytes([silence])
+        self._encode: Callable[[npt.NDArray[np.int16]], bytes] = ulaw_encode if law == "pcmu" else alaw_encode
+        self._from_other = _FROM_OTHER_LAW[law]
         self._down = StreamResampler(SAMPLE_RATE, G711_RATE)
-        self._up = StreamResampler(G711_RATE, SAMPLE_RATE)
-        self._carry = b""
-        self._carry_key: _Key | None = None
 
     def encode(self, frames: list[Frame]) -> bytes:
         """Caller frames -> G.711 codes at 8 kHz, 160 per frame.
@@ -64,36 +61,28 @@ class G711Transcoder:
             elif frame.g711_law == self.law:
                 out.append(codes)
             else:
-                out.append(self._encode(_DECODE_OTHER[self.law](codes)))
+                out.append(codes.translate(self._from_other))
         return b"".join(out)
 
-    def decode(self, event: AudioReceived) -> list[AudioReceived]:
-        """A provider delta in G.711 -> 24 kHz deltas: a previous item's completed tail first, then this one."""
-        key = (event.response_id, event.item_id, event.content_index)
-        out = self._flush() if self._carry_key not in (None, key) else []
-        data = self._carry + event.pcm
-        whole = len(data) - len(data) % G711_FRAME
-        self._carry, self._carry_key = data[whole:], key
-        if whole:
-            out.append(self._decoded(key, data[:whole]))
-        return out
 
-    def finish(self, response_id: str, item_id: str) -> list[AudioReceived]:
-        """The item's audio ended: its last part-frame, completed with silence."""
-        key = self._carry_key
-        if key is None or key[:2] != (response_id, item_id):
-            return []
-        return self._flush()
+class G711Playback:
+    """The provider's G.711 frames -> 24 kHz PCM, for a caller that is sent PCM (browser, Opus).
 
-    def _flush(self) -> list[AudioReceived]:
-        key, carry = self._carry_key, self._carry
-        self._carry, self._carry_key = b"", None
-        if key is None or not carry:
-            return []
-        return [self._decoded(key, carry + self._silence * (G711_FRAME - len(carry)))]
+    One resampler serves the call's played code frames as one stream. A frame that does not directly follow
+    the previous one rendered here (by the call's outbound frame index) starts the stream afresh: the frames
+    between were silence, PCM or codes sent as they are, none of which passed through this resampler, and a
+    zero history is exactly what a continuous stream has after a frame of silence.
+    """
 
-    def _decoded(self, key: _Key, codes: bytes) -> AudioReceived:
-        pcm = self._decode(codes)
-        up = [self._up.process(pcm[start : start + G711_FRAME]) for start in range(0, pcm.size, G711_FRAME)]
-        data = np.concatenate(up).astype("<i2").tobytes()
-        return AudioReceived(response_id=key[0], item_id=key[1], content_index=key[2], pcm=data)
+    def __init__(self) -> None:
+        self._up = StreamResampler(G711_RATE, SAMPLE_RATE)
+        self._next_index = -1
+
+    def pcm(self, codes: bytes, law: G711Law, *, index: int) -> Pcm:
+        """160 codes of ``law`` -> 480 samples (read-only); ``index`` is the outbound frame's index."""
+        if index != self._next_index:
+            self._up.reset()
+        self._next_index = index + 1
+        pcm = self._up.process(_DECODE[law](codes))
+        pcm.flags.writeable = False
+        return pcm

@@ -1,10 +1,15 @@
-"""Agent audio playout: provider PCM deltas cut into 20 ms frames per item, drained one frame per media tick.
+"""Agent audio playout: provider deltas cut into 20 ms frames per item, drained one frame per media tick.
 
 Each provider audio item (response_id, item_id, content_index) is framed on its own: a partial frame is carried
 across deltas of the same item and padded with silence only when the item ends, so every frame belongs to one
 item and the session can say, to the sample, how much of each item the caller was actually sent (counted when a
 frame is popped, i.e. when the tick sends it) against how much the provider delivered. Barge-in truncation points
 are computed from those counts, never from wall-clock estimates.
+
+An item's audio is either 24 kHz PCM16 (960 bytes a frame) or, from a provider in G.711 mode, the provider's
+own 8 kHz G.711 codes (160 bytes a frame, padded with the law's silence code), kept as they came so a G.711
+caller can be sent them unchanged. Accounting is in 24 kHz samples either way: one code is three samples, so a
+whole frame of codes is 960 samples (20 ms), the same as a frame of PCM.
 """
 
 from __future__ import annotations
@@ -15,19 +20,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.session.events import InterruptedItem
-from telcodecs.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE, Pcm
+from telcodecs.frames import FRAME_BYTES, FRAME_SAMPLES, G711_FRAME_BYTES, SAMPLE_RATE, G711Law, Pcm
+from telcodecs.g711 import ALAW_SILENCE, ULAW_SILENCE
 
 _SAMPLES_PER_MS = SAMPLE_RATE // 1000
+_SAMPLES_PER_CODE = FRAME_SAMPLES // G711_FRAME_BYTES  # 3: one 8 kHz code spans three 24 kHz samples
+_SILENCE_CODE = {"pcmu": bytes([ULAW_SILENCE]), "pcma": bytes([ALAW_SILENCE])}
 _DROPPED_MEMORY = 64  # responses remembered as dropped; late deltas arrive within one response, never far behind
 
 
 @dataclass(slots=True, kw_only=True, eq=False)
 class ItemAudio:
-    """Accounting of one provider audio item."""
+    """Accounting of one provider audio item; ``law`` is None for PCM16, else the law of its G.711 codes."""
 
     response_id: str
     item_id: str
     content_index: int
+    law: G711Law | None = None
     received_bytes: int = 0
     sent_samples: int = 0
     queued_frames: int = 0
@@ -36,7 +45,8 @@ class ItemAudio:
 
     @property
     def received_samples(self) -> int:
-        return self.received_bytes // 2
+        """Delivered audio in 24 kHz samples (a G.711 code is three)."""
+        return self.received_bytes // 2 if self.law is None else self.received_bytes * _SAMPLES_PER_CODE
 
     @property
     def received_ms(self) -> int:
@@ -50,11 +60,23 @@ class ItemAudio:
 _Key = tuple[str, str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class G711Codes:
+    """One frame of a provider's G.711 audio: 160 codes of ``law``, as the provider sent them."""
+
+    codes: bytes
+    law: G711Law
+
+
+#: One frame's audio: 480 samples of PCM16, or 160 G.711 codes.
+FrameAudio = Pcm | G711Codes
+
+
 class PlayoutBuffer:
     """Frames waiting to be sent to the caller, with per-item sent/received accounting."""
 
     def __init__(self) -> None:
-        self._frames: deque[tuple[Pcm, ItemAudio, int]] = deque()
+        self._frames: deque[tuple[FrameAudio, ItemAudio, int]] = deque()
         self._items: dict[_Key, ItemAudio] = {}
         self._last: ItemAudio | None = None
         self._dropped: deque[str] = deque(maxlen=_DROPPED_MEMORY)
@@ -75,14 +97,17 @@ class PlayoutBuffer:
         """The accounting of an item not yet fully played (fully played items are forgotten)."""
         return self._items.get((response_id, item_id, content_index))
 
-    def add(self, *, response_id: str, item_id: str, content_index: int, pcm: bytes) -> bool:
-        """Queue a delta. Returns False when the response was dropped by barge-in (the delta is discarded)."""
+    def add(
+        self, *, response_id: str, item_id: str, content_index: int, pcm: bytes, law: G711Law | None = None
+    ) -> bool:
+        """Queue a delta: PCM16 bytes, or G.711 codes of ``law``. False when the response was dropped by barge-in
+        (the delta is discarded). An item keeps the kind of its first delta (one connection, one audio format)."""
         if response_id in self._dropped:
             return False
         key = (response_id, item_id, content_index)
         item = self._items.get(key)
         if item is None:
-            item = ItemAudio(response_id=response_id, item_id=item_id, content_index=content_index)
+            item = ItemAudio(response_id=response_id, item_id=item_id, content_index=content_index, law=law)
             self._items[key] = item
         previous = self._last
         if previous is not None and previous is not item:
@@ -94,12 +119,21 @@ class PlayoutBuffer:
         self._last = item
         item.received_bytes += len(pcm)
         data = item.carry + pcm if item.carry else pcm
-        whole = len(data) // FRAME_BYTES
-        for i in range(whole):
-            frame = np.frombuffer(data, dtype="<i2", count=FRAME_SAMPLES, offset=i * FRAME_BYTES)
-            self._frames.append((frame, item, FRAME_SAMPLES))
+        frames = self._frames
+        if item.law is None:
+            whole = len(data) // FRAME_BYTES
+            for i in range(whole):
+                frame = np.frombuffer(data, dtype="<i2", count=FRAME_SAMPLES, offset=i * FRAME_BYTES)
+                frames.append((frame, item, FRAME_SAMPLES))
+            item.carry = data[whole * FRAME_BYTES :]
+        else:
+            law = item.law
+            whole = len(data) // G711_FRAME_BYTES
+            for i in range(whole):
+                codes = data[i * G711_FRAME_BYTES : (i + 1) * G711_FRAME_BYTES]
+                frames.append((G711Codes(codes, law), item, FRAME_SAMPLES))
+            item.carry = data[whole * G711_FRAME_BYTES :]
         item.queued_frames += whole
-        item.carry = data[whole * FRAME_BYTES :]
         return True
 
     def finish_item(self, *, response_id: str, item_id: str, content_index: int = 0) -> None:
@@ -120,8 +154,8 @@ class PlayoutBuffer:
         for item in [i for i in self._items.values() if i.response_id == response_id and not i.done]:
             self.finish_item(response_id=response_id, item_id=item.item_id, content_index=item.content_index)
 
-    def pop(self) -> tuple[Pcm, ItemAudio] | None:
-        """The next frame to send and its item; counts the frame's real samples as sent."""
+    def pop(self) -> tuple[FrameAudio, ItemAudio] | None:
+        """The next frame to send (PCM or G.711 codes) and its item; counts the frame's real samples as sent."""
         if not self._frames:
             return None
         pcm, item, samples = self._frames.popleft()
@@ -168,9 +202,13 @@ class PlayoutBuffer:
     def _flush_carry(self, item: ItemAudio) -> None:
         if not item.carry:
             return
-        samples = len(item.carry) // 2
-        padded = item.carry + bytes(FRAME_BYTES - len(item.carry))
-        self._frames.append((np.frombuffer(padded, dtype="<i2"), item, samples))
+        carry = item.carry
+        if item.law is None:
+            padded = carry + bytes(FRAME_BYTES - len(carry))
+            self._frames.append((np.frombuffer(padded, dtype="<i2"), item, len(carry) // 2))
+        else:
+            padded = carry + _SILENCE_CODE[item.law] * (G711_FRAME_BYTES - len(carry))
+            self._frames.append((G711Codes(padded, item.law), item, len(carry) * _SAMPLES_PER_CODE))
         item.queued_frames += 1
         item.carry = b""
 

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from types import TracebackType
-from typing import Literal
+from typing import Literal, overload
 
+from gateway.media.tick import G711Frame
 from gateway.providers.base import (
     AgentProfile,
     AudioDone,
@@ -68,7 +69,7 @@ from gateway.session.events import (
     StateChanged,
     TranscriptUpdated,
 )
-from gateway.session.g711 import G711Transcoder
+from gateway.session.g711 import G711Playback, G711Transcoder
 from gateway.session.host import SessionToolHost
 from gateway.session.pipe import (
     Link,
@@ -80,6 +81,7 @@ from gateway.session.pipe import (
     send_text,
     truncate_item,
 )
+from gateway.session.playout import G711Codes
 from gateway.session.rotation import RotationPlan
 from gateway.session.state import CallState, check_transition
 from gateway.session.stats import SessionStats, snapshot
@@ -166,6 +168,7 @@ class CallSession:
         self._host = host
         self._tools = ToolRunner(host, self._registry, config)
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
+        self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
         self._switch_task: asyncio.Task[None] | None = None
         self._start_called = False
@@ -318,8 +321,18 @@ class CallSession:
         if self._state is CallState.ACTIVE:
             self._pipe.send_queued()
 
-    def pull_outbound(self) -> Frame | None:
-        """The frame the caller hears this tick (None = silence); agent audio is counted as sent here."""
+    @overload
+    def pull_outbound(self) -> Frame | None: ...
+
+    @overload
+    def pull_outbound(self, *, takes_g711: bool) -> Frame | G711Frame | None: ...
+
+    def pull_outbound(self, *, takes_g711: bool = False) -> Frame | G711Frame | None:
+        """The frame the caller hears this tick (None = silence); agent audio is counted as sent here.
+
+        ``takes_g711``: the caller's codec is G.711 (the media tick encodes what it is sent). The provider's
+        G.711 audio then comes as a :class:`~gateway.media.tick.G711Frame`, the provider's codes and no PCM;
+        without it, as a ``Frame`` of 24 kHz PCM made from the codes (which it also carries)."""
         index = self._out_index
         self._out_index += 1
         state = self._state
@@ -331,15 +344,23 @@ class CallSession:
         if now >= self._deadline:
             self._deadline = float("inf")
             self._tasks.spawn(self._end_at_max_duration(), name="end:max-duration")
-        pcm, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
+        audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()
-        if pcm is None:
+        if audio is None:
             if self._tools.has_ready and state is CallState.ACTIVE and self._idle(now):
                 self._tools.on_idle()
             return None
         self._counts["frames_out"] += 1
-        return Frame(index=index, pcm=pcm)
+        if not isinstance(audio, G711Codes):
+            return Frame(index=index, pcm=audio)
+        codes, law = audio.codes, audio.law
+        if takes_g711:
+            return G711Frame(index=index, g711=codes, g711_law=law)
+        playback = self._g711_playback
+        if playback is None:
+            playback = self._g711_playback = G711Playback()
+        return Frame(index=index, pcm=playback.pcm(codes, law, index=index), g711=codes, g711_law=law)
 
     def dtmf_received(self, digit: str, *, duration_ms: int = 0) -> None:
         """A caller keypress: recorded, and forwarded to the agent as a text item when configured."""
@@ -388,11 +409,8 @@ class CallSession:
     def _dispatch(self, link: Link, event: ProviderEvent) -> None:
         turns = self._turns
         if isinstance(event, AudioReceived):
-            for part in (event,) if self._g711 is None else self._g711.decode(event):
-                turns.audio(part)
+            turns.audio(event, law=None if self._g711 is None else self._g711.law)  # codes stay codes
         elif isinstance(event, AudioDone):
-            for part in () if self._g711 is None else self._g711.finish(event.response_id, event.item_id):
-                turns.audio(part)
             turns.audio_done(event)
         elif isinstance(event, SpeechStarted):
             self._caller_started("speech_started", item_id=event.item_id)
@@ -557,7 +575,8 @@ class CallSession:
         await self._end_unavailable(error)
 
     def _install(self, session: RealtimeSession) -> Link:
-        # A G.711 profile talks G.711 to the provider: convert at this edge, keep 24 kHz frames everywhere else.
+        # A G.711 profile talks G.711 to the provider: caller frames are converted at this edge; the provider's
+        # codes are played as codes (pull_outbound), so a G.711 caller gets them without any resampling.
         audio_format = self._provider_profile.audio_format
         if audio_format == "pcm24k":
             self._g711 = None

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from gateway.providers.base import AudioDone, AudioReceived
 from gateway.session.config import SessionConfig
 from gateway.session.events import InterruptedItem
-from gateway.session.playout import PlayoutBuffer, comfort_tone_frame
+from gateway.session.playout import FrameAudio, PlayoutBuffer, comfort_tone_frame
 from gateway.session.stats import RoundTrips
 from gateway.session.vad import EnergyVad
-from telcodecs.frames import Pcm
+from telcodecs.frames import G711Law
 
 _COMFORT_PERIOD = 100  # frames: a 200 ms tone every 2 s
 _COMFORT_ON = 10
@@ -49,9 +49,14 @@ class Turns:
 
     # ------------------------------------------------------------------------------ provider side
 
-    def audio(self, event: AudioReceived) -> None:
+    def audio(self, event: AudioReceived, *, law: G711Law | None = None) -> None:
+        """A provider delta: PCM16, or G.711 codes of ``law`` from a provider in G.711 mode."""
         self.playout.add(
-            response_id=event.response_id, item_id=event.item_id, content_index=event.content_index, pcm=event.pcm
+            response_id=event.response_id,
+            item_id=event.item_id,
+            content_index=event.content_index,
+            pcm=event.pcm,
+            law=law,
         )
 
     def audio_done(self, event: AudioDone) -> None:
@@ -118,7 +123,7 @@ class Turns:
 
     # --------------------------------------------------------------------------------------- tick
 
-    def next_frame(self, now: float, *, index: int, resuming: bool) -> tuple[Pcm | None, bool]:
+    def next_frame(self, now: float, *, index: int, resuming: bool) -> tuple[FrameAudio | None, bool]:
         """The agent frame to send this tick (or a comfort tone while resuming) and whether playout just drained."""
         popped = self.playout.pop()
         if popped is None:
@@ -127,12 +132,12 @@ class Turns:
             if resuming and self._comfort is not None and index % _COMFORT_PERIOD < _COMFORT_ON:
                 return self._comfort, drained
             return None, drained
-        pcm, item = popped
+        audio, item = popped
         self._was_playing = True
         if self._speech_stopped_at is not None and item.content_index >= 0:
             self.round_trips.add((now - self._speech_stopped_at) * 1000.0)
             self._speech_stopped_at = None
-        return pcm, False
+        return audio, False
 
     # -------------------------------------------------------------------------------- conditions
 

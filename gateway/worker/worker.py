@@ -31,7 +31,7 @@ from gateway.fleet.models import (
     WorkerInfo,
 )
 from gateway.fleet.protocols import ControlLink
-from gateway.media.tick import TickEngine
+from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
     LOOP_LAG_SECONDS,
     TICK_OVERRUNS_TOTAL,
@@ -290,7 +290,7 @@ class MediaWorker:
         inbound = engine.tick_inbound(now)
         legs = self.legs
         sample_level = self._tick_no % LEVEL_EVERY_TICKS == 0
-        outbound = {}
+        outbound: dict[str, OutboundFrame] = {}
         sessions = []
         for call_id, frame in inbound.frames.items():
             leg = legs.get(call_id)
@@ -300,7 +300,9 @@ class MediaWorker:
                 continue
             session.push_inbound(frame, send=False)  # sent below, once this tick's RTP is out
             sessions.append(session)
-            outbound[call_id] = session.pull_outbound()
+            # A G.711 call's inbound frames carry the caller's codes: its codec is G.711, so the session may hand
+            # back the provider's G.711 codes without PCM (the tick sends codes as they are or via the tables).
+            outbound[call_id] = session.pull_outbound(takes_g711=frame.g711_law is not None)
             if sample_level:
                 level = dbfs(frame.pcm)
                 leg.last_level = max(level, -100.0)  # type: ignore[union-attr]
