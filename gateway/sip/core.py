@@ -187,6 +187,9 @@ class Core:
             heapq.heappush(self._tx_timers, (deadline, next(self._tx_seq), tx))
 
     def _forget(self, tx: Transaction) -> None:
+        # A call and its INVITE transaction point at each other (``Call.invite_tx``, ``Transaction.context``):
+        # dropping the ended transaction's side lets reference counting free both, not a full GC pass.
+        tx.context = None
         request = tx.request
         if tx.kind in (TxKind.INVITE_SERVER, TxKind.NON_INVITE_SERVER):
             key = server_key(request)

@@ -72,6 +72,27 @@ def test_invite_100_180_200_ack_then_bye_from_caller() -> None:
     assert len(net.log) == 7
 
 
+def test_an_ended_call_and_its_transactions_are_freed_by_reference_counting() -> None:
+    # Reference cycles would leave every ended call to a full GC pass (docs/adr/0006-gc-freeze.md).
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        net, a, b = setup()
+        call_a, call_b = place_call(net, a, b)
+        calls = [a._core.calls[call_a], b._core.calls[call_b]]  # white-box: the cores' own call objects
+        refs = [weakref.ref(call) for call in calls] + [weakref.ref(call.invite_tx) for call in calls]  # type: ignore[arg-type]
+        del calls
+        a.hang_up(call_a, net.now)
+        net.advance(40_000)  # the INVITE and BYE transactions run out their timers
+        assert a.next_deadline() is None and b.next_deadline() is None
+        assert [ref() for ref in refs] == [None] * 4
+    finally:
+        gc.enable()
+
+
 def test_bye_from_callee_and_responses_carry_received_rport() -> None:
     net, a, b = setup()
     call_a, call_b = place_call(net, a, b)
