@@ -26,7 +26,7 @@ import numpy as np
 
 from gateway.media.call import MediaCall, MediaCallConfig
 from gateway.media.rfc4733 import DtmfReceived
-from gateway.media.tick import Datagram, InboundTick, TickEngine
+from gateway.media.tick import Datagram, InboundTick, OutboundFrame, TickEngine
 from telcodecs.frames import FRAME_SAMPLES, Frame
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class PerCallEngine(TickEngine):
                 call.events.clear()
         return InboundTick(frames={}, events=events)
 
-    def tick_outbound(self, outbound: Mapping[str, Frame | None], now: float) -> list[Datagram]:
+    def tick_outbound(self, outbound: Mapping[str, OutboundFrame], now: float) -> list[Datagram]:
         return []
 
     async def _run_call(self, call: MediaCall) -> None:

@@ -41,7 +41,7 @@ import httpx
 import psutil
 
 from gateway.loadtest.config import LoadConfig, TalkPattern
-from gateway.loadtest.results import aggregate
+from gateway.loadtest.results import CallResult, aggregate
 from gateway.loadtest.runner import LoadRunner
 
 log = logging.getLogger(__name__)
@@ -330,6 +330,7 @@ class CallsBench:
             "audio_checked": summary["audio_checked"],
             "markers": f"{summary['markers_found']}/{summary['markers_expected']}",
             "slips": summary["slips"],
+            "audio_failures": [_audio_failure(call) for call in result.calls if call.audio_ok is False],
             "fake_cpu_pct": 100 * (f1 - f0) / window,
             "loadgen_cpu_pct": 100 * (l1 - l0) / window,
             "loadgen_skipped": summary["generator"]["skipped"],
@@ -367,12 +368,23 @@ class CallsBench:
             for _ in range(self.config.repeats):
                 runs.append(await self.step(calls, port_base=40000))
                 print(_row_line(runs[-1]), file=sys.stderr, flush=True)
+                for failure in runs[-1]["audio_failures"]:
+                    print(f"  audio not right: {failure}", file=sys.stderr, flush=True)
             row = _median_row(runs)
             rows.append(row)
             failures = 0 if row["sustained"] else failures + 1
             if failures >= self.config.stop_after_failures:
                 break
         return rows
+
+
+def _audio_failure(call: CallResult) -> str:
+    """Why one call's audio did not come back right, in a line (the report names the call, not just a count)."""
+    corr = "-" if call.correlation_min is None else f"{call.correlation_min:.2f}"
+    return (
+        f"call {call.index}: markers {call.markers_found}/{call.markers_expected}, min correlation {corr}, "
+        f"slips {call.slips}, lost {call.lost}, jitter {call.jitter_ms or 0:.1f} ms"
+    )
 
 
 def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -383,6 +395,8 @@ def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in runs]
         if isinstance(value, bool):
             out[key] = sum(values) * 2 > len(values)  # a majority of the runs
+        elif isinstance(value, list):
+            out[key] = [item for v in values for item in v]  # every run's
         elif isinstance(value, int | float):
             finite = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
             out[key] = statistics.median(finite) if finite else math.nan

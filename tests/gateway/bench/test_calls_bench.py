@@ -39,12 +39,27 @@ def test_tick_p99_and_overruns_come_from_deltas_over_the_window() -> None:
 
 def test_medians_of_repeats_and_a_majority_verdict() -> None:
     runs = [
-        {"calls": 400, "loss_pct": 0.0, "tick_p99_ms": 4.0, "sustained": True, "markers": "1/1"},
-        {"calls": 400, "loss_pct": 0.1, "tick_p99_ms": 6.0, "sustained": False, "markers": "1/1"},
-        {"calls": 400, "loss_pct": 0.0, "tick_p99_ms": math.nan, "sustained": True, "markers": "1/1"},
+        {"calls": 400, "loss_pct": 0.0, "tick_p99_ms": 4.0, "sustained": True, "markers": "1/1", "audio_failures": []},
+        {
+            "calls": 400,
+            "loss_pct": 0.1,
+            "tick_p99_ms": 6.0,
+            "sustained": False,
+            "markers": "1/1",
+            "audio_failures": ["a"],
+        },
+        {
+            "calls": 400,
+            "loss_pct": 0.0,
+            "tick_p99_ms": math.nan,
+            "sustained": True,
+            "markers": "1/1",
+            "audio_failures": ["b"],
+        },
     ]
     row = _median_row(runs)
     assert row["loss_pct"] == 0.0 and row["tick_p99_ms"] == 5.0
+    assert row["audio_failures"] == ["a", "b"]  # every run's, not the first run's
     assert row["sustained"] is True and row["sustained_runs"] == 2 and row["runs"] == 3
     rows = [row, {**row, "calls": 600, "sustained": False}, {**row, "calls": 200}]
     assert headline(rows) == 400
