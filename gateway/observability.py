@@ -47,6 +47,21 @@ PROVIDER_LATENCY_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0),
     registry=REGISTRY,
 )
+CALLER_AUDIO_WAIT_SECONDS = Histogram(
+    "gateway_caller_audio_wait_seconds",
+    "Gateway-added delay toward the provider: a caller RTP packet's arrival -> its frame handed to the provider "
+    "connection (one packet per call per second)",
+    ["worker"],
+    buckets=(0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5),
+    registry=REGISTRY,
+)
+AGENT_AUDIO_WAIT_SECONDS = Histogram(
+    "gateway_agent_audio_wait_seconds",
+    "Gateway-added delay toward the caller: a provider item's first audio received -> its first frame sent",
+    ["worker", "provider"],
+    buckets=(0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5),
+    registry=REGISTRY,
+)
 PROVIDER_RESUMES_TOTAL = Counter(
     "gateway_provider_resumes_total", "Provider reconnects, by outcome", ["worker", "outcome"], registry=REGISTRY
 )

@@ -52,6 +52,7 @@ Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 Address = tuple[str, int]
 
 _CLOCK = {"PCMU": 8000, "PCMA": 8000, "opus": 48000}
+PROBE_INTERVAL_S = 1.0  # one received packet per call per second is timed from arrival to its frame's send
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +149,7 @@ class MediaCall:
         "_marker_pending",
         "_peer_lsr",
         "_peer_sr_arrival",
+        "_probe_due",
         "_rtcp_count",
         "_sequence",
         "_tick_now",
@@ -167,6 +169,7 @@ class MediaCall:
         "next_rtcp_at",
         "octets_sent",
         "packets_sent",
+        "probe",
         "reception",
         "remote_bye",
         "remote_report",
@@ -195,6 +198,9 @@ class MediaCall:
         self.dtmf_in = DtmfReceiver(config.call_id)
         self.dtmf_out = DtmfSender(clock_rate=clock)
         self.events: list[DtmfReceived] = []
+        # One received packet per PROBE_INTERVAL_S is followed to its frame: (extended timestamp, arrival).
+        self.probe: tuple[int, float] | None = None
+        self._probe_due = now
         self.dropped: dict[str, int] = {}
         self.direction: Direction = config.direction
         self.created_at = now
@@ -305,6 +311,27 @@ class MediaCall:
             return self.drop("late")
         if pushed == jitter.DUPLICATE:
             return self.drop("duplicate")
+        if now >= self._probe_due and self.probe is None:
+            self.probe = (rx.ext_ts, now)
+            self._probe_due = now + PROBE_INTERVAL_S
+        return None
+
+    def probe_played(self, now: float) -> float | None:
+        """After a pop: the arrival time of the probed packet if the frame just played carries it, else None.
+
+        A probe the playout point has passed without playing it (concealed, resynced) is dropped; so is one
+        older than a second, whatever happened to it."""
+        probe = self.probe
+        if probe is None:
+            return None
+        ts, arrived = probe
+        played = self.jitter_buffer.last_played()
+        if played is not None and played[1] > ts:
+            self.probe = None
+            if played[0] <= ts and self.jitter_buffer.status == jitter.PLAYED:
+                return arrived
+        elif now - arrived > PROBE_INTERVAL_S:
+            self.probe = None
         return None
 
     # ------------------------------------------------------------------------------------------ send

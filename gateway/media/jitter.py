@@ -298,6 +298,11 @@ class JitterBuffer:
     def playing(self) -> bool:
         return self._state == _PLAYING
 
+    def last_played(self) -> tuple[int, int] | None:
+        """The extended RTP timestamps [start, end) of the last frame played from received audio, if any."""
+        end = self._played_end
+        return None if end is None else (end - self._unit_samples * self._upf, end)
+
 
 def _assemble(parts: list[bytes | None]) -> bytes | None:
     """Join a frame's units; a missing unit repeats a present neighbour. None if every unit is missing."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,8 @@ class InboundTick:
 
     frames: dict[str, Frame]
     events: list[DtmfReceived]
+    # Calls whose frame this tick carries a probed packet (MediaCall.probe): call id -> the packet's arrival.
+    probes: dict[str, float] = field(default_factory=dict)
 
 
 class _OpusLeg:
@@ -293,13 +295,14 @@ class TickEngine:
             if call.events:
                 events.extend(call.events)
                 call.events.clear()
+        probes: dict[str, float] = {}
         if self._g711_order:
-            self._inbound_g711(frames)
+            self._inbound_g711(frames, probes, now)
         if self._opus_order:
-            self._inbound_opus(frames)
-        return InboundTick(frames=frames, events=events)
+            self._inbound_opus(frames, probes, now)
+        return InboundTick(frames=frames, events=events, probes=probes)
 
-    def _inbound_g711(self, frames: dict[str, Frame]) -> None:
+    def _inbound_g711(self, frames: dict[str, Frame], probes: dict[str, float], now: float) -> None:
         calls = self._g711_order
         n = len(calls)
         nu = self._g711_ulaw
@@ -312,6 +315,8 @@ class TickEngine:
             payload = jb.pop()
             parts.append(payload if payload is not None else _SILENT_CODES[call.config.codec])
             statuses.append(jb.status)
+            if call.probe is not None and (arrived := call.probe_played(now)) is not None:
+                probes[call.config.call_id] = arrived
         codes = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, G711_FRAME)
         pcm8 = np.empty((n, G711_FRAME), dtype=np.int16)
         if nu:
@@ -367,7 +372,7 @@ class TickEngine:
         pcm8[idx] = (self._plc_last[missing_rows] * ramp).astype(np.int16)
         self._plc_gap[missing_rows] = np.where(concealing, gap + 1, PLC_FADE_FRAMES)
 
-    def _inbound_opus(self, frames: dict[str, Frame]) -> None:
+    def _inbound_opus(self, frames: dict[str, Frame], probes: dict[str, float], now: float) -> None:
         calls = self._opus_order
         pcm48 = np.empty((len(calls), OPUS_FRAME), dtype=np.int16)
         for i, call in enumerate(calls):
@@ -375,6 +380,8 @@ class TickEngine:
             rx = call.reception
             jb.adapt(rx.jitter, rx.received, 48000)
             payload = jb.pop()
+            if call.probe is not None and (arrived := call.probe_played(now)) is not None:
+                probes[call.config.call_id] = arrived
             decoder = self._opus[call.config.call_id].decoder
             pcm48[i] = self._opus_decode(call, decoder, payload, jb.status, jb.fec_payload)
         pcm24 = self._down48.process(self._opus_in_rows, pcm48)

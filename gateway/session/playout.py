@@ -42,6 +42,8 @@ class ItemAudio:
     queued_frames: int = 0
     done: bool = False
     carry: bytes = b""
+    received_at: float | None = None  # the session clock when its first audio arrived
+    played_at: float | None = None  # ... and when its first frame was taken for the caller
 
     @property
     def received_samples(self) -> int:

@@ -89,7 +89,7 @@ from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
 from gateway.session.transcript import Transcript, TranscriptEntry
-from gateway.session.turns import Turns
+from gateway.session.turns import LatencyObserver, Turns
 from telcodecs.frames import Frame
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class CallSession:
         config: SessionConfig,
         tools: ToolRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_latency: LatencyObserver | None = None,
     ) -> None:
         self.call_id = call_id
         self._profile = profile
@@ -131,7 +132,7 @@ class CallSession:
         self._hang_up_reason: str | None = None
         self._events = EventRing(config.event_ring_size, clock)
         self._transcript = Transcript(clock)
-        self._turns = Turns(config, server_vad=self._caps.server_vad, clock=clock)
+        self._turns = Turns(config, server_vad=self._caps.server_vad, clock=clock, on_latency=on_latency)
         self._tasks = TaskOwner(
             prefix=f"call-{call_id}",
             on_error=self._error,

@@ -1,5 +1,6 @@
 """Turn-taking state of one call, synchronous and O(1) per tick: agent playout, the provider's current response,
-whether the caller is speaking, barge-in decisions, pending response requests and round-trip latency.
+whether the caller is speaking, barge-in decisions, pending response requests and round-trip latency (also
+reported to an optional :data:`LatencyObserver`, with how long provider audio waited to be played).
 
 Barge-in is idempotent: a response is interrupted at most once, and with nothing queued and no response running
 there is nothing to interrupt, so simultaneous triggers (server VAD, provider interruption, local VAD) cancel
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from gateway.providers.base import AudioDone, AudioReceived
 from gateway.session.config import SessionConfig
@@ -23,6 +25,11 @@ _COMFORT_PERIOD = 100  # frames: a 200 ms tone every 2 s
 _COMFORT_ON = 10
 
 
+#: ``(kind, seconds)``: "round_trip" (caller speech stopped -> the reply's first frame to the caller) or
+#: "agent_audio_wait" (a provider item's first audio received -> its first frame to the caller).
+LatencyObserver = Callable[[Literal["round_trip", "agent_audio_wait"], float], None]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Interruption:
     response_id: str | None  # the running response to cancel, if any
@@ -30,9 +37,17 @@ class Interruption:
 
 
 class Turns:
-    def __init__(self, config: SessionConfig, *, server_vad: bool, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        server_vad: bool,
+        clock: Callable[[], float],
+        on_latency: LatencyObserver | None = None,
+    ) -> None:
         self._config = config
         self._clock = clock
+        self._on_latency = on_latency
         self.playout = PlayoutBuffer()
         self.vad = None if server_vad else EnergyVad(config.local_vad)
         self.round_trips = RoundTrips()
@@ -58,6 +73,9 @@ class Turns:
             pcm=event.pcm,
             law=law,
         )
+        item = self.playout.item(event.item_id, content_index=event.content_index, response_id=event.response_id)
+        if item is not None and item.received_at is None:
+            item.received_at = self._clock()
 
     def audio_done(self, event: AudioDone) -> None:
         self.playout.finish_audio(response_id=event.response_id, item_id=event.item_id)
@@ -134,9 +152,17 @@ class Turns:
             return None, drained
         audio, item = popped
         self._was_playing = True
-        if self._speech_stopped_at is not None and item.content_index >= 0:
-            self.round_trips.add((now - self._speech_stopped_at) * 1000.0)
-            self._speech_stopped_at = None
+        if item.content_index >= 0:  # provider audio, not a prompt
+            if self._speech_stopped_at is not None:
+                waited = now - self._speech_stopped_at
+                self.round_trips.add(waited * 1000.0)
+                self._speech_stopped_at = None
+                if self._on_latency is not None:
+                    self._on_latency("round_trip", waited)
+            if item.played_at is None:
+                item.played_at = now
+                if item.received_at is not None and self._on_latency is not None:
+                    self._on_latency("agent_audio_wait", now - item.received_at)
         return audio, False
 
     # -------------------------------------------------------------------------------- conditions

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 
 from gateway.observability import (
+    AGENT_AUDIO_WAIT_SECONDS,
+    PROVIDER_LATENCY_SECONDS,
     RTP_DROPPED_TOTAL,
     RTP_JITTER_MS,
     RTP_LOST_TOTAL,
@@ -18,6 +20,7 @@ from gateway.observability import (
     SIP_MESSAGES_TOTAL,
     SIP_REJECTED_TOTAL,
 )
+from gateway.session.turns import LatencyObserver
 from gateway.sip.events import SipStats
 
 # SipStats fields that mean "this input was refused or dropped", exported as gateway_sip_rejected_total{reason}
@@ -78,3 +81,14 @@ class CounterExporter:
 
     def forget_call(self, call_id: str) -> None:
         self._last.pop(("rtp_lost", call_id), None)
+
+
+def latency_observer(worker: str, provider: str) -> LatencyObserver:
+    """A session's latency samples into the worker's histograms (references no call: nothing to keep alive)."""
+    round_trip = PROVIDER_LATENCY_SECONDS.labels(worker, provider)
+    agent_wait = AGENT_AUDIO_WAIT_SECONDS.labels(worker, provider)
+
+    def observe(kind: str, seconds: float) -> None:
+        (round_trip if kind == "round_trip" else agent_wait).observe(seconds)
+
+    return observe

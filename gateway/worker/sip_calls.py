@@ -66,6 +66,7 @@ from gateway.sip.sdp import (
     parse_sdp,
 )
 from gateway.transport.rtp_socket import PortsExhaustedError
+from gateway.worker.counters import latency_observer
 from gateway.worker.legs import CallLeg, SipCallControl
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 
@@ -412,6 +413,7 @@ class SipCalls:
             model=model,
             control=SipCallControl(self, leg),
             config=config,
+            on_latency=latency_observer(self._worker.id, model.name),
         )
         leg.session = session
         return session

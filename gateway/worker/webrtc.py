@@ -52,6 +52,7 @@ from gateway.transport.webrtc import (
     check_offer,
     parse_ice_servers,
 )
+from gateway.worker.counters import latency_observer
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields
 from gateway.worker.settings import WorkerSettings
 from telcodecs.frames import Frame, dbfs
@@ -309,12 +310,14 @@ class WebRtcCalls:
     def _new_session(self, leg: WebRtcLeg) -> CallSession:
         worker = self._worker
         profile = (leg.profile or _DEFAULT_PROFILE).to_agent_profile()
+        model = worker.model_for(profile.provider)
         return CallSession(
             call_id=leg.id,
             profile=profile,
-            model=worker.model_for(profile.provider),
+            model=model,
             control=WebRtcCallControl(self, leg),
             config=worker.session_config,
+            on_latency=latency_observer(worker.id, model.name),
         )
 
     async def _run(self, leg: WebRtcLeg) -> None:

@@ -33,6 +33,7 @@ from gateway.fleet.models import (
 from gateway.fleet.protocols import ControlLink
 from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
+    CALLER_AUDIO_WAIT_SECONDS,
     LOOP_LAG_SECONDS,
     TICK_OVERRUNS_TOTAL,
     TICK_SECONDS,
@@ -138,6 +139,7 @@ class MediaWorker:
         self._started = False
         self.closing = False
         self._metric_worker = settings.worker_id
+        self._caller_audio_wait = CALLER_AUDIO_WAIT_SECONDS.labels(settings.worker_id)
         self.webrtc = WebRtcCalls(self)  # browser callers (gateway/worker/webrtc.py)
 
     @staticmethod
@@ -315,8 +317,17 @@ class MediaWorker:
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:
                 leg.rtp.send_rtp(data, destination)
-        for session in sessions:
-            session.send_inbound()
+        probes = inbound.probes
+        if probes:  # one packet per call per second: arrival -> its frame handed to the provider connection
+            loop_time = asyncio.get_running_loop().time
+            for session in sessions:
+                session.send_inbound()
+                arrived = probes.get(session.call_id)
+                if arrived is not None:
+                    self._caller_audio_wait.observe(loop_time() - arrived)
+        else:
+            for session in sessions:
+                session.send_inbound()
         for call_id, destination, data in engine.rtcp_due(now):
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:

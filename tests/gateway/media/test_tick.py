@@ -412,3 +412,21 @@ def test_no_datagram_makes_the_engine_raise(datagrams: list[bytes], codec: str) 
             engine.rtcp_received("c1", datagram, PEER, k * 0.02)
         engine.tick_inbound(k * 0.02 + 0.01)
     assert engine.tick_outbound({}, 1.0)[0][0] == "c1"
+
+
+def test_one_packet_per_second_is_followed_to_the_frame_that_plays_it() -> None:
+    engine = TickEngine()
+    engine.add_call(config(), now=0.0)
+    payloads = [bytes([k % 120 + 1]) * 160 for k in range(80)]
+    seen: list[tuple[int, float, bytes | None]] = []
+    for k in range(80):
+        if k != 50:  # the packet due at 1.0 s is lost: the next one is probed instead
+            data = build_rtp(payload_type=0, sequence_number=k, timestamp=k * 160, ssrc=9, payload=payloads[k])
+            engine.packet_received("c1", data, PEER, k * 0.02)
+        tick = engine.tick_inbound(k * 0.02 + 0.001)
+        for call_id, arrived in tick.probes.items():
+            assert call_id == "c1"
+            seen.append((k, arrived, tick.frames[call_id].g711))
+    # Packet 0 (arrived at 0.0) plays at tick 1 (40 ms start delay); packet 51 (1.02 s) at tick 52.
+    assert [(k, round(arrived, 3)) for k, arrived, _ in seen] == [(1, 0.0), (52, 1.02)]
+    assert [codes for _, _, codes in seen] == [payloads[0], payloads[51]]  # the frame carries that packet

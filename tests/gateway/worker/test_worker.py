@@ -340,3 +340,43 @@ async def test_an_ended_call_over_the_openai_adapter_is_freed_by_reference_count
             await _assert_freed_by_reference_counting(w)
         finally:
             await w.aclose()
+
+
+async def test_gateway_added_delays_and_the_reply_round_trip_reach_the_metrics() -> None:
+    # Against the fake OpenAI server (server VAD: the turn ends after 500 ms of silence, the reply is the turn).
+    from gateway.providers.fake_server import FakeOptions, FakeRealtimeServer
+    from gateway.providers.openai import OpenAIConfig, OpenAIRealtimeModel
+
+    sip_port = free_ports(1)[0]
+    rtp_low = free_ports(4)[0]
+    rtp_low += rtp_low % 2
+    settings = WorkerSettings(worker_id="w-lat", sip_port=sip_port, rtp_ports=f"{rtp_low}-{rtp_low + 3}", capacity=2)
+    names = (
+        "gateway_caller_audio_wait_seconds",
+        "gateway_agent_audio_wait_seconds",
+        "gateway_provider_latency_seconds",
+    )
+    labels = [{"worker": "w-lat"}, {"worker": "w-lat", "provider": "openai"}, {"worker": "w-lat", "provider": "openai"}]
+    before = [(_sample(f"{n}_count", **lb), _sample(f"{n}_sum", **lb)) for n, lb in zip(names, labels, strict=True)]
+    async with FakeRealtimeServer(FakeOptions()) as fake:
+        config = OpenAIConfig(url=fake.url, api_key="test-key", setup_timeout_s=5.0)
+        w = MediaWorker(settings, model_factory=lambda name: OpenAIRealtimeModel(config))
+        await w.start()
+        try:
+            async with SipPeer() as peer:
+                call = peer.invite(f"sip:agent@127.0.0.1:{sip_port}", codecs=("PCMU",))
+                await _answered(peer, call)
+                await peer.stream(call, speechlike(1.5))
+                await peer.stream(call, np.zeros(8000, np.int16), frames=75)  # the turn ends; the reply plays
+                peer.hang_up(call)
+        finally:
+            await w.aclose()
+    after = [(_sample(f"{n}_count", **lb), _sample(f"{n}_sum", **lb)) for n, lb in zip(names, labels, strict=True)]
+    (n_in, s_in), (n_out, s_out), (n_rt, s_rt) = (
+        (a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before, strict=True)
+    )
+    assert n_in >= 2  # one probed packet per second of caller audio
+    assert 0.0 < s_in / n_in < 0.1  # jitter buffer start delay + up to a tick: tens of ms, not hundreds
+    assert n_out >= 1 and 0.0 <= s_out / n_out < 0.1  # the reply's first frame leaves within a few ticks
+    # the provider's VAD said the caller stopped -> the reply's first frame; the fake replies at that moment
+    assert n_rt == 1 and 0.0 < s_rt < 0.1
