@@ -11,7 +11,9 @@ Processes (all on this machine, loopback only, stopped by PID at the end):
 Per concurrency step N: N calls are placed at ``--ramp-cps``; once all are up (plus a settle second) the
 measurement window opens for ``--window`` seconds. Over the window: the worker's CPU from its own counters
 (psutil), tick duration p99 and overruns from its ``/metrics`` (histogram deltas: p99 is the upper edge of
-its bucket), and the fake's and the generator's CPU (if either saturates, the step measured them, not the
+its bucket), the gateway-added delay per direction ("in wait": a caller packet's arrival -> its frame handed
+to the provider connection; "out wait": a provider item's first audio -> its first frame sent; means from the
+worker's histograms), and the fake's and the generator's CPU (if either saturates, the step measured them, not the
 worker). Over the whole call: loss, outbound pacing error (measured at the generator's receive side, see
 :mod:`gateway.loadtest.callanalysis`), marker round trip, whether every call's audio came back. A step is
 *sustained* when every call was answered, nothing was lost, pacing error p99 <= 10 ms, no tick overran and
@@ -306,6 +308,8 @@ class CallsBench:
         summary = aggregate(result)
         tick_p99, ticks, tick_mean = _bucket_p99(m0, m1, "gateway_tick_seconds")
         overruns = _counter(m0, m1, "gateway_tick_overruns_total")
+        in_p99, _, in_mean = _bucket_p99(m0, m1, "gateway_caller_audio_wait_seconds")
+        out_p99, _, out_mean = _bucket_p99(m0, m1, "gateway_agent_audio_wait_seconds")
         worker_cpu = (w1 - w0) / window
         up = max((s.up for s in result.timeline), default=0)
         row = {
@@ -326,6 +330,11 @@ class CallsBench:
             "rtt_p50_ms": summary["rtt_ms"]["p50"],
             "rtt_p99_ms": summary["rtt_ms"]["p99"],
             "setup_p99_ms": summary["setup_ms"]["p99"],
+            # gateway-added delay per direction, from the worker's own histograms (p99: a bucket's upper edge)
+            "caller_wait_mean_ms": in_mean,
+            "caller_wait_p99_ms": in_p99,
+            "agent_wait_mean_ms": out_mean,
+            "agent_wait_p99_ms": out_p99,
             "audio_ok": summary["audio_ok"],
             "audio_checked": summary["audio_checked"],
             "markers": f"{summary['markers_found']}/{summary['markers_expected']}",
@@ -418,6 +427,8 @@ _COLUMNS = (
     ("rtt_p50_ms", "rtt p50", "{:.0f}"),
     ("rtt_p99_ms", "rtt p99", "{:.0f}"),
     ("setup_p99_ms", "setup p99", "{:.0f}"),
+    ("caller_wait_mean_ms", "in wait", "{:.0f}"),
+    ("agent_wait_mean_ms", "out wait", "{:.0f}"),
     ("audio_ok", "audio ok", "{}"),
     ("fake_cpu_pct", "fake %", "{:.0f}"),
     ("loadgen_cpu_pct", "gen %", "{:.0f}"),
