@@ -137,6 +137,16 @@ class _Proc:
         self._log.close()
 
 
+_READ_METRICS = (
+    "gateway_tick",
+    "gateway_event_loop",
+    "gateway_active_calls",
+    "gateway_rtp",
+    "gateway_caller_audio_wait",
+    "gateway_agent_audio_wait",
+)
+
+
 def _parse_metrics(text: str) -> dict[str, float]:
     """Flat {sample name + labels: value} of a Prometheus text exposition (only what the bench reads)."""
     out: dict[str, float] = {}
@@ -144,7 +154,7 @@ def _parse_metrics(text: str) -> dict[str, float]:
         if line.startswith("#") or not line.strip():
             continue
         key, _, value = line.rpartition(" ")
-        if key.startswith(("gateway_tick", "gateway_event_loop", "gateway_active_calls", "gateway_rtp")):
+        if key.startswith(_READ_METRICS):
             with contextlib.suppress(ValueError):
                 out[key] = float(value)
     return out

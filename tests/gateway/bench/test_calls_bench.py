@@ -37,6 +37,25 @@ def test_tick_p99_and_overruns_come_from_deltas_over_the_window() -> None:
     assert _counter(before, after, "gateway_tick_overruns_total") == 1.0
 
 
+def test_the_gateway_added_delays_are_read_from_the_workers_own_histograms() -> None:
+    # A real exposition of the two histograms, as the worker serves it
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    registry = CollectorRegistry()
+    waits = [
+        Histogram(name, "", ["worker"], buckets=(0.02, 0.04, 0.06), registry=registry).labels("bench")
+        for name in ("gateway_caller_audio_wait_seconds", "gateway_agent_audio_wait_seconds")
+    ]
+    before = _parse_metrics(generate_latest(registry).decode())
+    for seconds in (0.03, 0.03, 0.05):
+        waits[0].observe(seconds)
+    waits[1].observe(0.01)
+    after = _parse_metrics(generate_latest(registry).decode())
+    p99, count, mean = _bucket_p99(before, after, "gateway_caller_audio_wait_seconds")
+    assert (p99, count) == (60.0, 3) and math.isclose(mean, 110 / 3)
+    assert _bucket_p99(before, after, "gateway_agent_audio_wait_seconds")[:2] == (20.0, 1)
+
+
 def test_medians_of_repeats_and_a_majority_verdict() -> None:
     runs = [
         {"calls": 400, "loss_pct": 0.0, "tick_p99_ms": 4.0, "sustained": True, "markers": "1/1", "audio_failures": []},
