@@ -400,9 +400,11 @@ class CallsBench:
 def _audio_failure(call: CallResult) -> str:
     """Why one call's audio did not come back right, in a line (the report names the call, not just a count)."""
     corr = "-" if call.correlation_min is None else f"{call.correlation_min:.2f}"
+    missing = ", ".join(str(j + 1) for j in call.missing_markers)
     return (
-        f"call {call.index}: markers {call.markers_found}/{call.markers_expected}, min correlation {corr}, "
-        f"slips {call.slips}, lost {call.lost}, jitter {call.jitter_ms or 0:.1f} ms"
+        f"call {call.index}: markers {call.markers_found}/{call.markers_expected}"
+        + (f" (missing: spurt {missing})" if missing else "")
+        + f", min correlation {corr}, slips {call.slips}, lost {call.lost}, jitter {call.jitter_ms or 0:.1f} ms"
     )
 
 

@@ -50,6 +50,7 @@ class CallAnalysis:
     pacing_p99_ms: float
     barge_in_stop_ms: tuple[float, ...]
     slips: int = 0  # blocks of returned speech that moved against the previous block (jitter-buffer slips)
+    missing: tuple[int, ...] = ()  # spurts (0-based) whose marker did not come back
 
 
 def _frame_arrivals(receiver: CallReceiver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,6 +166,7 @@ def analyze_call(
     correlations: list[float] = []
     expected = 0
     ok = True
+    missing: list[int] = []
     send_t0 = frame_sent(0)
     sent_times = [frame_sent(m // n) + (m % n) / rate for m in plan.markers]
     for j, (_, end) in enumerate(plan.spurts):
@@ -182,6 +184,7 @@ def analyze_call(
                 match = a + found.offset
         if match is None:
             ok = False
+            missing.append(j)
             continue
         within = (match % n) / rate
         rtts.append(float((slot_arrival[match // n] + within - t_sent - codec_delay / rate) * 1000))
@@ -208,6 +211,7 @@ def analyze_call(
         rtt_at=tuple(rtt_at),
         markers_expected=expected,
         markers_found=len(rtts),
+        missing=tuple(missing),
         correlations=tuple(correlations),
         audio_ok=ok,
         pacing_hist=hist,

@@ -40,6 +40,7 @@ class CallResult:
     rtt_at_s: tuple[float, ...] = ()  # since the run started
     markers_expected: int = 0
     markers_found: int = 0
+    missing_markers: tuple[int, ...] = ()  # spurts (0-based) whose marker did not come back
     correlation_min: float | None = None
     audio_ok: bool | None = None
     pacing_p99_ms: float | None = None

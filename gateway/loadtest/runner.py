@@ -440,6 +440,7 @@ class LoadRunner:
             rtt_at_s=tuple(send_t0 + t - t0 for t in analysis.rtt_at) if analysis and send_t0 else (),
             markers_expected=analysis.markers_expected if analysis else 0,
             markers_found=analysis.markers_found if analysis else 0,
+            missing_markers=analysis.missing if analysis else (),
             correlation_min=min(correlations) if correlations else None,
             audio_ok=analysis.audio_ok if analysis else False,
             pacing_p99_ms=analysis.pacing_p99_ms if analysis else None,

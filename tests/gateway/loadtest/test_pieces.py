@@ -192,7 +192,7 @@ def test_analysis_reports_late_packets_as_pacing_error_and_lost_markers() -> Non
     first = plan.markers[0] // 160 + 1  # the echoed first marker's three frames are lost
     receiver = _receiver_for(plan.pcm, delay_frames=1, late=late, lose={first, first + 1, first + 2})
     result = analyze_call(plan, receiver, codec="PCMU", frame_sent=_frame_sent)
-    assert result.markers_found == 1 and result.audio_ok is False
+    assert result.markers_found == 1 and result.missing == (0,) and result.audio_ok is False
     assert result.pacing_p99_ms == pytest.approx(15.0, abs=0.01)
     assert receiver.stats.cumulative_lost == 3
 
