@@ -76,6 +76,11 @@ def _timeline(detail: dict[str, Any], direction: str, kind: str) -> list[dict[st
     return [entry for entry in detail["timeline"] if entry["dir"] == direction and entry["type"] == kind]
 
 
+# What the phone heard against what the gateway counted as sent: one 20 ms frame (the phone's own jitter
+# buffer may conceal one late packet, which plays on as tone), plus the 5 ms envelope window of ``bursts``.
+HEARD_TOLERANCE_MS = 25
+
+
 async def test_provider_drop_mid_call_loses_no_caller_frame(peer_procs: ProcessGroup, tmp_path: Path) -> None:
     _require_peers()
     # The first connection vanishes (no close frame) after 6.6 s of caller audio, in the middle of turn B;
@@ -203,11 +208,11 @@ async def test_barge_in_truncates_at_exactly_the_audio_sent(peer_procs: ProcessG
     provider_sent_ms = 100 * sum(1 for e in deltas if e["t"] <= truncate_seen)
     assert sent_ms < provider_sent_ms
 
-    # Independently: the phone heard exactly audio_end_ms of that reply before it stopped (within a frame).
+    # Independently: the phone heard audio_end_ms of that reply before it stopped (within a frame).
     heard = read_wav(phone.last_recording().decoded)
     first_reply = bursts(heard)[0]
     assert abs(first_reply.frequency_hz - TONE_HZ) < 10
-    assert abs(first_reply.duration_ms - sent_ms) <= 20, (first_reply, sent_ms)
+    assert abs(first_reply.duration_ms - sent_ms) <= HEARD_TOLERANCE_MS, (first_reply, sent_ms)
 
 
 @pytest.mark.parametrize("failure", ["http_500", "timeout"])
@@ -378,4 +383,4 @@ async def test_a_g711_profile_talks_g711_to_the_provider(peer_procs: ProcessGrou
     assert detail["truncations"] == [{"item_id": item_id, "audio_end_ms": sent_ms}]
     first_reply = bursts(read_wav(phone.last_recording().decoded))[0]
     assert abs(first_reply.frequency_hz - TONE_HZ) < 10
-    assert abs(first_reply.duration_ms - sent_ms) <= 20, (first_reply, sent_ms)
+    assert abs(first_reply.duration_ms - sent_ms) <= HEARD_TOLERANCE_MS, (first_reply, sent_ms)
