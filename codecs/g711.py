@@ -31,12 +31,14 @@ __all__ = [
     "alaw_encode",
     "alaw_encode_batch",
     "alaw_expand_code",
+    "alaw_to_ulaw",
     "ulaw_compress_sample",
     "ulaw_decode",
     "ulaw_decode_batch",
     "ulaw_encode",
     "ulaw_encode_batch",
     "ulaw_expand_code",
+    "ulaw_to_alaw",
 ]
 
 ULAW_SILENCE: Final = 0xFF
@@ -187,3 +189,20 @@ def alaw_encode_batch(pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.uint8]:
 def alaw_decode_batch(codes: npt.NDArray[np.uint8]) -> npt.NDArray[np.int16]:
     """Samples of N calls' A-law codes at once: uint8 (N, S) -> int16 (N, S)."""
     return np.take(ALAW_DECODE_TABLE, _as_codes(codes, 2))
+
+
+# --- one law's codes to the other's, code by code (decode, then encode), as bytes.translate tables -------
+
+_ALL_CODES = bytes(range(256))
+_ALAW_TO_ULAW: Final = ulaw_encode(alaw_decode(_ALL_CODES))
+_ULAW_TO_ALAW: Final = alaw_encode(ulaw_decode(_ALL_CODES))
+
+
+def alaw_to_ulaw(codes: bytes) -> bytes:
+    """µ-law codes of the samples that A-law ``codes`` stand for (no resampling: one table lookup a code)."""
+    return codes.translate(_ALAW_TO_ULAW)
+
+
+def ulaw_to_alaw(codes: bytes) -> bytes:
+    """A-law codes of the samples that µ-law ``codes`` stand for (no resampling: one table lookup a code)."""
+    return codes.translate(_ULAW_TO_ALAW)

@@ -50,14 +50,12 @@ from telcodecs.frames import FRAME_SAMPLES, G711_FRAME_BYTES, Frame, FrameError,
 from telcodecs.g711 import (
     ALAW_SILENCE,
     ULAW_SILENCE,
-    alaw_decode,
     alaw_decode_batch,
-    alaw_encode,
     alaw_encode_batch,
-    ulaw_decode,
+    alaw_to_ulaw,
     ulaw_decode_batch,
-    ulaw_encode,
     ulaw_encode_batch,
+    ulaw_to_alaw,
 )
 from telcodecs.opus import OpusDecoder, OpusEncoder, OpusError
 from telcodecs.resample import BatchResampler
@@ -74,10 +72,8 @@ _ZERO_48K = np.zeros(OPUS_FRAME, dtype=np.int16)
 _SILENT_CODES = {"PCMU": bytes([ULAW_SILENCE]) * G711_FRAME, "PCMA": bytes([ALAW_SILENCE]) * G711_FRAME}
 # Per-sample position inside a frame, for fades that are continuous across frame boundaries.
 _RAMP = (np.arange(1, G711_FRAME + 1, dtype=np.float32) / G711_FRAME)[None, :]
-# Codes of the other law -> codes of the call's codec, code by code through the G.711 tables (decode, encode):
-# for bytes.translate, keyed by the call's codec.
-_ALL_CODES = bytes(range(256))
-_FROM_OTHER_LAW = {"PCMU": ulaw_encode(alaw_decode(_ALL_CODES)), "PCMA": alaw_encode(ulaw_decode(_ALL_CODES))}
+# Codes of the other law -> codes of the call's codec, code by code (telcodecs.g711), keyed by the call's codec.
+_FROM_OTHER_LAW = {"PCMU": alaw_to_ulaw, "PCMA": ulaw_to_alaw}
 _CODEC_LAW: dict[str, G711Law] = {"PCMU": "pcmu", "PCMA": "pcma"}
 # State of a call's outbound 24k->8k resampler row. CLEAR: zero history, exactly a fresh stream. LIVE: the
 # history holds the last PCM frame sent. STALE: PCM was sent, then code frames (which skip the resampler),
@@ -440,9 +436,7 @@ class TickEngine:
                 else:  # CLEAR: zeros through a zero history are zeros; STALE: the history is zeroed before use
                     payloads.append(_SILENT_CODES[codec])
             elif (codes := frame.g711) is not None:
-                payloads.append(
-                    codes if frame.g711_law == _CODEC_LAW[codec] else codes.translate(_FROM_OTHER_LAW[codec])
-                )
+                payloads.append(codes if frame.g711_law == _CODEC_LAW[codec] else _FROM_OTHER_LAW[codec](codes))
                 if state[row] == _LIVE:
                     state[row] = _STALE
             elif isinstance(frame, Frame):  # always, here: a G711Frame has codes

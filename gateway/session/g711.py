@@ -21,19 +21,15 @@ import numpy as np
 import numpy.typing as npt
 
 from telcodecs.frames import SAMPLE_RATE, Frame, G711Law, Pcm
-from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from telcodecs.g711 import alaw_decode, alaw_encode, alaw_to_ulaw, ulaw_decode, ulaw_encode, ulaw_to_alaw
 from telcodecs.resample import StreamResampler
 
 G711_RATE = 8000
 G711_FRAME = G711_RATE // 50  # codes (bytes) per 20 ms
 
 _DECODE: dict[G711Law, Callable[[bytes], npt.NDArray[np.int16]]] = {"pcmu": ulaw_decode, "pcma": alaw_decode}
-_ALL_CODES = bytes(range(256))
-# Codes of the other law -> codes of this law, code by code through the G.711 tables (for bytes.translate).
-_FROM_OTHER_LAW: dict[G711Law, bytes] = {
-    "pcmu": ulaw_encode(alaw_decode(_ALL_CODES)),
-    "pcma": alaw_encode(ulaw_decode(_ALL_CODES)),
-}
+# Codes of the other law -> codes of this law, code by code through the G.711 tables.
+_FROM_OTHER_LAW: dict[G711Law, Callable[[bytes], bytes]] = {"pcmu": alaw_to_ulaw, "pcma": ulaw_to_alaw}
 
 
 class G711Transcoder:
@@ -61,7 +57,7 @@ class G711Transcoder:
             elif frame.g711_law == self.law:
                 out.append(codes)
             else:
-                out.append(codes.translate(self._from_other))
+                out.append(self._from_other(codes))
         return b"".join(out)
 
 

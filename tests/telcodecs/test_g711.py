@@ -162,3 +162,13 @@ def test_decode_encode_is_identity_on_canonical_codes(data: bytes) -> None:
     canonical = data.replace(b"\x7f", b"\xff")
     assert g711.ulaw_encode(g711.ulaw_decode(canonical)) == canonical
     assert g711.alaw_encode(g711.alaw_decode(data)) == data
+
+
+def test_cross_law_translation_is_decode_then_encode_for_all_256_codes() -> None:
+    codes = bytes(range(256))
+    expected_ulaw = bytes(reference_ulaw_encode(reference_alaw_decode(c)) for c in codes)
+    expected_alaw = bytes(reference_alaw_encode(reference_ulaw_decode(c)) for c in codes)
+    assert g711.alaw_to_ulaw(codes) == expected_ulaw
+    assert g711.ulaw_to_alaw(codes) == expected_alaw
+    # A-law has no zero: its quietest code stands for +8, which mu-law codes one step above its zero
+    assert g711.alaw_to_ulaw(bytes([g711.ALAW_SILENCE])) == b"\xfe"
