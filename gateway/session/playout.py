@@ -100,16 +100,26 @@ class PlayoutBuffer:
         return self._items.get((response_id, item_id, content_index))
 
     def add(
-        self, *, response_id: str, item_id: str, content_index: int, pcm: bytes, law: G711Law | None = None
+        self,
+        *,
+        response_id: str,
+        item_id: str,
+        content_index: int,
+        pcm: bytes,
+        law: G711Law | None = None,
+        at: float | None = None,
     ) -> bool:
         """Queue a delta: PCM16 bytes, or G.711 codes of ``law``. False when the response was dropped by barge-in
-        (the delta is discarded). An item keeps the kind of its first delta (one connection, one audio format)."""
+        (the delta is discarded). An item keeps the kind of its first delta (one connection, one audio format);
+        ``at``, the clock when the delta arrived, is kept as the item's ``received_at`` from its first delta."""
         if response_id in self._dropped:
             return False
         key = (response_id, item_id, content_index)
         item = self._items.get(key)
         if item is None:
-            item = ItemAudio(response_id=response_id, item_id=item_id, content_index=content_index, law=law)
+            item = ItemAudio(
+                response_id=response_id, item_id=item_id, content_index=content_index, law=law, received_at=at
+            )
             self._items[key] = item
         previous = self._last
         if previous is not None and previous is not item:

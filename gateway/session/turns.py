@@ -72,10 +72,8 @@ class Turns:
             content_index=event.content_index,
             pcm=event.pcm,
             law=law,
+            at=self._clock(),
         )
-        item = self.playout.item(event.item_id, content_index=event.content_index, response_id=event.response_id)
-        if item is not None and item.received_at is None:
-            item.received_at = self._clock()
 
     def audio_done(self, event: AudioDone) -> None:
         self.playout.finish_audio(response_id=event.response_id, item_id=event.item_id)
