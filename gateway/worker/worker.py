@@ -317,17 +317,12 @@ class MediaWorker:
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:
                 leg.rtp.send_rtp(data, destination)
-        probes = inbound.probes
-        if probes:  # one packet per call per second: arrival -> its frame handed to the provider connection
-            loop_time = asyncio.get_running_loop().time
-            for session in sessions:
-                session.send_inbound()
-                arrived = probes.get(session.call_id)
-                if arrived is not None:
-                    self._caller_audio_wait.observe(loop_time() - arrived)
-        else:
-            for session in sessions:
-                session.send_inbound()
+        probes = inbound.probes  # one packet per call per second: arrival -> its frame handed to the provider
+        loop_time = asyncio.get_running_loop().time
+        for session in sessions:
+            session.send_inbound()
+            if probes and (arrived := probes.get(session.call_id)) is not None:
+                self._caller_audio_wait.observe(loop_time() - arrived)
         for call_id, destination, data in engine.rtcp_due(now):
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:
