@@ -1,10 +1,17 @@
 """RTP/RTCP sockets: a pool of even port pairs and a cheap non-blocking reader per call.
 
 Each call owns one UDP socket for RTP (even port) and one for RTCP (port + 1), taken from a configured
-range and given back when the call ends. Reading uses ``loop.add_reader`` and reads one datagram with
-``recvfrom(2048)`` per readiness callback (the poller is level-triggered: a socket with more queued is ready
-again at once). asyncio's datagram transport asks ``recvfrom(256 KiB)`` for every datagram, an allocation
-1,000 times the size of a 172-byte RTP packet (see docs/adr/0002-rtp-socket-reader.md).
+range and given back when the call ends. Two ways of reading:
+
+- :meth:`RtpEndpoint.start`: ``loop.add_reader`` and one ``recvfrom(2048)`` per readiness callback (the poller
+  is level-triggered: a socket with more queued is ready again at once). asyncio's datagram transport asks
+  ``recvfrom(256 KiB)`` for every datagram, an allocation 1,000 times the size of a 172-byte RTP packet
+  (docs/adr/0002-rtp-socket-reader.md). RTCP always reads this way.
+- :meth:`RtpEndpoint.start_drained`: the socket joins an :class:`RtpDrain`, which the media tick empties once
+  per 20 ms with one ``epoll_wait`` for all calls, and each datagram carries the kernel's arrival time
+  (``SO_TIMESTAMPNS``), so jitter statistics do not depend on when it was read
+  (docs/adr/0007-rtp-read-by-the-tick.md). Linux only; elsewhere :func:`RtpDrain.supported` is false.
+
 Only this module touches the sockets; parsing and everything after it is the media core's job.
 
 Destinations must be IP literals. SDP may name a host (``c=IN IP4 rtp.example.com``, RFC 4566 §5.7), and
@@ -19,7 +26,11 @@ import contextlib
 import errno
 import ipaddress
 import logging
+import select
 import socket
+import struct
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,8 +38,15 @@ log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
 DatagramHandler = Callable[[bytes, Address], None]
+#: ``(data, source, arrival)``: arrival on the event loop's clock (``time.monotonic``), from the kernel.
+TimedDatagramHandler = Callable[[bytes, Address, float], None]
 
 _MAX_DATAGRAM = 2048
+_IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)  # ICMP errors surfacing
+# Linux: SO_TIMESTAMPNS (== SCM_TIMESTAMPNS) asks for a struct timespec of the arrival, CLOCK_REALTIME.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 def _is_ip_literal(host: str) -> bool:
@@ -79,7 +97,7 @@ class _Reader:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:  # ICMP port unreachable surfaces as ECONNREFUSED on Linux
-            if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
+            if exc.errno not in _IGNORED_RECV_ERRORS:
                 log.debug("rtp recv error: %s", exc)
             return
         self.stats.received += 1
@@ -87,6 +105,116 @@ class _Reader:
             self.handler(data, addr[:2])
         except Exception:  # one bad packet or call must not stop the reader of others
             log.exception("rtp handler failed")
+
+
+class _Drained:
+    __slots__ = ("handler", "sock", "stats")
+
+    def __init__(self, sock: socket.socket, handler: TimedDatagramHandler, stats: SocketStats) -> None:
+        self.sock = sock
+        self.handler = handler
+        self.stats = stats
+
+
+class RtpDrain:
+    """Every call's RTP socket, read together once per media tick (Linux ``epoll``), with arrival times.
+
+    A readiness callback per packet costs the event loop a wake-up and a callback dispatch for each of the
+    50 packets per second of every call; here one ``epoll_wait`` per round finds every socket with data and
+    one ``recvmsg`` per ready socket reads it. Reading at the tick adds no playout delay: a packet that
+    arrived since the last tick is in the jitter buffer before this tick pops, as it was when read at once.
+    The kernel's receive timestamp (``SO_TIMESTAMPNS``) stands for the arrival, so interarrival jitter and
+    the jitter buffer's delay see the network, not the tick's phase.
+
+    :meth:`drain` reads at most ``max_rounds`` datagrams per socket per call: a flooded socket costs a few
+    reads per tick, and the rest waits in (or overflows) its kernel buffer instead of stalling the tick.
+    """
+
+    __slots__ = ("_entries", "_poller", "_stamp_keeper", "max_rounds", "rounds_capped")
+
+    def __init__(self, *, max_rounds: int = 4) -> None:
+        if not self.supported():
+            raise OSError("RtpDrain needs Linux epoll and SO_TIMESTAMPNS")
+        if max_rounds < 1:
+            raise ValueError("max_rounds must be >= 1")
+        self.max_rounds = max_rounds
+        self.rounds_capped = 0  # drains that stopped with a socket still readable (flooded or backlogged)
+        self._poller = select.epoll()
+        self._entries: dict[int, _Drained] = {}
+        # Linux turns receive timestamping on for the whole host only while some socket asks for it, and the
+        # first socket's request takes effect later, from a work queue; a datagram queued before that is
+        # stamped when it is read. This socket asks for as long as the drain lives, so every call's socket
+        # finds timestamping already on (and one call ending does not turn it off for the next).
+        self._stamp_keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._stamp_keeper.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    @staticmethod
+    def supported() -> bool:
+        return sys.platform.startswith("linux") and hasattr(select, "epoll")
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, sock: socket.socket, handler: TimedDatagramHandler, stats: SocketStats) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        fd = sock.fileno()
+        self._poller.register(fd, select.EPOLLIN)
+        self._entries[fd] = _Drained(sock, handler, stats)
+
+    def remove(self, sock: socket.socket) -> None:
+        """Stop reading ``sock``; call before closing it (its descriptor number is reused at once)."""
+        fd = sock.fileno()
+        if self._entries.pop(fd, None) is not None:
+            with contextlib.suppress(OSError):
+                self._poller.unregister(fd)
+
+    def drain(self) -> int:
+        """Read what every socket has queued and hand it on; returns how many datagrams were handed on."""
+        entries = self._entries
+        if not entries:
+            return 0
+        poll = self._poller.poll
+        latest = time.monotonic()
+        to_monotonic = latest - time.time()  # the kernel stamps CLOCK_REALTIME
+        unpack = _TIMESPEC.unpack_from
+        handed = 0
+        for _ in range(self.max_rounds):
+            ready = poll(0)
+            if not ready:
+                return handed
+            for fd, _mask in ready:
+                entry = entries.get(fd)
+                if entry is None:
+                    continue
+                try:
+                    data, ancillary, _flags, addr = entry.sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as exc:
+                    if exc.errno not in _IGNORED_RECV_ERRORS:
+                        log.debug("rtp recv error: %s", exc)
+                    continue
+                arrival = latest
+                if ancillary:
+                    _level, _kind, stamp = ancillary[0]
+                    if len(stamp) >= _TIMESPEC.size:
+                        seconds, nanoseconds = unpack(stamp)
+                        # a wall-clock step between the stamp and now must not put it in the future
+                        arrival = min(seconds + nanoseconds * 1e-9 + to_monotonic, latest)
+                entry.stats.received += 1
+                handed += 1
+                try:
+                    entry.handler(data, addr[:2], arrival)
+                except Exception:  # one bad packet or call must not stop the others' audio
+                    log.exception("rtp handler failed")
+        if poll(0):
+            self.rounds_capped += 1
+        return handed
+
+    def close(self) -> None:
+        self._entries.clear()
+        self._poller.close()
+        self._stamp_keeper.close()
 
 
 @dataclass(slots=True)
@@ -99,6 +227,7 @@ class RtpEndpoint:
     rtcp_sock: socket.socket
     stats: SocketStats = field(default_factory=SocketStats)
     _loop: asyncio.AbstractEventLoop | None = None
+    _drain: RtpDrain | None = None
     _closed: bool = False
     _literal_hosts: set[str] = field(default_factory=set)  # destinations already checked (one or two)
 
@@ -111,6 +240,13 @@ class RtpEndpoint:
         self._loop = loop
         loop.add_reader(self.rtp_sock.fileno(), _Reader(self.rtp_sock, on_rtp, self.stats))
         loop.add_reader(self.rtcp_sock.fileno(), _Reader(self.rtcp_sock, on_rtcp, SocketStats()))
+
+    def start_drained(self, drain: RtpDrain, on_rtp: TimedDatagramHandler, on_rtcp: DatagramHandler) -> None:
+        """RTP read by ``drain`` (the media tick) with arrival times; RTCP read as in :meth:`start`."""
+        self._loop = asyncio.get_running_loop()
+        self._drain = drain
+        drain.add(self.rtp_sock, on_rtp, self.stats)
+        self._loop.add_reader(self.rtcp_sock.fileno(), _Reader(self.rtcp_sock, on_rtcp, SocketStats()))
 
     def send_rtp(self, data: bytes, addr: Address) -> None:
         self._send(self.rtp_sock, data, addr)
@@ -143,6 +279,9 @@ class RtpEndpoint:
         if self._closed:
             return
         self._closed = True
+        if self._drain is not None:
+            self._drain.remove(self.rtp_sock)
+            self._drain = None
         for sock in (self.rtp_sock, self.rtcp_sock):
             if self._loop is not None:
                 self._loop.remove_reader(sock.fileno())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import random
@@ -323,10 +324,12 @@ class SipCalls:
         engine = self._worker.engine
         call_id = leg.id
         loop = asyncio.get_running_loop()
-        leg.rtp.start(
-            lambda data, addr: engine.packet_received(call_id, data, addr, loop.time()),
-            lambda data, addr: engine.rtcp_received(call_id, data, addr, loop.time()),
-        )
+        on_rtcp = lambda data, addr: engine.rtcp_received(call_id, data, addr, loop.time())  # noqa: E731
+        drain = self._worker.rtp_drain
+        if drain is not None:  # read by the tick, with the kernel's arrival times (ADR 0007)
+            leg.rtp.start_drained(drain, functools.partial(engine.packet_received, call_id), on_rtcp)
+        else:
+            leg.rtp.start(lambda data, addr: engine.packet_received(call_id, data, addr, loop.time()), on_rtcp)
 
     def _established(self, leg: CallLeg, event: CallEstablished) -> None:
         if leg.negotiated is not None or not event.body:

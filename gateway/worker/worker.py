@@ -45,7 +45,7 @@ from gateway.sip.config import RateLimit, SessionTimerConfig, SipConfig
 from gateway.sip.endpoint import SipEndpoint
 from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
-from gateway.transport.rtp_socket import RtpPortPool, RtpPortRange
+from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
 from gateway.worker.counters import CounterExporter
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
@@ -120,6 +120,8 @@ class MediaWorker:
         first, last = settings.rtp_port_bounds
         self.ports = RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last))
         self.engine = TickEngine(wall_clock_offset=time.time() - time.monotonic())
+        # Every call's RTP socket, read at the start of each tick (ADR 0007); None: read per readiness callback.
+        self.rtp_drain = RtpDrain() if settings.rtp_read_at_tick and RtpDrain.supported() else None
         self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured)
         self.legs: dict[str, CallLeg] = {}
         self._tasks = TaskSet(f"worker {settings.worker_id}")
@@ -222,6 +224,8 @@ class MediaWorker:
         self.clock.stop()
         for leg in list(self.legs.values()):
             self.sip_calls._release_media(leg)
+        if self.rtp_drain is not None:
+            self.rtp_drain.close()
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return self._tasks.spawn(coro, name)
@@ -285,6 +289,8 @@ class MediaWorker:
 
     def _on_tick(self, deadline: float) -> None:
         engine = self.engine
+        if self.rtp_drain is not None:
+            self.rtp_drain.drain()  # caller audio since the last tick, into the jitter buffers before they pop
         if not len(engine):
             return
         now = deadline

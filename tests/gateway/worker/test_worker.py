@@ -12,6 +12,7 @@ import pytest
 from gateway.fleet.errors import CallNotFoundError
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.sip.events import CallEnded, OutboundCallAnswered, OutboundCallFailed
+from gateway.transport.rtp_socket import RtpDrain
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import SipPeer
@@ -41,7 +42,8 @@ def best_correlation(sent: np.ndarray, heard: np.ndarray) -> float:
 
 
 @pytest.fixture
-async def worker() -> AsyncIterator[MediaWorker]:
+async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
+    read_at_tick = getattr(request, "param", True)  # RTP read by the tick (ADR 0007), or per readiness callback
     sip_port = free_ports(1)[0]
     rtp_low = free_ports(40)[0]
     rtp_low += rtp_low % 2
@@ -51,6 +53,7 @@ async def worker() -> AsyncIterator[MediaWorker]:
         rtp_ports=f"{rtp_low}-{rtp_low + 37}",
         rtp_timeout_s=1.0,
         capacity=8,
+        rtp_read_at_tick=read_at_tick,
     )
     w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
     await w.start()
@@ -73,8 +76,11 @@ async def _answered(peer: SipPeer, call) -> None:  # type: ignore[no-untyped-def
     peer.answered(call, event.body)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("worker", [True, False], indirect=True, ids=["read-at-tick", "read-per-packet"])
 @pytest.mark.parametrize("codec", ["PCMU", "PCMA"])
 async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: MediaWorker, codec: str) -> None:
+    drain = worker.rtp_drain
+    assert (drain is not None) == (worker.settings.rtp_read_at_tick and RtpDrain.supported())
     tasks_before = {t for t in asyncio.all_tasks() if not t.done()}
     async with SipPeer() as peer:
         call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=(codec,))
@@ -87,6 +93,8 @@ async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: M
         snapshot = worker.snapshot_of(leg)
         assert snapshot.codec == codec and snapshot.state == "active"
         assert snapshot.stats.rtp_packets_in >= 100 and snapshot.stats.rtp_lost == 0
+        if drain is not None:
+            assert len(drain) == 1  # the call's RTP socket, read by the tick
         peer.hang_up(call)
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
         assert leg.end_reason == "caller_hangup"
@@ -95,6 +103,7 @@ async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: M
     assert worker.legs == {}
     assert worker.ports.in_use == frozenset()
     assert len(worker.engine) == 0
+    assert drain is None or len(drain) == 0
     leftover = {t for t in asyncio.all_tasks() if not t.done()} - tasks_before - {asyncio.current_task()}
     assert not [t for t in leftover if t.get_name().startswith(("call-", "worker-"))]
 
