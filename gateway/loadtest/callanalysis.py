@@ -4,11 +4,13 @@ The received stream is laid out by RTP sequence number (a lost packet is 20 ms o
 decoded, and searched for each sent marker inside the window that belongs to it (from the marker's send time
 until the next marker's). Round-trip latency = arrival time of the packet carrying the returned marker start,
 plus the marker's position inside that packet, minus the send deadline of the frame that carried it: both
-ends read the same process clock, so no clock offset enters. With the marker's sample lag, each talk spurt is
-compared with what came back from that lag on, in 100 ms blocks each matched within two frames of the
-previous block (:func:`~gateway.loadtest.analysis.blockwise_match`: an adaptive jitter buffer may slip a
-frame mid-spurt). The audio "came back right" when, for every spurt whose reply was not cut off by a planned
-barge-in, the median block correlation is above the codec's threshold.
+ends read the same process clock, so no clock offset enters. A marker that came back with one jitter-buffer
+slip inside it (a frame dropped or inserted in the middle of the chirp) is found as two pieces and counts as a
+slip, not as a lost marker. With the marker's sample lag, each talk spurt is compared with what came back from
+that lag on, in 100 ms blocks each matched within two frames of the previous block
+(:func:`~gateway.loadtest.analysis.blockwise_match`: an adaptive jitter buffer may slip a frame mid-spurt). The
+audio "came back right" when, for every spurt whose reply was not cut off by a planned barge-in, the median
+block correlation is above the codec's threshold.
 
 Outbound pacing error of the target: packet *i* of the returned stream *should* arrive at
 ``a + (ts_i - ts_0) / clock_rate`` for some constant ``a`` (transit); taking ``a`` from the earliest packet,
@@ -36,6 +38,9 @@ PACING_BIN_MS = 0.25
 PACING_BINS = 1000
 _SILENT_DBFS = -45.0
 _SEARCH_SLACK = 4  # samples either side when aligning a spurt
+# A marker with one jitter-buffer slip inside still counts as come back (analysis.find_marker ``slips``):
+_MAX_DROP_UNITS = 4  # 10 ms units dropped (a frame shed to shrink the delay: 2 units)
+_MAX_INSERT_UNITS = 8  # 10 ms units inserted (concealment while the buffer refills)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +165,9 @@ def analyze_call(
         )
 
     marker = chirp(rate, ms=MARKER_MS)
+    # Slips a jitter buffer makes: whole 10 ms units, up to two frames dropped or four inserted.
+    unit = rate // 100
+    slip_shifts = tuple(k * unit for k in range(-_MAX_DROP_UNITS, _MAX_INSERT_UNITS + 1) if k)
     slips = 0
     rtts: list[float] = []
     rtt_at: list[float] = []
@@ -176,12 +184,12 @@ def analyze_call(
         t_sent = sent_times[j]
         t_limit = sent_times[j + 1] if j + 1 < len(sent_times) else np.inf
         window = np.flatnonzero((sample_arrival >= t_sent) & (sample_arrival < t_limit))
-        match = None
+        match, slip = None, 0
         if window.size:
             a, b = int(window[0]), int(window[-1]) + 1
-            found = find_marker(received[a:b], marker)
+            found = find_marker(received[a:b], marker, slips=slip_shifts)
             if found is not None:
-                match = a + found.offset
+                match, slip = a + found.offset, found.slip
         if match is None:
             ok = False
             missing.append(j)
@@ -189,10 +197,11 @@ def analyze_call(
         within = (match % n) / rate
         rtts.append(float((slot_arrival[match // n] + within - t_sent - codec_delay / rate) * 1000))
         rtt_at.append(t_sent - send_t0)
-        lag = match - plan.markers[j]
+        slips += int(slip != 0)  # a jitter-buffer slip inside the marker itself
+        lag = match + slip - plan.markers[j]  # where the speech after the marker is: behind the marker's tail
         # The speech after the marker is compared (the marker itself is the same in every spurt and call),
         # block by block so that a jitter-buffer slip inside the spurt is not mistaken for wrong audio.
-        found = blockwise_match(
+        blocks = blockwise_match(
             plan.pcm,
             received,
             start=plan.markers[j] + marker.size,
@@ -201,8 +210,8 @@ def analyze_call(
             block=rate // 10,
             search=2 * n + _SEARCH_SLACK,
         )
-        corr = found.score
-        slips += found.slips
+        corr = blocks.score
+        slips += blocks.slips
         correlations.append(float(corr))
         if corr < CORRELATION_OK[codec]:
             ok = False

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from gateway.loadtest.analysis import chirp, echo_correlation, find_marker, summarize
+from gateway.loadtest.audio import speech_like
 
 
 def _noise(n: int, seed: int = 1, level: float = 2000.0) -> np.ndarray:
@@ -20,6 +21,47 @@ def test_marker_is_found_at_its_offset_under_noise() -> None:
 
 def test_no_marker_in_plain_noise() -> None:
     assert find_marker(_noise(8000, seed=7), chirp(8000)) is None
+    assert find_marker(_noise(8000, seed=7), chirp(8000), slips=_SLIPS) is None
+
+
+_SLIPS = tuple(k * 80 for k in range(-4, 9) if k)  # 10 ms units at 8 kHz: two frames dropped .. four inserted
+
+
+@pytest.mark.parametrize("dropped_at_ms", [17, 20, 23])
+def test_marker_with_a_frame_dropped_from_its_middle_is_found_as_one_slip(dropped_at_ms: int) -> None:
+    """A jitter buffer that sheds a 20 ms frame inside the 60 ms chirp leaves a whole-marker score below 0.5."""
+    marker = chirp(8000)
+    sent = _noise(8000, seed=11, level=300)
+    sent[3200 : 3200 + marker.size] = marker
+    cut = 3200 + dropped_at_ms * 8
+    received = np.concatenate([sent[:cut], sent[cut + 160 :]])
+    assert find_marker(received, marker) is None  # the whole marker alone misses it
+    match = find_marker(received, marker, slips=_SLIPS)
+    assert match is not None
+    assert match.offset == 3200
+    assert match.slip == -160
+    assert match.score > 0.9
+
+
+def test_marker_split_by_inserted_frames_reports_the_insertion() -> None:
+    marker = chirp(8000)
+    received = _noise(9000, seed=12, level=300)
+    head, tail = marker[:240], marker[240:]
+    received[4000:4240] = head
+    received[4240:4560] = _noise(320, seed=13, level=3000)  # two frames of concealment, loud and unrelated
+    received[4560 : 4560 + tail.size] = tail
+    match = find_marker(received, marker, slips=_SLIPS)
+    assert match is not None
+    assert match.offset == 4000
+    assert match.slip in (0, 320)  # whole-marker score may still pass; if split, the gap is two frames
+    if match.slip:
+        assert match.score > 0.9
+
+
+def test_slip_tolerance_does_not_find_a_marker_in_speech() -> None:
+    speech = speech_like(8000, 6.0, seed=3)
+    for start in range(0, speech.size - 33600, 8000):
+        assert find_marker(speech[start : start + 33600], chirp(8000), slips=_SLIPS) is None
 
 
 def test_echo_correlation_finds_lag_and_high_correlation() -> None:

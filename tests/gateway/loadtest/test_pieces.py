@@ -197,6 +197,20 @@ def test_analysis_reports_late_packets_as_pacing_error_and_lost_markers() -> Non
     assert receiver.stats.cumulative_lost == 3
 
 
+def test_analysis_counts_a_frame_dropped_inside_a_marker_as_a_slip_not_a_lost_marker() -> None:
+    """Every packet delivered, the reply right, but the echo lost 20 ms from the middle of the second chirp."""
+    pattern = TalkPattern(talk_ms=400, pause_ms=600)
+    plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
+    cut = plan.markers[1] + 20 * 8  # 20 ms into the 60 ms chirp
+    echoed = np.concatenate([plan.pcm[:cut], plan.pcm[cut + 160 :], np.zeros(160, np.int16)])
+    result = analyze_call(plan, _receiver_for(echoed, delay_frames=3), codec="PCMU", frame_sent=_frame_sent)
+    assert result.missing == ()
+    assert result.markers_expected == result.markers_found == 2
+    assert result.slips == 1
+    assert result.rtt_ms == pytest.approx((61.0, 61.0), abs=0.01)  # the head of the marker came back on time
+    assert result.audio_ok and min(result.correlations) > 0.98
+
+
 def test_pacing_histogram_percentiles() -> None:
     errors = np.concatenate([np.zeros(980), np.full(20, 0.012)])
     hist = pacing_histogram(errors)
