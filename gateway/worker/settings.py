@@ -29,9 +29,9 @@ class WorkerSettings(BaseSettings):
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Symmetric RTP: latch only to packets from the IP the SDP named (False: latch to any source).
     rtp_strict_source: bool = True
-    # RTP read by the media tick, all calls in one epoll round (Linux; ADR 0007). False: a readiness callback
-    # per packet, as RTCP and non-Linux hosts always do.
-    rtp_read_at_tick: bool = True
+    # True: RTP read by the media tick, all calls in one epoll round, with kernel arrival times (Linux; ADR 0007,
+    # which measured no CPU gain and a longer tick). False: a readiness callback per packet (ADR 0002).
+    rtp_read_at_tick: bool = False
     sip_allow: Annotated[tuple[str, ...], NoDecode] = ()  # CIDRs; empty = any source
     sip_auth_realm: str = "gateway"
     sip_auth_user: str | None = None

@@ -120,7 +120,8 @@ class MediaWorker:
         first, last = settings.rtp_port_bounds
         self.ports = RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last))
         self.engine = TickEngine(wall_clock_offset=time.time() - time.monotonic())
-        # Every call's RTP socket, read at the start of each tick (ADR 0007); None: read per readiness callback.
+        # With rtp_read_at_tick: every call's RTP socket, read at the start of each tick (ADR 0007); None: read per
+        # readiness callback (ADR 0002).
         self.rtp_drain = RtpDrain() if settings.rtp_read_at_tick and RtpDrain.supported() else None
         self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured)
         self.legs: dict[str, CallLeg] = {}

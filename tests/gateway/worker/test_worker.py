@@ -43,7 +43,7 @@ def best_correlation(sent: np.ndarray, heard: np.ndarray) -> float:
 
 @pytest.fixture
 async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
-    read_at_tick = getattr(request, "param", True)  # RTP read by the tick (ADR 0007), or per readiness callback
+    read_at_tick = getattr(request, "param", False)  # RTP read per readiness callback, or by the tick (ADR 0007)
     sip_port = free_ports(1)[0]
     rtp_low = free_ports(40)[0]
     rtp_low += rtp_low % 2
