@@ -107,15 +107,6 @@ class _Reader:
             log.exception("rtp handler failed")
 
 
-class _Drained:
-    __slots__ = ("handler", "sock", "stats")
-
-    def __init__(self, sock: socket.socket, handler: TimedDatagramHandler, stats: SocketStats) -> None:
-        self.sock = sock
-        self.handler = handler
-        self.stats = stats
-
-
 class RtpDrain:
     """Every call's RTP socket, read together once per media tick (Linux ``epoll``), with arrival times.
 
@@ -140,7 +131,7 @@ class RtpDrain:
         self.max_rounds = max_rounds
         self.rounds_capped = 0  # drains that stopped with a socket still readable (flooded or backlogged)
         self._poller = select.epoll()
-        self._entries: dict[int, _Drained] = {}
+        self._entries: dict[int, tuple[socket.socket, TimedDatagramHandler, SocketStats]] = {}
         # Linux turns receive timestamping on for the whole host only while some socket asks for it, and the
         # first socket's request takes effect later, from a work queue; a datagram queued before that is
         # stamped when it is read. This socket asks for as long as the drain lives, so every call's socket
@@ -159,7 +150,7 @@ class RtpDrain:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         fd = sock.fileno()
         self._poller.register(fd, select.EPOLLIN)
-        self._entries[fd] = _Drained(sock, handler, stats)
+        self._entries[fd] = (sock, handler, stats)
 
     def remove(self, sock: socket.socket) -> None:
         """Stop reading ``sock``; call before closing it (its descriptor number is reused at once)."""
@@ -186,8 +177,9 @@ class RtpDrain:
                 entry = entries.get(fd)
                 if entry is None:
                     continue
+                sock, handler, stats = entry
                 try:
-                    data, ancillary, _flags, addr = entry.sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
+                    data, ancillary, _flags, addr = sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
                 except (BlockingIOError, InterruptedError):
                     continue
                 except OSError as exc:
@@ -201,10 +193,10 @@ class RtpDrain:
                         seconds, nanoseconds = unpack(stamp)
                         # a wall-clock step between the stamp and now must not put it in the future
                         arrival = min(seconds + nanoseconds * 1e-9 + to_monotonic, latest)
-                entry.stats.received += 1
+                stats.received += 1
                 handed += 1
                 try:
-                    entry.handler(data, addr[:2], arrival)
+                    handler(data, addr[:2], arrival)
                 except Exception:  # one bad packet or call must not stop the others' audio
                     log.exception("rtp handler failed")
         if poll(0):
