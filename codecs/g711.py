@@ -206,3 +206,22 @@ def alaw_to_ulaw(codes: bytes) -> bytes:
 def ulaw_to_alaw(codes: bytes) -> bytes:
     """A-law codes of the samples that µ-law ``codes`` stand for (no resampling: one table lookup a code)."""
     return codes.translate(_ULAW_TO_ALAW)
+
+
+# --- quiet frames: where a playout buffer can drop a frame unheard -----------------------------------------
+
+#: A frame is quiet when no sample in it reaches this magnitude (-36 dBFS): a pause or line noise, not speech.
+QUIET_PEAK: Final = 512
+
+_ULAW_LOUD: Final = bytes(int(abs(int(v)) >= QUIET_PEAK) for v in ULAW_DECODE_TABLE)
+_ALAW_LOUD: Final = bytes(int(abs(int(v)) >= QUIET_PEAK) for v in ALAW_DECODE_TABLE)
+
+
+def ulaw_is_quiet(codes: bytes) -> bool:
+    """True when no µ-law code in ``codes`` stands for a sample of ``QUIET_PEAK`` or more (one table pass)."""
+    return 1 not in codes.translate(_ULAW_LOUD)
+
+
+def alaw_is_quiet(codes: bytes) -> bool:
+    """True when no A-law code in ``codes`` stands for a sample of ``QUIET_PEAK`` or more (one table pass)."""
+    return 1 not in codes.translate(_ALAW_LOUD)

@@ -28,6 +28,7 @@ Rules (pure logic, no I/O):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ from gateway.media.rtcp import (
     round_trip_seconds,
 )
 from gateway.media.rtp import RtpPacket, pack_rtp_header
+from telcodecs.g711 import alaw_is_quiet, ulaw_is_quiet
 
 Codec = Literal["PCMU", "PCMA", "opus"]
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
@@ -183,16 +185,19 @@ class MediaCall:
     def __init__(self, config: MediaCallConfig, *, now: float) -> None:
         self.config = config
         clock = config.clock_rate
+        quiet: Callable[[bytes], bool] | None
         if config.codec == "opus":
-            unit_samples, upf, unit_bytes = clock // 50, 1, 0
+            unit_samples, upf, unit_bytes, quiet = clock // 50, 1, 0, None
         else:
             unit_samples, upf, unit_bytes = clock // 100, 2, clock // 100
+            quiet = ulaw_is_quiet if config.codec == "PCMU" else alaw_is_quiet
         self.jitter_buffer = JitterBuffer(
             clock_rate=clock,
             unit_samples=unit_samples,
             units_per_frame=upf,
             unit_bytes=unit_bytes,
             config=config.jitter,
+            quiet=quiet,
         )
         self.reception = ReceptionStats(clock)
         self.dtmf_in = DtmfReceiver(config.call_id)

@@ -23,7 +23,12 @@ Playout states (``pop`` is called once per 20 ms tick)::
 - The target delay follows the RFC 3550 A.8 jitter: ``frame + jitter_factor * J`` rounded up to a unit,
   clamped to [min_delay_ms, max_delay_ms]; ``start_delay_ms`` holds until ``warmup_packets`` have arrived.
   The delay shrinks by dropping one frame when, over a window of ``shrink_window_frames`` pops, the buffer
-  never fell below the target.
+  never fell below the target - but not within ``shrink_hold_frames`` of an underrun: the delay an underrun
+  grew to is what the last late burst needed, and giving it back at once would make the next such burst
+  another underrun (a gap inserted inside the caller's talk spurt) followed by another dropped frame.
+  With a ``quiet`` test (G.711: no sample above -36 dBFS) a due shrink waits, up to ``shrink_wait_frames``,
+  for a pause - ``shrink_pause_frames`` quiet frames played and a quiet one next - and drops that frame:
+  a pause 20 ms shorter is not heard, a syllable 20 ms shorter is.
 
 ``status`` after ``pop`` is PLAYED, CONCEALED (a gap inside a talkspurt: the caller runs PLC; ``fec_payload``
 holds the next frame's payload if buffered, for Opus in-band FEC) or SILENT (nothing to play: before the first
@@ -32,6 +37,7 @@ packet, or after ``max_conceal_frames`` of a gap, where the sender has evidently
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.media.errors import LocalMediaError
@@ -64,6 +70,9 @@ class JitterConfig:
     jitter_factor: float = 3.0
     warmup_packets: int = 50
     shrink_window_frames: int = 50
+    shrink_hold_frames: int = 500
+    shrink_wait_frames: int = 250
+    shrink_pause_frames: int = 5
     max_conceal_frames: int = 10
     horizon_ms: int = 1000
 
@@ -72,8 +81,10 @@ class JitterConfig:
             raise LocalMediaError("need 20 <= min_delay_ms <= start_delay_ms <= max_delay_ms")
         if self.horizon_ms < 2 * self.max_delay_ms:
             raise LocalMediaError("horizon_ms must be at least twice max_delay_ms")
-        if self.jitter_factor < 0 or self.warmup_packets < 0 or self.shrink_window_frames < 1:
-            raise LocalMediaError("jitter_factor and warmup_packets must be >= 0, shrink_window_frames >= 1")
+        if self.jitter_factor < 0 or self.warmup_packets < 0 or self.shrink_hold_frames < 0:
+            raise LocalMediaError("jitter_factor, warmup_packets and shrink_hold_frames must be >= 0")
+        if self.shrink_window_frames < 1 or self.shrink_wait_frames < 1 or self.shrink_pause_frames < 0:
+            raise LocalMediaError("shrink_window_frames and shrink_wait_frames must be >= 1, shrink_pause_frames >= 0")
 
 
 class JitterBuffer:
@@ -81,12 +92,16 @@ class JitterBuffer:
 
     __slots__ = (
         "_anchor",
+        "_due",
         "_frame_bytes",
         "_gap",
         "_high",
+        "_hold",
         "_min_span",
         "_next",
         "_played_end",
+        "_quiet",
+        "_quiet_run",
         "_slots",
         "_state",
         "_unit_bytes",
@@ -108,9 +123,19 @@ class JitterBuffer:
     )
 
     def __init__(
-        self, *, clock_rate: int, unit_samples: int, units_per_frame: int, unit_bytes: int, config: JitterConfig
+        self,
+        *,
+        clock_rate: int,
+        unit_samples: int,
+        units_per_frame: int,
+        unit_bytes: int,
+        config: JitterConfig,
+        quiet: Callable[[bytes], bool] | None = None,  # AB
     ) -> None:
-        """``unit_bytes`` > 0 re-frames payloads into units of that size; 0 takes each payload as one unit."""
+        """``unit_bytes`` > 0 re-frames payloads into units of that size; 0 takes each payload as one unit.
+
+        ``quiet(payload)`` tells a frame the caller would not miss (a pause); without it a shrink drops the next
+        frame whatever it holds."""
         if unit_samples * units_per_frame * 50 != clock_rate:
             raise LocalMediaError("unit_samples * units_per_frame must be 20 ms of the clock rate")
         self.config = config
@@ -126,6 +151,8 @@ class JitterBuffer:
         self.late = self.duplicates = self.concealed = self.played = 0
         self.discarded = self.resyncs = self.underruns = 0
         self._gap = config.max_conceal_frames  # not playing yet: gaps are silence, not concealment
+        self._hold = 0
+        self._quiet = quiet
         self._reset()
 
     def _reset(self) -> None:
@@ -137,6 +164,8 @@ class JitterBuffer:
         self._played_end: int | None = None
         self._min_span = 1 << 30
         self._window = 0
+        self._due = 0
+        self._quiet_run = 0
 
     def reset(self) -> None:
         """Forget the stream (SSRC change or sequence restart); the next push re-anchors playout."""
@@ -208,6 +237,7 @@ class JitterBuffer:
         self._state = _PREFILL
         self._min_span = 1 << 30
         self._window = 0
+        self._due = 0
 
     # ---------------------------------------------------------------------------------------------- pop
 
@@ -251,6 +281,8 @@ class JitterBuffer:
             else:
                 self.underruns += 1
                 self._state = _REBUFFER
+                self._hold = self.config.shrink_hold_frames
+                self._due = 0
             self._gap_frame()
             return None
         nxt += upf
@@ -259,7 +291,7 @@ class JitterBuffer:
         self._gap = 0
         self.played += 1
         self.status = PLAYED
-        self._shrink(nxt)
+        self._shrink(nxt, payload)
         return payload
 
     def _gap_frame(self) -> None:
@@ -271,21 +303,51 @@ class JitterBuffer:
         else:
             self.status = SILENT
 
-    def _shrink(self, nxt: int) -> None:
+    def _shrink(self, nxt: int, played: bytes) -> None:
+        if self._hold:
+            self._hold -= 1
+            self._min_span = 1 << 30
+            self._window = 0
+            return
         span_ms = (self._high + 1 - nxt) * self._unit_ms
+        if self._due:
+            self._drop_in_pause(nxt, played, span_ms)
+            return
         if span_ms < self._min_span:
             self._min_span = span_ms
         self._window += 1
         if self._window < self.config.shrink_window_frames:
             return
         if self._min_span >= self.target_ms:
-            slots = self._slots
-            for k in range(self._upf):
-                slots.pop(nxt + k, None)
-            self._next = nxt + self._upf
-            self.discarded += 1
+            if self._quiet is None:
+                self._drop(nxt)
+            else:
+                self._due = self.config.shrink_wait_frames
+                self._quiet_run = 0
         self._min_span = 1 << 30
         self._window = 0
+
+    def _drop_in_pause(self, nxt: int, played: bytes, span_ms: int) -> None:
+        """A shrink is due: drop the next frame once a pause is reached (or the wait is over)."""
+        if span_ms < self.target_ms:  # the excess drained by itself (the sender slowed down): keep every frame
+            self._due = 0
+            return
+        assert self._quiet is not None
+        self._quiet_run = self._quiet_run + 1 if self._quiet(played) else 0
+        self._due -= 1
+        following = self._slots.get(nxt)
+        if not following:  # a gap or half a frame: nothing whole to drop here
+            return
+        if not self._due or (self._quiet_run >= self.config.shrink_pause_frames and self._quiet(following)):
+            self._due = 0
+            self._drop(nxt)
+
+    def _drop(self, nxt: int) -> None:
+        slots = self._slots
+        for k in range(self._upf):
+            slots.pop(nxt + k, None)
+        self._next = nxt + self._upf
+        self.discarded += 1
 
     # ---------------------------------------------------------------------------------------- reading
 

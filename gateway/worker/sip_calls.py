@@ -486,7 +486,25 @@ class SipCalls:
         if was_active:
             ACTIVE_CALLS.labels(self._worker.id).dec()
         CALLS_TOTAL.labels(self._worker.id, leg.end_reason).inc()
-        log.info("call %s ended: %s", leg.id, leg.end_reason)
+        media = leg.last_media
+        if media is None:
+            log.info("call %s ended: %s", leg.id, leg.end_reason)
+        else:
+            log.info(
+                "call %s ended: %s; rtp received=%d lost=%d late=%d jitter_ms=%.1f playout concealed=%d "
+                "underruns=%d discarded=%d resyncs=%d target_ms=%d",
+                leg.id,
+                leg.end_reason,
+                media.received,
+                media.lost,
+                media.late,
+                media.jitter_ms,
+                media.concealed,
+                media.underruns,
+                media.discarded,
+                media.resyncs,
+                media.target_delay_ms,
+            )
         if leg.route:  # refused before admission: the control plane holds nothing for it, so say nothing
             with contextlib.suppress(Exception):
                 await self._report("call.ended", leg)

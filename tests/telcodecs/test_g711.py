@@ -172,3 +172,18 @@ def test_cross_law_translation_is_decode_then_encode_for_all_256_codes() -> None
     assert g711.ulaw_to_alaw(codes) == expected_alaw
     # A-law has no zero: its quietest code stands for +8, which mu-law codes one step above its zero
     assert g711.alaw_to_ulaw(bytes([g711.ALAW_SILENCE])) == b"\xfe"
+
+
+@pytest.mark.parametrize(
+    ("encode", "is_quiet"), [(g711.ulaw_encode, g711.ulaw_is_quiet), (g711.alaw_encode, g711.alaw_is_quiet)]
+)
+def test_quiet_means_no_sample_reaches_the_quiet_peak(encode, is_quiet) -> None:
+    rng = np.random.default_rng(7)
+    hiss = rng.integers(-200, 200, 160).astype(np.int16)  # line noise around -45 dBFS
+    assert is_quiet(encode(np.zeros(160, np.int16))) and is_quiet(encode(hiss))
+    speech = (3000 * np.sin(np.arange(160) * 0.3)).astype(np.int16)
+    assert not is_quiet(encode(speech))
+    one_click = hiss.copy()
+    one_click[80] = g711.QUIET_PEAK + 64  # one sample over the peak is enough to count as sound
+    assert not is_quiet(encode(one_click))
+    assert is_quiet(b"")

@@ -238,22 +238,125 @@ def test_target_delay_adapts_to_jitter_and_is_clamped() -> None:
 
 
 def test_excess_delay_shrinks_by_one_frame_per_window() -> None:
-    call = make_call(jitter=JitterConfig(shrink_window_frames=10, warmup_packets=0))
+    call = make_call(jitter=shrinking(hold=0))
     # A burst fills 200 ms, then packets arrive steadily: the buffer holds far more than the 20 ms target.
     ts = 0
     for seq in range(10):
-        send(call, seq, ts, frame(seq), 0.0)
+        send(call, seq, ts, tagged(seq, loud=False), 0.0)
         ts += 160
     call.jitter_buffer.adapt(0.0, 100, 8000)
     played = []
     for k in range(40):
-        send(call, 10 + k, ts, frame(10 + k), 0.02 * k)
+        send(call, 10 + k, ts, tagged(10 + k, loud=False), 0.02 * k)
         ts += 160
         payload = call.jitter_buffer.pop()
         if payload is not None:
-            played.append(payload[0])
+            played.append(frame_number(payload))
     assert call.jitter_buffer.discarded >= 3
     assert played == sorted(played)  # still in order, frames only skipped
+
+
+def tagged(k: int, *, loud: bool) -> bytes:
+    """Frame ``k`` of a PCMU stream, speech or pause; its number is in its first two (quiet) codes."""
+    return bytes([0x5C + k // 36, 0x5C + k % 36]) + (b"\x10" if loud else b"\xff") * 158
+
+
+def frame_number(payload: bytes) -> int:
+    return (payload[0] - 0x5C) * 36 + payload[1] - 0x5C
+
+
+def play_timeline(
+    call: MediaCall, late_by: dict[int, int], count: int, *, speech: range = range(0)
+) -> tuple[list[int], list[int]]:
+    """Packet k (20 ms; speech when in ``speech``, else a pause) is sent at tick k and arrives ``late_by[k]``
+    ticks later; one pop per tick. Returns the statuses of the pops and the numbers of the frames played."""
+    arrivals: dict[int, list[int]] = {}
+    for k in range(count):
+        arrivals.setdefault(k + late_by.get(k, 0), []).append(k)
+    statuses, played = [], []
+    for tick in range(count):
+        for k in arrivals.get(tick, []):
+            send(call, k, k * 160, tagged(k, loud=k in speech), tick * 0.02)
+        call.jitter_buffer.adapt(0.0, 100, 8000)  # no jitter estimate: the target stays at 20 ms
+        payload = call.jitter_buffer.pop()
+        statuses.append(call.jitter_buffer.status)
+        if payload is not None:
+            played.append(frame_number(payload))
+    return statuses, played
+
+
+def burst(first: int, frames: int) -> dict[int, int]:
+    """Packets ``first`` .. ``first + frames - 1`` held up and delivered together with the last of them."""
+    return {first + i: frames - 1 - i for i in range(frames)}
+
+
+def shrinking(*, hold: int, wait: int = 250, pause: int = 0) -> JitterConfig:
+    return JitterConfig(
+        warmup_packets=0,
+        shrink_window_frames=10,
+        shrink_hold_frames=hold,
+        shrink_wait_frames=wait,
+        shrink_pause_frames=pause,
+    )
+
+
+def test_delay_grown_by_an_underrun_is_held_against_the_next_burst() -> None:
+    call = make_call(jitter=shrinking(hold=100))
+    # Two 80 ms bursts 40 frames apart: the first is an underrun that grows the delay to what it needed;
+    # the grown delay is kept, so the second plays through without a gap and nothing is dropped.
+    statuses, played = play_timeline(call, {**burst(20, 4), **burst(60, 4)}, 100)
+    jb = call.jitter_buffer
+    assert jb.underruns == 1 and jb.discarded == 0
+    assert jitter.CONCEALED not in statuses[60:]
+    assert played == list(range(len(played)))
+
+
+def test_without_the_hold_every_burst_is_an_underrun_and_a_dropped_frame() -> None:
+    call = make_call(jitter=shrinking(hold=0))
+    play_timeline(call, {**burst(20, 4), **burst(60, 4)}, 100)
+    jb = call.jitter_buffer
+    assert jb.underruns == 2 and jb.discarded >= 4
+
+
+def test_held_delay_shrinks_once_the_hold_has_passed() -> None:
+    call = make_call(jitter=shrinking(hold=30))
+    statuses, played = play_timeline(call, burst(20, 4), 120)
+    jb = call.jitter_buffer
+    assert jb.underruns == 1 and jb.discarded == 3  # back to the 20 ms target, one frame per window
+    assert jb.buffered_ms <= 20 and statuses[-1] == jitter.PLAYED
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert len(dropped) == 3 and dropped[0] > 23 + 30  # nothing given back within the hold
+
+
+def test_a_due_shrink_drops_a_frame_of_the_next_pause_not_of_speech() -> None:
+    call = make_call(jitter=shrinking(hold=0, pause=5))
+    # The burst leaves 60 ms of excess in the middle of speech (frames 0-59); the pause is frames 60-99.
+    _, played = play_timeline(call, burst(20, 4), 140, speech=range(60))
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert call.jitter_buffer.discarded == len(dropped) == 3
+    assert all(60 + 5 <= k < 100 for k in dropped)  # five quiet frames into the pause, then one per window
+
+
+def test_a_due_shrink_in_endless_speech_drops_a_frame_when_the_wait_is_over() -> None:
+    call = make_call(jitter=shrinking(hold=0, wait=40, pause=5))
+    _, played = play_timeline(call, burst(20, 4), 140, speech=range(140))
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert call.jitter_buffer.discarded == len(dropped) >= 1
+    assert dropped[0] == 20 + 10 + 40  # frame 20 plays first after the burst: its window, then the whole wait
+
+
+def test_opus_has_no_quiet_test_and_drops_at_once() -> None:
+    jb = JitterBuffer(clock_rate=48000, unit_samples=960, units_per_frame=1, unit_bytes=0, config=shrinking(hold=0))
+    for k in range(8):  # 160 ms arrive at once; then one a tick
+        jb.push(k * 960, bytes([k]) * 40)
+    played = []
+    for k in range(8, 40):
+        jb.push(k * 960, bytes([k]) * 40)
+        jb.adapt(0.0, 100, 48000)
+        payload = jb.pop()
+        assert payload is not None
+        played.append(payload[0])
+    assert jb.discarded == 3 and len(set(range(played[-1])) - set(played)) == 3
 
 
 def test_config_validation() -> None:
