@@ -1,5 +1,10 @@
 import asyncio
 import itertools
+import socket
+from collections.abc import Callable
+
+import pytest
+import uvloop
 
 from gateway.transport.clock import MediaClock
 
@@ -53,3 +58,60 @@ async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
     assert [round((d - deadlines[0]) / 0.02) for d in deadlines[:10]] == list(range(10))
     assert clock.stats.overruns >= 1
     assert clock.stats.skipped == 0
+
+
+def _catch_up_order(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> list[str]:
+    """Tick 2 stalls for 3.5 periods after a datagram arrived and after it woke a callback; the order of what ran."""
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        events: list[str] = []
+        done = asyncio.Event()
+        receiver, sender = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        receiver.setblocking(False)
+
+        def readable() -> None:
+            while True:
+                try:
+                    receiver.recv(64)
+                except BlockingIOError:
+                    return
+                events.append("read")
+
+        def on_tick(deadline: float) -> None:
+            ticks = sum(e == "tick" for e in events)
+            events.append("tick")
+            if ticks == 1:
+                loop.call_soon(events.append, "woken")  # e.g. a session task the tick's frame woke
+                sender.send(b"rtp")  # a packet that arrives during the stall
+                end = loop.time() + 0.07
+                while loop.time() < end:
+                    pass
+            if ticks == 6:
+                done.set()
+
+        loop.add_reader(receiver.fileno(), readable)
+        clock = MediaClock(on_tick, period=0.02, max_catch_up=10)
+        clock.start()
+        try:
+            await asyncio.wait_for(done.wait(), timeout=5)
+        finally:
+            clock.stop()
+            loop.remove_reader(receiver.fileno())
+            receiver.close()
+            sender.close()
+        assert clock.stats.overruns >= 1 and clock.stats.skipped == 0
+        return events
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(main())
+
+
+@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
+def test_catch_up_ticks_let_the_loop_read_sockets_and_run_woken_callbacks_first(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    events = _catch_up_order(loop_factory)
+    stalled = events.index("tick", events.index("tick") + 1)  # the second tick
+    catch_up = events.index("tick", stalled + 1)
+    assert {"read", "woken"} <= set(events[stalled + 1 : catch_up])
