@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gateway.heap import freeze_startup_heap
 from gateway.loadtest import _codec
 from gateway.loadtest.audio import CallAudio, plan_call_audio, source_audio
 from gateway.loadtest.callanalysis import PACING_BINS, analyze_call
@@ -124,6 +125,7 @@ class LoadRunner:
         self._loop = loop
         for v in range(min(PLAN_VARIANTS, config.total_calls)):
             self._plan(v)  # encode before the clock starts: the load must not wait for it
+        freeze_startup_heap()  # a full GC pass over the start-up heap would stall every call's RTP at once
         port = _free_port(config.local_host, config.transport)
         self.endpoint = SipEndpoint(
             SipConfig(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import secrets
 import time
@@ -31,6 +30,7 @@ from gateway.fleet.models import (
     WorkerInfo,
 )
 from gateway.fleet.protocols import ControlLink
+from gateway.heap import freeze_startup_heap
 from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
     CALLER_AUDIO_WAIT_SECONDS,
@@ -59,25 +59,6 @@ log = logging.getLogger(__name__)
 ModelFactory = Callable[[str], RealtimeModel]
 _DEFAULT_PROFILE = ProfileModel(name="default", provider="default")
 _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
-
-
-_heap_frozen = False
-
-
-def freeze_startup_heap() -> None:
-    """Move everything alive now (modules, numpy/scipy/av, the app) out of the cyclic collector's reach.
-
-    A full (generation 2) collection walks every tracked object; with the start-up heap that took 85-90 ms
-    in a benchmark worker, one stalled tick that late, and a cascade of overruns after it. Frozen objects
-    are never walked or freed, so this runs once per process, at the first worker's start
-    (docs/adr/0006-gc-freeze.md).
-    """
-    global _heap_frozen
-    if _heap_frozen:
-        return
-    _heap_frozen = True
-    gc.collect()
-    gc.freeze()
 
 
 class MediaWorker:
