@@ -27,6 +27,18 @@ RTP_DROPPED_TOTAL = Counter(
     "gateway_rtp_dropped_total", "RTP packets dropped, by reason", ["worker", "reason"], registry=REGISTRY
 )
 RTP_LOST_TOTAL = Counter("gateway_rtp_lost_total", "Inbound RTP packets lost", ["worker"], registry=REGISTRY)
+PLAYOUT_EVENTS_TOTAL = Counter(
+    "gateway_playout_events_total",
+    "Caller audio playout (jitter buffer): frames concealed, frames discarded to cut delay, underruns",
+    ["worker", "event"],
+    registry=REGISTRY,
+)
+AGENT_AUDIO_GAPS_TOTAL = Counter(
+    "gateway_agent_audio_gaps_total",
+    "Times a call's agent audio ran out while the item playing was still arriving (a gap the caller heard)",
+    ["worker"],
+    registry=REGISTRY,
+)
 RTP_JITTER_MS = Histogram(
     "gateway_rtp_jitter_ms",
     "Inbound interarrival jitter (RFC 3550 A.8) sampled per call",

@@ -144,6 +144,8 @@ _READ_METRICS = (
     "gateway_rtp",
     "gateway_caller_audio_wait",
     "gateway_agent_audio_wait",
+    "gateway_playout_events",
+    "gateway_agent_audio_gaps",
 )
 
 
@@ -180,8 +182,9 @@ def _bucket_p99(before: dict[str, float], after: dict[str, float], name: str) ->
     return math.inf, int(count), total / count * 1000
 
 
-def _counter(before: dict[str, float], after: dict[str, float], prefix: str) -> float:
-    return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix))
+def _counter(before: dict[str, float], after: dict[str, float], prefix: str, having: str = "") -> float:
+    """Growth over the interval of every sample named ``prefix...`` whose labels include ``having``."""
+    return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix) and having in k)
 
 
 class CallsBench:
@@ -349,6 +352,11 @@ class CallsBench:
             "audio_checked": summary["audio_checked"],
             "markers": f"{summary['markers_found']}/{summary['markers_expected']}",
             "slips": summary["slips"],
+            # why audio slipped, counted by the worker: caller playout underruns and frames it dropped to cut
+            # delay, and agent audio that ran out mid-item (all over the window, every call)
+            "playout_underruns": _counter(m0, m1, "gateway_playout_events_total", 'event="underrun"'),
+            "playout_discarded": _counter(m0, m1, "gateway_playout_events_total", 'event="discarded"'),
+            "agent_audio_gaps": _counter(m0, m1, "gateway_agent_audio_gaps_total"),
             "audio_failures": [_audio_failure(call) for call in result.calls if call.audio_ok is False],
             "fake_cpu_pct": 100 * (f1 - f0) / window,
             "loadgen_cpu_pct": 100 * (l1 - l0) / window,
@@ -442,6 +450,10 @@ _COLUMNS = (
     ("caller_wait_mean_ms", "in wait", "{:.0f}"),
     ("agent_wait_mean_ms", "out wait", "{:.0f}"),
     ("audio_ok", "audio ok", "{}"),
+    ("slips", "slips", "{:.0f}"),
+    ("playout_underruns", "jb under", "{:.0f}"),
+    ("playout_discarded", "jb drop", "{:.0f}"),
+    ("agent_audio_gaps", "out gaps", "{:.0f}"),
     ("fake_cpu_pct", "fake %", "{:.0f}"),
     ("loadgen_cpu_pct", "gen %", "{:.0f}"),
     ("sustained", "ok", "{}"),

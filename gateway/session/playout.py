@@ -89,6 +89,11 @@ class PlayoutBuffer:
         return bool(self._frames) or (self._last is not None and bool(self._last.carry))
 
     @property
+    def starved(self) -> bool:
+        """Nothing queued while an item's audio is still arriving: the caller hears a gap in the agent's speech."""
+        return not self._frames and any(not item.done for item in self._items.values())
+
+    @property
     def queued_frames(self) -> int:
         return len(self._frames)
 

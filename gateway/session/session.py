@@ -208,6 +208,11 @@ class CallSession:
     def profile(self) -> AgentProfile:
         return self._profile
 
+    @property
+    def agent_audio_gaps(self) -> int:
+        """Times the agent's audio ran out while its item was still arriving (exported live as a metric)."""
+        return self._turns.audio_gaps
+
     def stats(self) -> SessionStats:
         return snapshot(
             state=self._state.value,
@@ -217,6 +222,7 @@ class CallSession:
             pipe=self._pipe,
             tools=self._tools,
             round_trips=self._turns.round_trips,
+            agent_audio_gaps=self._turns.audio_gaps,
         )
 
     async def wait_ended(self) -> str | None:

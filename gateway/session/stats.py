@@ -33,6 +33,7 @@ class SessionStats:
     dtmf_digits: int
     notices: int
     errors: int
+    agent_audio_gaps: int  # agent audio ran out while its item was still arriving: a gap the caller heard
     round_trips: int  # caller speech end -> first agent frame sent
     round_trip_ms_last: float | None
     round_trip_ms_mean: float | None
@@ -72,6 +73,7 @@ def snapshot(
     pipe: ProviderPipe,
     tools: ToolRunner,
     round_trips: RoundTrips,
+    agent_audio_gaps: int,
 ) -> SessionStats:
     """The session's counters as one frozen value."""
     return SessionStats(
@@ -94,6 +96,7 @@ def snapshot(
         dtmf_digits=counts["dtmf"],
         notices=counts["notices"],
         errors=errors,
+        agent_audio_gaps=agent_audio_gaps,
         round_trips=round_trips.count,
         round_trip_ms_last=round_trips.last,
         round_trip_ms_mean=round_trips.mean,

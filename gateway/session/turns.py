@@ -61,6 +61,7 @@ class Turns:
         self._response_requested_at: float | None = None
         self._response_wanted: tuple[str | None] | None = None
         self._was_playing = False
+        self.audio_gaps = 0  # times playout ran dry while the item playing was still arriving
 
     # ------------------------------------------------------------------------------ provider side
 
@@ -144,6 +145,8 @@ class Turns:
         popped = self.playout.pop()
         if popped is None:
             drained = self._was_playing
+            if drained and self.playout.starved:
+                self.audio_gaps += 1
             self._was_playing = False
             if resuming and self._comfort is not None and index % _COMFORT_PERIOD < _COMFORT_ON:
                 return self._comfort, drained

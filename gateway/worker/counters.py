@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
+from typing import NamedTuple
 
+from gateway.media.call import MediaStats
 from gateway.observability import (
+    AGENT_AUDIO_GAPS_TOTAL,
     AGENT_AUDIO_WAIT_SECONDS,
+    PLAYOUT_EVENTS_TOTAL,
     PROVIDER_LATENCY_SECONDS,
     RTP_DROPPED_TOTAL,
     RTP_JITTER_MS,
@@ -34,6 +38,28 @@ SIP_REJECT_REASONS = (
     "unmatched_acks",
     "internal_errors",
 )
+
+
+class CallFigures(NamedTuple):
+    """One live call's running totals (from its MediaStats and its session)."""
+
+    call_id: str
+    lost: int
+    jitter_ms: float
+    concealed: int
+    underruns: int
+    discarded: int
+    agent_audio_gaps: int
+
+
+def call_figures(call_id: str, media: MediaStats, *, agent_audio_gaps: int) -> CallFigures:
+    return CallFigures(
+        call_id, media.lost, media.jitter_ms, media.concealed, media.underruns, media.discarded, agent_audio_gaps
+    )
+
+
+# CallFigures fields exported as gateway_playout_events_total{event}
+_PLAYOUT_EVENTS = (("concealed", "concealed"), ("underrun", "underruns"), ("discarded", "discarded"))
 
 
 class CounterExporter:
@@ -71,16 +97,28 @@ class CounterExporter:
             if delta > 0:
                 RTP_PACKETS_TOTAL.labels(self.worker, direction).inc(delta)
 
-    def rtp_calls(self, calls: Iterable[tuple[str, int, float]]) -> None:
-        """(call id, packets lost so far, jitter ms) of every live call: loss and a jitter sample."""
-        for call_id, lost, jitter_ms in calls:
-            delta = self._delta("rtp_lost", call_id, lost)
-            if delta > 0:
-                RTP_LOST_TOTAL.labels(self.worker).inc(delta)
-            RTP_JITTER_MS.labels(self.worker).observe(jitter_ms)
+    def calls(self, calls: Iterable[CallFigures]) -> None:
+        """Every live call's totals: loss, playout events and agent audio gaps grow; one jitter sample each."""
+        for figures in calls:
+            self._grow(figures)
+            RTP_JITTER_MS.labels(self.worker).observe(figures.jitter_ms)
 
-    def forget_call(self, call_id: str) -> None:
-        self._last.pop(("rtp_lost", call_id), None)
+    def call_ended(self, call_id: str, figures: CallFigures | None) -> None:
+        """The call's last growth since the previous export (``figures`` None: it had no media), then forgets it."""
+        if figures is not None:
+            self._grow(figures)
+        for family in ("rtp_lost", "agent_audio_gaps", *(name for _, name in _PLAYOUT_EVENTS)):
+            self._last.pop((family, call_id), None)
+
+    def _grow(self, figures: CallFigures) -> None:
+        call_id = figures.call_id
+        if (delta := self._delta("rtp_lost", call_id, figures.lost)) > 0:
+            RTP_LOST_TOTAL.labels(self.worker).inc(delta)
+        for event, name in _PLAYOUT_EVENTS:
+            if (delta := self._delta(name, call_id, getattr(figures, name))) > 0:
+                PLAYOUT_EVENTS_TOTAL.labels(self.worker, event).inc(delta)
+        if (delta := self._delta("agent_audio_gaps", call_id, figures.agent_audio_gaps)) > 0:
+            AGENT_AUDIO_GAPS_TOTAL.labels(self.worker).inc(delta)
 
 
 def latency_observer(worker: str, provider: str) -> LatencyObserver:

@@ -67,7 +67,7 @@ from gateway.sip.sdp import (
     parse_sdp,
 )
 from gateway.transport.rtp_socket import PortsExhaustedError
-from gateway.worker.counters import latency_observer
+from gateway.worker.counters import call_figures, latency_observer
 from gateway.worker.legs import CallLeg, SipCallControl
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 
@@ -519,10 +519,12 @@ class SipCalls:
             self._worker.exited.set()
 
     def _release_media(self, leg: CallLeg) -> None:
+        figures = None
         if leg.media_added:
-            leg.last_media = self._worker.engine.stats(
-                leg.id, self._worker.clock_now()
-            )  # the ended call keeps its figures
+            # the ended call keeps its figures
+            media = leg.last_media = self._worker.engine.stats(leg.id, self._worker.clock_now())
+            gaps = leg.session.agent_audio_gaps if leg.session is not None else 0
+            figures = call_figures(leg.id, media, agent_audio_gaps=gaps)
             leg.media_added = False
             bye = self._worker.engine.remove_call(leg.id)
             if leg.rtp is not None:
@@ -533,7 +535,7 @@ class SipCalls:
             self.rtp_out_done += leg.rtp.stats.sent
             self._worker.ports.release(leg.rtp)
             leg.rtp = None
-        self._worker.counters.forget_call(leg.id)
+        self._worker.counters.call_ended(leg.id, figures)
 
     def send_dtmf_leg(self, leg: CallLeg, digits: str) -> None:
         if not leg.media_added:

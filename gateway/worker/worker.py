@@ -47,7 +47,7 @@ from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
-from gateway.worker.counters import CounterExporter
+from gateway.worker.counters import CounterExporter, call_figures
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls
@@ -254,10 +254,10 @@ class MediaWorker:
                 received += leg.rtp.stats.received
                 sent += leg.rtp.stats.sent
             if leg.media_added:
-                media = self.engine.stats(leg.id, now)
-                per_call.append((leg.id, media.lost, media.jitter_ms))
+                gaps = leg.session.agent_audio_gaps if leg.session is not None else 0
+                per_call.append(call_figures(leg.id, self.engine.stats(leg.id, now), agent_audio_gaps=gaps))
         self.counters.rtp_packets(received, sent)
-        self.counters.rtp_calls(per_call)
+        self.counters.calls(per_call)
 
     def model_for(self, provider: str) -> RealtimeModel:
         model = self._models.get(provider)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from prometheus_client import generate_latest
+
 from gateway.bench._profile import categorize
 from gateway.bench.calls import _bucket_p99, _counter, _median_row, _parse_metrics, headline
 
@@ -54,6 +56,19 @@ def test_the_gateway_added_delays_are_read_from_the_workers_own_histograms() -> 
     p99, count, mean = _bucket_p99(before, after, "gateway_caller_audio_wait_seconds")
     assert (p99, count) == (60.0, 3) and math.isclose(mean, 110 / 3)
     assert _bucket_p99(before, after, "gateway_agent_audio_wait_seconds")[:2] == (20.0, 1)
+
+
+def test_playout_events_are_read_by_event_from_the_workers_counters() -> None:
+    from gateway.observability import PLAYOUT_EVENTS_TOTAL, REGISTRY
+
+    events = {e: PLAYOUT_EVENTS_TOTAL.labels("bench-playout", e) for e in ("underrun", "discarded", "concealed")}
+    before = _parse_metrics(generate_latest(REGISTRY).decode())
+    events["underrun"].inc(2)
+    events["discarded"].inc(5)
+    events["concealed"].inc(7)
+    after = _parse_metrics(generate_latest(REGISTRY).decode())
+    assert _counter(before, after, "gateway_playout_events_total", 'event="underrun"') == 2
+    assert _counter(before, after, "gateway_playout_events_total", 'event="discarded"') == 5
 
 
 def test_medians_of_repeats_and_a_majority_verdict() -> None:

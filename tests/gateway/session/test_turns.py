@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.providers.base import AudioReceived
+from gateway.providers.base import AudioDone, AudioReceived
 from gateway.session import SessionConfig
 from gateway.session.turns import Turns
 from tests.gateway.session.fakes import FakeClock, pcm_ms
@@ -47,3 +47,29 @@ def test_prompts_are_not_provider_audio() -> None:
     clock.advance(0.1)
     assert turns.next_frame(clock(), index=0, resuming=False)[0] is not None
     assert seen == []
+
+
+def test_a_gap_is_counted_when_playout_runs_dry_inside_an_item_still_arriving() -> None:
+    clock = FakeClock()
+    turns, _ = _turns(clock)
+
+    def play(frames: int) -> list[bool]:
+        out = []
+        for _ in range(frames):
+            clock.advance(0.020)
+            out.append(turns.next_frame(clock(), index=0, resuming=False)[0] is not None)
+        return out
+
+    turns.audio(AudioReceived(response_id="r1", item_id="i1", pcm=pcm_ms(40)))
+    assert play(4) == [True, True, False, False]  # the provider fell behind real time: one gap, not two
+    assert turns.audio_gaps == 1
+    turns.audio(AudioReceived(response_id="r1", item_id="i1", pcm=pcm_ms(40)))
+    turns.audio_done(AudioDone(response_id="r1", item_id="i1"))
+    assert play(4) == [True, True, False, False]  # the item ended: playout ran dry where it should
+    assert turns.audio_gaps == 1
+    turns.response_started("r2")
+    turns.audio(AudioReceived(response_id="r2", item_id="i2", pcm=pcm_ms(60)))
+    assert play(1) == [True]
+    assert turns.interrupt() is not None
+    assert play(2) == [False, False]  # the caller cut it off: silence the caller asked for, not a gap
+    assert turns.audio_gaps == 1
