@@ -45,7 +45,7 @@ class CallFigures(NamedTuple):
 
     call_id: str
     lost: int
-    jitter_ms: float
+    jitter_ms: float | None  # None: the call's media is not ours to measure (a browser call: aiortc's)
     concealed: int
     underruns: int
     discarded: int
@@ -56,6 +56,11 @@ def call_figures(call_id: str, media: MediaStats, *, agent_audio_gaps: int) -> C
     return CallFigures(
         call_id, media.lost, media.jitter_ms, media.concealed, media.underruns, media.discarded, agent_audio_gaps
     )
+
+
+def session_figures(call_id: str, *, agent_audio_gaps: int) -> CallFigures:
+    """A call whose media the tick engine does not carry (a browser call): its session's figures only."""
+    return CallFigures(call_id, 0, None, 0, 0, 0, agent_audio_gaps)
 
 
 # CallFigures fields exported as gateway_playout_events_total{event}
@@ -101,7 +106,8 @@ class CounterExporter:
         """Every live call's totals: loss, playout events and agent audio gaps grow; one jitter sample each."""
         for figures in calls:
             self._grow(figures)
-            RTP_JITTER_MS.labels(self.worker).observe(figures.jitter_ms)
+            if figures.jitter_ms is not None:
+                RTP_JITTER_MS.labels(self.worker).observe(figures.jitter_ms)
 
     def call_ended(self, call_id: str, figures: CallFigures | None) -> None:
         """The call's last growth since the previous export (``figures`` None: it had no media), then forgets it."""

@@ -52,7 +52,7 @@ from gateway.transport.webrtc import (
     check_offer,
     parse_ice_servers,
 )
-from gateway.worker.counters import latency_observer
+from gateway.worker.counters import CounterExporter, latency_observer, session_figures
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields
 from gateway.worker.settings import WorkerSettings
 from telcodecs.frames import Frame, dbfs
@@ -74,6 +74,7 @@ class WebRtcWorker(Protocol):
     link: ControlLink | None
     session_config: SessionConfig
     draining: bool
+    counters: CounterExporter  # a browser call's agent-audio gaps, exported when it ends
 
     def model_for(self, provider: str) -> RealtimeModel: ...
 
@@ -413,6 +414,9 @@ class WebRtcCalls:
             ACTIVE_CALLS.labels(worker_label).dec()
         CALLS_TOTAL.labels(worker_label, leg.end_reason).inc()
         log.info("browser call %s ended: %s", leg.id, leg.end_reason)
+        session = leg.session
+        figures = None if session is None else session_figures(leg.id, agent_audio_gaps=session.agent_audio_gaps)
+        self._worker.counters.call_ended(leg.id, figures)
         if report:
             await self._report("call.ended", leg)
         self.legs.pop(leg.id, None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.observability import REGISTRY
-from gateway.worker.counters import CallFigures, CounterExporter
+from gateway.worker.counters import CallFigures, CounterExporter, session_figures
 
 
 def value(name: str, **labels: str) -> float:
@@ -26,3 +26,14 @@ def test_call_totals_grow_the_counters_and_a_calls_last_growth_is_not_lost_when_
     # a new call reusing the id starts from zero, not from the ended call's totals
     exporter.calls([CallFigures("a", 0, 0.0, 1, 0, 0, 0)])
     assert value("gateway_playout_events_total", worker=worker, event="concealed") == 8
+
+
+def test_a_browser_call_exports_its_sessions_gaps_and_no_jitter_sample() -> None:
+    worker = "w-counters-browser"
+    exporter = CounterExporter(worker)
+    samples = value("gateway_rtp_jitter_ms_count", worker=worker)
+    exporter.calls([session_figures("b1", agent_audio_gaps=2)])
+    exporter.call_ended("b1", session_figures("b1", agent_audio_gaps=3))
+    assert value("gateway_agent_audio_gaps_total", worker=worker) == 3
+    assert value("gateway_rtp_jitter_ms_count", worker=worker) == samples  # aiortc measures its jitter, not us
+    assert value("gateway_playout_events_total", worker=worker, event="concealed") == 0

@@ -26,6 +26,7 @@ from gateway.providers.base import RealtimeModel
 from gateway.providers.echo import EchoModel
 from gateway.session.config import SessionConfig
 from gateway.transport.webrtc import CallRefusedError, OfferError
+from gateway.worker.counters import CounterExporter
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.webrtc import WebRtcCalls, WebRtcSettings
 from tests.gateway.transport.test_webrtc import RATE, browser_stand_in, echo_correlation, speech_like
@@ -90,6 +91,7 @@ class Host:
     session_config: SessionConfig = field(default_factory=SessionConfig)
     draining: bool = False
     models: dict[str, RealtimeModel] = field(default_factory=dict)
+    counters: CounterExporter = field(default_factory=lambda: CounterExporter("w-test"))
 
     def model_for(self, provider: str) -> RealtimeModel:
         assert provider == "echo"
