@@ -182,6 +182,16 @@ def _bucket_p99(before: dict[str, float], after: dict[str, float], name: str) ->
     return math.inf, int(count), total / count * 1000
 
 
+def _steal_s(core: int | None) -> float | None:
+    """Seconds of CPU stolen by the hypervisor so far: on ``core``, or averaged over all (None off Linux)."""
+    try:
+        if core is None:
+            return float(psutil.cpu_times().steal) / (psutil.cpu_count() or 1)
+        return float(psutil.cpu_times(percpu=True)[core].steal)
+    except (AttributeError, IndexError):
+        return None
+
+
 def _counter(before: dict[str, float], after: dict[str, float], prefix: str, having: str = "") -> float:
     """Growth over the interval of every sample named ``prefix...`` whose labels include ``having``."""
     return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix) and having in k)
@@ -194,6 +204,7 @@ class CallsBench:
         self.fake: _Proc | None = None
         self.worker: _Proc | None = None
         self.pinned = False
+        self.steal_core: int | None = None
 
     # ------------------------------------------------------------------------------ processes
 
@@ -240,6 +251,7 @@ class CallsBench:
         self.worker = _Proc("worker", argv, self.directory)
         self.worker.wait_for(r"bench worker ready", 60)
         self.pinned = _pin(self.worker.popen.pid, c.worker_core)
+        self.steal_core = c.worker_core if self.pinned else None
         _pin(0, c.load_core)
         _renice(self.worker.popen.pid, c.nice)
         _renice(0, c.nice)
@@ -307,6 +319,7 @@ class CallsBench:
             w0 = self.worker.cpu_s()
             f0 = self.fake.cpu_s() if self.fake else 0.0
             l0 = sum(me.cpu_times()[:2])
+            s0 = _steal_s(self.steal_core)
             spy = self._py_spy(calls)
             await asyncio.sleep(c.window_s)
             if spy is not None:
@@ -315,6 +328,7 @@ class CallsBench:
             w1 = self.worker.cpu_s()
             f1 = self.fake.cpu_s() if self.fake else 0.0
             l1 = sum(me.cpu_times()[:2])
+            s1 = _steal_s(self.steal_core)
             result = await task
             await self._wait_idle(client)
         window = t1 - t0
@@ -361,6 +375,8 @@ class CallsBench:
             "fake_cpu_pct": 100 * (f1 - f0) / window,
             "loadgen_cpu_pct": 100 * (l1 - l0) / window,
             "loadgen_skipped": summary["generator"]["skipped"],
+            # time the hypervisor ran something else on the worker's vCPU while it had work (Linux "steal")
+            "steal_pct": 100 * (s1 - s0) / window if s0 is not None and s1 is not None else math.nan,
         }
         row["sustained"] = bool(
             row["answered"] == calls
@@ -456,6 +472,7 @@ _COLUMNS = (
     ("agent_audio_gaps", "out gaps", "{:.0f}"),
     ("fake_cpu_pct", "fake %", "{:.0f}"),
     ("loadgen_cpu_pct", "gen %", "{:.0f}"),
+    ("steal_pct", "steal %", "{:.1f}"),
     ("sustained", "ok", "{}"),
 )
 

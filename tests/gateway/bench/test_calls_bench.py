@@ -116,3 +116,15 @@ def test_profile_samples_go_to_the_innermost_known_category() -> None:
         "RTP I/O": 11,
         "other": 3,
     }
+
+
+def test_steal_time_is_read_per_core_and_an_unknown_core_reads_as_unknown() -> None:
+    import os
+
+    from gateway.bench.calls import _steal_s
+
+    assert _steal_s(os.cpu_count() or 1) is None  # no such core
+    if os.path.exists("/proc/stat"):
+        first = _steal_s(0)
+        assert first is not None and first >= 0.0 and (_steal_s(0) or 0.0) >= first
+        assert (_steal_s(None) or 0.0) >= 0.0
