@@ -45,12 +45,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-analysis", action="store_true", help="skip markers and correlation (stats only)")
     parser.add_argument("--json", metavar="FILE", help="write every aggregate as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="plot concurrency, setup, jitter, latency over time")
+    impair = parser.add_argument_group("network impairment of what the callers send (seeded, repeatable)")
+    impair.add_argument("--impair-loss", type=float, default=0.0, metavar="PCT", help="drop each packet with PCT %%")
+    impair.add_argument("--impair-jitter", type=int, default=0, metavar="MS", help="hold each packet 0..MS ms")
+    impair.add_argument(
+        "--impair-burst", type=int, default=0, metavar="MS", help="hold a call's packets MS ms, then release them"
+    )
+    impair.add_argument(
+        "--impair-burst-every", type=float, default=5.0, metavar="S", help="one burst per call every S s (5)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 unless all answered, no loss, audio right")
     parser.add_argument("--no-uvloop", action="store_true", help="use the stdlib asyncio loop")
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from gateway.loadtest.config import CODECS, LoadConfig, LoadConfigError, TalkPattern, parse_target
+    from gateway.loadtest.config import CODECS, ImpairConfig, LoadConfig, LoadConfigError, TalkPattern, parse_target
 
     target = parse_target(args.target)
     first, sep, last = args.rtp_ports.partition("-")
@@ -76,6 +85,12 @@ def build_config(args: argparse.Namespace) -> Any:
         setup_timeout_s=args.setup_timeout,
         seed=args.seed,
         analyze=not args.no_analysis,
+        impair=ImpairConfig(
+            loss_pct=args.impair_loss,
+            jitter_ms=args.impair_jitter,
+            burst_ms=args.impair_burst,
+            burst_every_s=args.impair_burst_every,
+        ),
     )
 
 

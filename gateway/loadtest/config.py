@@ -87,6 +87,40 @@ class TalkPattern:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ImpairConfig:
+    """What happens to each call's packets on their way to the target (all zero: nothing)."""
+
+    loss_pct: float = 0.0
+    jitter_ms: int = 0
+    burst_ms: int = 0
+    burst_every_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.loss_pct) and 0.0 <= self.loss_pct <= 100.0):
+            raise LoadConfigError(f"impair loss must be 0-100 %, got {self.loss_pct}")
+        if not 0 <= self.jitter_ms <= 1000:
+            raise LoadConfigError(f"impair jitter must be 0-1000 ms, got {self.jitter_ms}")
+        if self.burst_ms < 0 or self.burst_ms % 20:
+            raise LoadConfigError(f"impair burst must be a multiple of 20 ms, got {self.burst_ms}")
+        if self.burst_ms and not (math.isfinite(self.burst_every_s) and self.burst_every_s * 1000 > self.burst_ms):
+            raise LoadConfigError("impair burst needs a period (--impair-burst-every) longer than the burst")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.loss_pct or self.jitter_ms or self.burst_ms)
+
+    def describe(self) -> str:
+        parts = []
+        if self.loss_pct:
+            parts.append(f"loss {self.loss_pct:g} %")
+        if self.jitter_ms:
+            parts.append(f"jitter 0-{self.jitter_ms} ms")
+        if self.burst_ms:
+            parts.append(f"{self.burst_ms} ms bursts every {self.burst_every_s:g} s")
+        return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoadConfig:
     """One load test (one process's share of it when spread over workers)."""
 
@@ -108,6 +142,7 @@ class LoadConfig:
     setup_timeout_s: float = 10.0
     seed: int = 1
     analyze: bool = True  # markers and correlation per call (the expensive part, done after the load)
+    impair: ImpairConfig = field(default_factory=ImpairConfig)  # network impairment of what is sent
 
     def __post_init__(self) -> None:
         host, port = self.target

@@ -72,6 +72,9 @@ class GeneratorStats:
     skipped: int = 0
     max_lag_ms: float = 0.0
     max_tick_ms: float = 0.0
+    impair: str = "none"  # the --impair-* settings applied to what the callers sent
+    impair_dropped: int = 0  # packets the impairment dropped (the target saw them as lost)
+    impair_delayed: int = 0  # packets it held back
 
 
 @dataclass(slots=True, kw_only=True)
@@ -120,6 +123,9 @@ def merge(runs: list[RunResult]) -> RunResult:
         skipped=sum(g.skipped for g in gens),
         max_lag_ms=max(g.max_lag_ms for g in gens),
         max_tick_ms=max(g.max_tick_ms for g in gens),
+        impair=gens[0].impair if gens else "none",
+        impair_dropped=sum(g.impair_dropped for g in gens),
+        impair_delayed=sum(g.impair_delayed for g in gens),
     )
     return RunResult(
         worker=-1,
@@ -270,6 +276,13 @@ def table(summary: dict[str, Any]) -> str:
             f"ticks {g['ticks']}  overruns {g['overruns']}  skipped {g['skipped']}  max lag {_fmt(g['max_lag_ms'])} ms",
         )
     )
+    if g["impair"] != "none":
+        rows.append(
+            (
+                "impairment (sent)",
+                f"{g['impair']}: {g['impair_dropped']} packets dropped, {g['impair_delayed']} held back",
+            )
+        )
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
 

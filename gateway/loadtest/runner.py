@@ -31,6 +31,7 @@ from gateway.loadtest.audio import CallAudio, plan_call_audio, source_audio
 from gateway.loadtest.callanalysis import PACING_BINS, analyze_call
 from gateway.loadtest.calls import LoadCall, LoadCalls
 from gateway.loadtest.config import LoadConfig
+from gateway.loadtest.impair import CallImpairment
 from gateway.loadtest.media import CallReceiver, CallSender, FrameSchedule
 from gateway.loadtest.results import CallResult, GeneratorStats, Progress, RunResult, TimelineSample
 from gateway.sip.config import SessionTimerConfig, SipConfig
@@ -82,7 +83,8 @@ class LoadRunner:
         self._source = source_audio(config.audio, config.clock_rate, wav=config.wav)
         self._plans: dict[int, tuple[CallAudio, list[bytes], int]] = {}
         self._tick_times: dict[int, float] = {}  # tick -> time.monotonic() when its packets left
-        self._sending: dict[int, tuple[CallSender, RtpEndpoint, tuple[str, int]]] = {}
+        self._sending: dict[int, tuple[CallSender, RtpEndpoint, tuple[str, int], CallImpairment | None]] = {}
+        self._impaired: list[CallImpairment] = []
         self._schedule: FrameSchedule | None = None
         self._tick = 0
         self._placed = 0
@@ -197,6 +199,9 @@ class LoadRunner:
             skipped=stats.skipped,
             max_lag_ms=stats.max_lag_s * 1000,
             max_tick_ms=stats.max_duration_s * 1000,
+            impair=self.config.impair.describe(),
+            impair_dropped=sum(i.dropped for i in self._impaired),
+            impair_delayed=sum(i.delayed for i in self._impaired),
         )
         results, hist = self._results()
         return RunResult(
@@ -305,7 +310,11 @@ class LoadRunner:
             clock_rate=self.config.clock_rate,
         )
         media.remote = negotiated.remote_rtp
-        self._sending[call.index] = (media.sender, media.rtp, negotiated.remote_rtp)
+        impairment = None
+        if self.config.impair.active:
+            impairment = CallImpairment(self.config.impair, self._rng)
+            self._impaired.append(impairment)
+        self._sending[call.index] = (media.sender, media.rtp, negotiated.remote_rtp, impairment)
 
     def _ended(self, call: LoadCall, now: float) -> None:
         self._sending.pop(call.index, None)
@@ -329,12 +338,26 @@ class LoadRunner:
             schedule = self._schedule = FrameSchedule(deadline)
         tick = schedule.tick(deadline)
         self._tick_times[tick] = time.monotonic()
-        for sender, rtp, remote in self._sending.values():
+        for index, (sender, rtp, remote, impairment) in self._sending.items():
             if sender.start_tick < 0:
                 sender.start_tick = tick
             packet = sender.packet(tick)
-            if packet is not None:
+            if packet is None:
+                continue
+            if impairment is None:
                 rtp.send_rtp(packet, remote)
+                continue
+            delay = impairment.delay_s(tick - sender.start_tick)
+            if delay == 0.0:
+                rtp.send_rtp(packet, remote)
+            elif delay is not None:
+                self._loop.call_later(delay, self._send_held, index, sender, packet)  # type: ignore[union-attr]
+
+    def _send_held(self, index: int, sender: CallSender, packet: bytes) -> None:
+        """A packet the impairment held back leaves now, unless its call has ended meanwhile."""
+        entry = self._sending.get(index)
+        if entry is not None and entry[0] is sender:
+            entry[1].send_rtp(packet, entry[2])
 
     async def _sample_loop(self) -> None:
         loop = asyncio.get_running_loop()
