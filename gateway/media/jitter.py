@@ -130,7 +130,7 @@ class JitterBuffer:
         units_per_frame: int,
         unit_bytes: int,
         config: JitterConfig,
-        quiet: Callable[[bytes], bool] | None = None,  # AB
+        quiet: Callable[[bytes], bool] | None = None,
     ) -> None:
         """``unit_bytes`` > 0 re-frames payloads into units of that size; 0 takes each payload as one unit.
 

@@ -9,8 +9,8 @@ possible, up to ``max_catch_up`` in a row, so every call still gets exactly one 
 beyond that the clock re-anchors and counts the skipped ticks. A tick whose work ends after the next deadline
 is an *overrun*.
 
-A catch-up tick is not run back to back with the late one: it is scheduled for its (past) deadline, so the
-event loop polls its sockets and runs the callbacks and tasks that are ready before it. The packets that
+A catch-up tick is not run back to back with the late one: it is scheduled 1 ms out, so the event loop polls
+its sockets and runs the callbacks and tasks that are ready before it. The packets that
 arrived during the stall then reach the jitter buffers, and the audio that tasks woken by the late tick
 produce reaches the playout buffers, before the next frame is taken from them. Run back to back, a stall of
 two periods made every call's jitter buffer underrun (its next packet was still unread in the socket) and
