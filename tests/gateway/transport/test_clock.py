@@ -9,6 +9,15 @@ import uvloop
 from gateway.transport.clock import MediaClock
 
 
+async def run_until(clock: MediaClock, done: asyncio.Event) -> None:
+    """Run ``clock`` until ``done`` is set (5 s at most), then stop it."""
+    clock.start()
+    try:
+        await asyncio.wait_for(done.wait(), timeout=5)
+    finally:
+        clock.stop()
+
+
 async def test_ticks_land_on_absolute_deadlines_without_drift() -> None:
     loop = asyncio.get_running_loop()
     deadlines: list[float] = []
@@ -24,11 +33,7 @@ async def test_ticks_land_on_absolute_deadlines_without_drift() -> None:
             done.set()
 
     clock = MediaClock(on_tick, period=0.02)
-    clock.start()
-    try:
-        await asyncio.wait_for(done.wait(), timeout=5)
-    finally:
-        clock.stop()
+    await run_until(clock, done)
     steps = [b - a for a, b in itertools.pairwise(deadlines)]
     assert all(abs(s - 0.02) < 1e-9 for s in steps)
     assert clock.stats.ticks >= 25
@@ -49,11 +54,7 @@ async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
             done.set()
 
     clock = MediaClock(on_tick, period=0.02, max_catch_up=10)
-    clock.start()
-    try:
-        await asyncio.wait_for(done.wait(), timeout=5)
-    finally:
-        clock.stop()
+    await run_until(clock, done)
     # every media-time slot got its tick: consecutive deadlines, none skipped
     assert [round((d - deadlines[0]) / 0.02) for d in deadlines[:10]] == list(range(10))
     assert clock.stats.overruns >= 1
@@ -92,11 +93,9 @@ def _catch_up_order(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> li
 
         loop.add_reader(receiver.fileno(), readable)
         clock = MediaClock(on_tick, period=0.02, max_catch_up=10)
-        clock.start()
         try:
-            await asyncio.wait_for(done.wait(), timeout=5)
+            await run_until(clock, done)
         finally:
-            clock.stop()
             loop.remove_reader(receiver.fileno())
             receiver.close()
             sender.close()
