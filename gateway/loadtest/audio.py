@@ -7,6 +7,11 @@ Sources (at the codec's clock rate: 8 kHz for G.711, 48 kHz for Opus):
   pulse train with a wandering pitch through three moving formant resonators, in syllables).
 - ``tone``: 440 Hz + 1 kHz, -12 dBFS. ``silence``: zeros (no markers either: there is nothing to find).
 
+Speech has its pauses capped at ``PAUSE_CAP_MS`` (:func:`cap_pauses`): a sentence break of espeak-ng (up to
+470 ms) or of the built-in signal (560 ms) inside a planned talk spurt comes close to a turn detector's
+end-of-turn silence (500 ms in the fake provider and OpenAI's default), and one frame a jitter buffer inserts
+there would end the caller's turn in the middle of a spurt.
+
 :func:`plan_call_audio` lays a call out as talk spurts and pauses (:class:`~gateway.loadtest.config.TalkPattern`).
 Every spurt is the next slice of the source with the marker chirp (:func:`gateway.loadtest.analysis.chirp`)
 put in place of 60 ms of it, 200 ms in, so the marker's media time is known exactly and it never overlaps
@@ -42,6 +47,8 @@ MARKER_MS = 60
 MARKER_AT_MS = 200  # where in each talk spurt the marker sits
 LEAD_IN_MS = 1000  # silence before the first spurt
 _FADE_MS = 5
+PAUSE_CAP_MS = 250  # longest quiet stretch left inside the speech source
+_QUIET_DBFS = -35.0  # 10 ms blocks below this RMS count as quiet (turn detectors use about -45 dBFS)
 
 
 def cache_dir() -> Path:
@@ -152,17 +159,32 @@ def _normalize(x: np.ndarray, dbfs: float) -> Pcm:
     return np.clip(np.round(y), -32767, 32767).astype(np.int16)
 
 
+def cap_pauses(pcm: Pcm, rate: int, *, max_ms: int = PAUSE_CAP_MS, quiet_dbfs: float = _QUIET_DBFS) -> Pcm:
+    """``pcm`` with every quiet stretch (10 ms blocks below ``quiet_dbfs`` RMS) cut to at most ``max_ms``."""
+    block = rate // 100
+    whole = pcm.size // block * block
+    blocks = pcm[:whole].reshape(-1, block)
+    rms = np.sqrt(np.mean(blocks.astype(np.float64) ** 2, axis=1))
+    quiet = rms < 32767 * 10 ** (quiet_dbfs / 20)
+    keep = np.ones(quiet.size, dtype=bool)
+    limit, run = max_ms // 10, 0
+    for i, is_quiet in enumerate(quiet.tolist()):
+        run = run + 1 if is_quiet else 0
+        keep[i] = run <= limit
+    return np.concatenate([blocks[keep].reshape(-1), pcm[whole:]])
+
+
 def source_audio(kind: AudioKind, rate: int, *, wav: str | None = None) -> Pcm:
-    """The audio the callers loop through, at ``rate``."""
+    """The audio the callers loop through, at ``rate`` (speech with its pauses capped)."""
     if kind == "silence":
         return np.zeros(rate, dtype=np.int16)
     if kind == "tone":
         return tone(rate)
     if wav is not None:
         pcm, file_rate = read_wav(wav)
-        return _normalize(resample(pcm, file_rate, rate), -16.0)
+        return cap_pauses(_normalize(resample(pcm, file_rate, rate), -16.0), rate)
     speech = espeak_speech(rate)
-    return speech if speech is not None else speech_like(rate)
+    return cap_pauses(speech if speech is not None else speech_like(rate), rate)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

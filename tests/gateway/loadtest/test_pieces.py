@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.loadtest import _codec
 from gateway.loadtest.analysis import chirp
-from gateway.loadtest.audio import plan_call_audio, speech_like
+from gateway.loadtest.audio import PAUSE_CAP_MS, cap_pauses, plan_call_audio, source_audio, speech_like
 from gateway.loadtest.callanalysis import PACING_BINS, analyze_call, histogram_percentile, pacing_histogram
 from gateway.loadtest.config import (
     LoadConfig,
@@ -267,3 +267,30 @@ def test_merge_puts_workers_on_one_time_axis_and_sums_everything() -> None:
     assert summary["setup_ms"]["max"] == 30.0 and summary["rtt_ms"]["count"] == 3
     assert summary["pacing_error_ms"]["packets"] == 750
     assert summary["max_concurrent"] == 3  # the two workers' samples of the same second add up
+
+
+def _quiet_runs_ms(pcm: np.ndarray, rate: int, dbfs: float = -45.0) -> list[int]:
+    """Lengths of the stretches a -45 dBFS, 20 ms turn detector would hear as silence."""
+    frame = rate // 50
+    rms = np.sqrt(np.mean(pcm[: pcm.size // frame * frame].astype(np.float64).reshape(-1, frame) ** 2, axis=1))
+    runs, run = [], 0
+    for quiet in (rms < 32767 * 10 ** (dbfs / 20)).tolist():
+        run = run + 1 if quiet else 0
+        runs.append(run * 20)
+    return runs
+
+
+def test_pauses_are_capped_and_the_speech_around_them_kept_in_order() -> None:
+    rate = 8000
+    loud = (8000 * np.sin(np.arange(800) * 0.3)).astype(np.int16)  # 100 ms
+    quiet = np.zeros
+    pcm = np.concatenate([loud, quiet(4800, np.int16), loud[::-1], quiet(1600, np.int16), loud])
+    capped = cap_pauses(pcm, rate, max_ms=250)
+    assert capped.size == pcm.size - (4800 - 2000)  # 600 ms cut to 250; the 200 ms pause untouched
+    expected = np.concatenate([loud, quiet(2000, np.int16), loud[::-1], quiet(1600, np.int16), loud])
+    assert np.array_equal(capped, expected)
+
+
+def test_speech_source_has_no_pause_a_turn_detector_would_end_a_turn_on() -> None:
+    for rate in (8000, 48000):
+        assert max(_quiet_runs_ms(source_audio("speech", rate), rate)) <= PAUSE_CAP_MS
