@@ -212,14 +212,18 @@ class FakeRealtimeServer:
 
 
 def _audio_response(audio: bytes) -> Response:
-    headers = Headers([("Content-Type", "application/octet-stream"), ("Content-Length", str(len(audio)))])
-    return Response(http.HTTPStatus.OK.value, http.HTTPStatus.OK.phrase, headers, audio)
+    return _response(http.HTTPStatus.OK, "application/octet-stream", audio)
 
 
 def _json_response(status: http.HTTPStatus, body: Any) -> Response:
-    data = orjson.dumps(body)
-    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
-    return Response(status.value, status.phrase, headers, data)
+    return _response(status, "application/json", orjson.dumps(body))
+
+
+def _response(status: http.HTTPStatus, content_type: str, body: bytes) -> Response:
+    # The websocket server closes the connection after a plain HTTP answer: say so, or a client that keeps
+    # connections alive sends its next request into a closed socket.
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close")])
+    return Response(status.value, status.phrase, headers, body)
 
 
 async def run_fake_server(options: FakeOptions, *, host: str, port: int, ready: Callable[[str], None]) -> None:

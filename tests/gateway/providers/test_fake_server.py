@@ -47,7 +47,9 @@ async def test_http_records_and_control() -> None:
         await fake.wait_until(lambda: fake.record(1).audio_bytes == 3 * 960)
         base = f"http://127.0.0.1:{fake.port}"
         async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=5) as http:
-            assert (await http.get("/healthz")).json() == {"ok": True, "live": 1}
+            health = await http.get("/healthz")
+            assert health.json() == {"ok": True, "live": 1}
+            assert health.headers["connection"] == "close"  # the server closes after answering: it says so
             (summary,) = (await http.get("/records")).json()
             assert summary["audio_bytes"] == 3 * 960
             assert summary["audio_sha256"] == hashlib.sha256(b"".join(frames)).hexdigest()
