@@ -98,6 +98,12 @@ class CallStats(_Model):
     jitter_ms: float = Field(default=0.0, ge=0.0)
     late: int = Field(default=0, ge=0, description="Packets that arrived after their playout time")
     rtt_ms: float | None = Field(default=None, ge=0.0, description="Round-trip time from RTCP (or WebRTC stats)")
+    concealed: int = Field(default=0, ge=0, description="Caller frames played as concealment (lost or late audio)")
+    underruns: int = Field(default=0, ge=0, description="Times the caller's jitter buffer ran empty and re-buffered")
+    discarded: int = Field(default=0, ge=0, description="Caller frames dropped to bring the playout delay down")
+    agent_audio_gaps: int = Field(
+        default=0, ge=0, description="Times the agent's audio ran out while its item was still arriving"
+    )
     mos: float | None = Field(default=None, ge=1.0, le=5.0, description="E-model estimate (ITU-T G.107)")
     provider_latency_p50_ms: float | None = Field(default=None, ge=0.0)
     provider_latency_last_ms: float | None = Field(default=None, ge=0.0)

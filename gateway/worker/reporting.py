@@ -39,6 +39,9 @@ def media_fields(
     codec: str,
     late: int = 0,
     rtt_ms: float | None = None,
+    concealed: int = 0,
+    underruns: int = 0,
+    discarded: int = 0,
 ) -> dict[str, Any]:
     """The media half of CallStats, with an E-model MOS estimate from loss and one-way delay."""
     loss_pct = min(100.0, max(0.0, loss_pct))
@@ -50,6 +53,9 @@ def media_fields(
         "jitter_ms": jitter_ms,
         "late": late,
         "rtt_ms": rtt_ms,
+        "concealed": concealed,
+        "underruns": underruns,
+        "discarded": discarded,
     }
     if packets_in:
         fields["mos"] = estimate_mos(loss_pct=loss_pct, delay_ms=delay_ms + (rtt_ms or 0.0) / 2, codec=codec)
@@ -66,6 +72,7 @@ def session_fields(session: CallSession | None) -> dict[str, Any]:
         "barge_ins": stats.barge_ins,
         "resumes": stats.resumes,
         "tool_calls": stats.tool_calls,
+        "agent_audio_gaps": stats.agent_audio_gaps,
     }
 
 

@@ -606,6 +606,9 @@ class SipCalls:
                 jitter_ms=media.jitter_ms,
                 late=media.late,
                 rtt_ms=media.rtt_ms,
+                concealed=media.concealed,
+                underruns=media.underruns,
+                discarded=media.discarded,
                 # jitter buffer + one tick each way + packetization
                 delay_ms=media.target_delay_ms + 40.0,
                 codec=media.codec,

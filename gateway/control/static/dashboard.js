@@ -262,11 +262,14 @@
     row.append(cell(`num ${grade(stats.mos, 4.0, 3.6, true)}`, num(stats.mos, 2), "E-model MOS"));
     row.append(cell(`num ${grade(stats.loss_pct, 1, 3, false)}`, `${num(stats.loss_pct, 1)} %`,
       `${stats.rtp_lost || 0} lost of ${stats.rtp_packets_in || 0} received, ${stats.late || 0} late`));
-    row.append(cell(`num ${grade(stats.jitter_ms, 30, 60, false)}`, `${num(stats.jitter_ms, 1)} ms`));
+    row.append(cell(`num ${grade(stats.jitter_ms, 30, 60, false)}`, `${num(stats.jitter_ms, 1)} ms`,
+      `jitter buffer: ${stats.underruns || 0} underruns · ${stats.concealed || 0} frames concealed · ` +
+      `${stats.discarded || 0} dropped`));
     const latency = stats.provider_latency_p50_ms === null || stats.provider_latency_p50_ms === undefined
       ? "–" : `${num(stats.provider_latency_p50_ms, 0)} / ${num(stats.provider_latency_last_ms, 0)} ms`;
     row.append(cell(`num ${grade(stats.provider_latency_p50_ms, 800, 1500, false)}`, latency,
-      `barge-ins ${stats.barge_ins || 0} · resumes ${stats.resumes || 0} · tool calls ${stats.tool_calls || 0}`));
+      `barge-ins ${stats.barge_ins || 0} · resumes ${stats.resumes || 0} · tool calls ${stats.tool_calls || 0}` +
+      ` · agent audio gaps ${stats.agent_audio_gaps || 0}`));
 
     const spark = el("td");
     const canvas = el("canvas", "spark");

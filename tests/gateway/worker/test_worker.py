@@ -93,6 +93,10 @@ async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: M
         snapshot = worker.snapshot_of(leg)
         assert snapshot.codec == codec and snapshot.state == "active"
         assert snapshot.stats.rtp_packets_in >= 100 and snapshot.stats.rtp_lost == 0
+        # a clean loopback stream: the jitter buffer ran dry at most where the caller stopped sending, dropped
+        # nothing, and the echo never left a gap
+        assert snapshot.stats.underruns <= 1 and snapshot.stats.discarded == 0
+        assert snapshot.stats.agent_audio_gaps == 0
         if drain is not None:
             assert len(drain) == 1  # the call's RTP socket, read by the tick
         peer.hang_up(call)
