@@ -9,6 +9,8 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.media.jitter import JitterConfig
+
 
 class WorkerSettings(BaseSettings):
     """One media worker: where it listens for SIP and RTP, what it offers, and how hard it works."""
@@ -32,6 +34,11 @@ class WorkerSettings(BaseSettings):
     # True: RTP read by the media tick, all calls in one epoll round, with kernel arrival times (Linux; ADR 0007,
     # which measured no CPU gain and a longer tick). False: a readiness callback per packet (ADR 0002).
     rtp_read_at_tick: bool = False
+    # Callers' jitter buffers (gateway/media/jitter.py): the playout delay stays within [min, max] ms and,
+    # after an underrun grew it, is kept jitter_hold_s before it is given back (0: at once, in the next pause).
+    jitter_min_delay_ms: int = Field(default=20, ge=20, le=500, multiple_of=10)
+    jitter_max_delay_ms: int = Field(default=200, ge=20, le=1000, multiple_of=10)
+    jitter_hold_s: float = Field(default=10.0, ge=0, le=120)
     sip_allow: Annotated[tuple[str, ...], NoDecode] = ()  # CIDRs; empty = any source
     sip_auth_realm: str = "gateway"
     sip_auth_user: str | None = None
@@ -102,7 +109,21 @@ class WorkerSettings(BaseSettings):
     def _auth_pair(self) -> WorkerSettings:
         if (self.sip_auth_user is None) != (self.sip_auth_password is None):
             raise ValueError("set both sip_auth_user and sip_auth_password, or neither")
+        if self.jitter_min_delay_ms > self.jitter_max_delay_ms:
+            raise ValueError("jitter_min_delay_ms must not exceed jitter_max_delay_ms")
         return self
+
+    @property
+    def jitter_config(self) -> JitterConfig:
+        """The playout policy of every SIP caller's jitter buffer on this worker."""
+        low, high, default = self.jitter_min_delay_ms, self.jitter_max_delay_ms, JitterConfig()
+        return JitterConfig(
+            min_delay_ms=low,
+            max_delay_ms=high,
+            start_delay_ms=min(max(default.start_delay_ms, low), high),
+            horizon_ms=max(default.horizon_ms, 2 * high),
+            shrink_hold_frames=round(self.jitter_hold_s * 50),
+        )
 
     @property
     def rtp_port_bounds(self) -> tuple[int, int]:

@@ -317,6 +317,7 @@ class SipCalls:
             channels=channels,
             direction=negotiated.direction,
             latch_any_source=not self._worker.settings.rtp_strict_source,
+            jitter=self._worker.settings.jitter_config,
         )
         now = self._worker.clock_now()
         self._worker.engine.add_call(config, now=now)

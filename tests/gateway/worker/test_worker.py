@@ -43,7 +43,7 @@ def best_correlation(sent: np.ndarray, heard: np.ndarray) -> float:
 
 @pytest.fixture
 async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
-    read_at_tick = getattr(request, "param", False)  # RTP read per readiness callback, or by the tick (ADR 0007)
+    overrides = getattr(request, "param", {})  # e.g. RTP read by the tick (ADR 0007) instead of per packet
     sip_port = free_ports(1)[0]
     rtp_low = free_ports(40)[0]
     rtp_low += rtp_low % 2
@@ -53,7 +53,7 @@ async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
         rtp_ports=f"{rtp_low}-{rtp_low + 37}",
         rtp_timeout_s=1.0,
         capacity=8,
-        rtp_read_at_tick=read_at_tick,
+        **overrides,
     )
     w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
     await w.start()
@@ -76,7 +76,9 @@ async def _answered(peer: SipPeer, call) -> None:  # type: ignore[no-untyped-def
     peer.answered(call, event.body)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("worker", [True, False], indirect=True, ids=["read-at-tick", "read-per-packet"])
+@pytest.mark.parametrize(
+    "worker", [{"rtp_read_at_tick": True}, {}], indirect=True, ids=["read-at-tick", "read-per-packet"]
+)
 @pytest.mark.parametrize("codec", ["PCMU", "PCMA"])
 async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: MediaWorker, codec: str) -> None:
     drain = worker.rtp_drain
@@ -393,3 +395,16 @@ async def test_gateway_added_delays_and_the_reply_round_trip_reach_the_metrics()
     assert n_out >= 1 and 0.0 <= s_out / n_out < 0.1  # the reply's first frame leaves within a few ticks
     # the provider's VAD said the caller stopped -> the reply's first frame; the fake replies at that moment
     assert n_rt == 1 and 0.0 < s_rt < 0.1
+
+
+@pytest.mark.parametrize("worker", [{"jitter_min_delay_ms": 100}], indirect=True)
+async def test_the_workers_jitter_settings_reach_every_callers_buffer(worker: MediaWorker) -> None:
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+        await _answered(peer, call)
+        await peer.stream(call, speechlike(0.4))
+        [leg] = list(worker.legs.values())
+        # a clean stream's jitter asks for 30 ms at most: the configured floor is what the buffer holds
+        assert worker.engine.stats(leg.id, worker.clock_now()).target_delay_ms == 100
+        peer.hang_up(call)
+        await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]

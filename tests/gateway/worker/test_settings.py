@@ -1,0 +1,42 @@
+"""Worker settings that shape the media: the callers' jitter-buffer policy."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.media.jitter import JitterConfig
+from gateway.worker.settings import WorkerSettings
+
+
+def test_default_jitter_policy_is_the_jitter_buffers_own() -> None:
+    assert WorkerSettings().jitter_config == JitterConfig()
+
+
+def test_jitter_bounds_and_hold_shape_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_JITTER_MIN_DELAY_MS", "60")
+    monkeypatch.setenv("GATEWAY_JITTER_MAX_DELAY_MS", "600")
+    monkeypatch.setenv("GATEWAY_JITTER_HOLD_S", "0")
+    config = WorkerSettings().jitter_config
+    assert (config.min_delay_ms, config.max_delay_ms, config.shrink_hold_frames) == (60, 600, 0)
+    assert config.start_delay_ms == 60  # the start delay is kept inside the bounds
+    assert config.horizon_ms == 1200  # a discontinuity is still told from the deepest buffer
+    assert WorkerSettings(jitter_max_delay_ms=600, jitter_hold_s=2.5).jitter_config.shrink_hold_frames == 125
+
+
+def test_a_low_ceiling_brings_the_start_delay_down_with_it() -> None:
+    assert WorkerSettings(jitter_max_delay_ms=30).jitter_config.start_delay_ms == 30
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"jitter_min_delay_ms": 300, "jitter_max_delay_ms": 200},
+        {"jitter_min_delay_ms": 10},
+        {"jitter_max_delay_ms": 25},  # not whole 10 ms units
+        {"jitter_hold_s": -1},
+    ],
+)
+def test_a_jitter_setting_that_cannot_work_is_refused_at_start(bad: dict[str, float]) -> None:
+    with pytest.raises(ValidationError):
+        WorkerSettings(**bad)  # type: ignore[arg-type]
