@@ -26,9 +26,11 @@ Playout states (``pop`` is called once per 20 ms tick)::
   never fell below the target - but not within ``shrink_hold_frames`` of an underrun: the delay an underrun
   grew to is what the last late burst needed, and giving it back at once would make the next such burst
   another underrun (a gap inserted inside the caller's talk spurt) followed by another dropped frame.
-  With a ``quiet`` test (G.711: no sample above -36 dBFS) a due shrink waits, up to ``shrink_wait_frames``,
-  for a pause - ``shrink_pause_frames`` quiet frames played and a quiet one next - and drops that frame:
-  a pause 20 ms shorter is not heard, a syllable 20 ms shorter is.
+  A due shrink waits, up to ``shrink_wait_frames``, for a pause - ``shrink_pause_frames`` quiet frames
+  played and a quiet one next - and drops that frame: a pause 20 ms shorter is not heard, a syllable 20 ms
+  shorter is. G.711 payloads are judged by a ``quiet`` test (no sample above -36 dBFS); an Opus payload can
+  only be judged decoded, so while ``wants_level`` the caller reports each played frame with :meth:`heard`
+  and the frame after five quiet ones is taken to be quiet too.
 
 ``status`` after ``pop`` is PLAYED, CONCEALED (a gap inside a talkspurt: the caller runs PLC; ``fec_payload``
 holds the next frame's payload if buffered, for Opus in-band FEC) or SILENT (nothing to play: before the first
@@ -95,6 +97,7 @@ class JitterBuffer:
         "_due",
         "_frame_bytes",
         "_gap",
+        "_heard_quiet",
         "_high",
         "_hold",
         "_min_span",
@@ -153,6 +156,7 @@ class JitterBuffer:
         self._gap = config.max_conceal_frames  # not playing yet: gaps are silence, not concealment
         self._hold = 0
         self._quiet = quiet
+        self._heard_quiet = False
         self._reset()
 
     def _reset(self) -> None:
@@ -319,26 +323,36 @@ class JitterBuffer:
         if self._window < self.config.shrink_window_frames:
             return
         if self._min_span >= self.target_ms:
-            if self._quiet is None:
-                self._drop(nxt)
-            else:
-                self._due = self.config.shrink_wait_frames
-                self._quiet_run = 0
+            self._due = self.config.shrink_wait_frames
+            self._quiet_run = 0
+            self._heard_quiet = False
         self._min_span = 1 << 30
         self._window = 0
+
+    @property
+    def wants_level(self) -> bool:
+        """A shrink waits for a pause and only the decoded audio can tell one: report frames with heard()."""
+        return self._due > 0 and self._quiet is None
+
+    def heard(self, quiet: bool) -> None:
+        """Whether the frame just played was quiet, judged from its decoded audio (codecs without a quiet test)."""
+        self._heard_quiet = quiet
 
     def _drop_in_pause(self, nxt: int, played: bytes, span_ms: int) -> None:
         """A shrink is due: drop the next frame once a pause is reached (or the wait is over)."""
         if span_ms < self.target_ms:  # the excess drained by itself (the sender slowed down): keep every frame
             self._due = 0
             return
-        assert self._quiet is not None
-        self._quiet_run = self._quiet_run + 1 if self._quiet(played) else 0
+        quiet = self._quiet
+        # Without a payload test the level comes from heard(), one frame behind: the run is just as long.
+        played_quiet = quiet(played) if quiet is not None else self._heard_quiet
+        self._quiet_run = self._quiet_run + 1 if played_quiet else 0
         self._due -= 1
         following = self._slots.get(nxt)
         if not following:  # a gap or half a frame: nothing whole to drop here
             return
-        if not self._due or (self._quiet_run >= self.config.shrink_pause_frames and self._quiet(following)):
+        in_pause = self._quiet_run >= self.config.shrink_pause_frames and (quiet is None or quiet(following))
+        if not self._due or in_pause:
             self._due = 0
             self._drop(nxt)
 

@@ -345,18 +345,35 @@ def test_a_due_shrink_in_endless_speech_drops_a_frame_when_the_wait_is_over() ->
     assert dropped[0] == 20 + 10 + 40  # frame 20 plays first after the burst: its window, then the whole wait
 
 
-def test_opus_has_no_quiet_test_and_drops_at_once() -> None:
-    jb = JitterBuffer(clock_rate=48000, unit_samples=960, units_per_frame=1, unit_bytes=0, config=shrinking(hold=0))
+def opus_run(*, quiet_from: int, wait: int = 250) -> tuple[JitterBuffer, list[int]]:
+    """An Opus buffer 160 ms too deep; the tick reports each played frame quiet from frame ``quiet_from`` on."""
+    config = shrinking(hold=0, wait=wait, pause=5)
+    jb = JitterBuffer(clock_rate=48000, unit_samples=960, units_per_frame=1, unit_bytes=0, config=config)
     for k in range(8):  # 160 ms arrive at once; then one a tick
         jb.push(k * 960, bytes([k]) * 40)
     played = []
-    for k in range(8, 40):
+    for k in range(8, 80):
         jb.push(k * 960, bytes([k]) * 40)
         jb.adapt(0.0, 100, 48000)
         payload = jb.pop()
         assert payload is not None
         played.append(payload[0])
-    assert jb.discarded == 3 and len(set(range(played[-1])) - set(played)) == 3
+        if jb.wants_level:  # what the tick does after decoding the frame
+            jb.heard(payload[0] >= quiet_from)
+    return jb, played
+
+
+def test_opus_frames_are_judged_by_what_the_tick_heard_and_dropped_in_a_pause() -> None:
+    jb, played = opus_run(quiet_from=40)
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert jb.discarded == len(dropped) >= 1
+    assert dropped[0] >= 40 + 5  # five quiet frames heard first, though the shrink was due long before
+
+
+def test_opus_with_no_pause_drops_when_the_wait_is_over() -> None:
+    jb, played = opus_run(quiet_from=1000, wait=20)
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert jb.discarded == len(dropped) >= 1 and dropped[0] >= 10 + 20
 
 
 def test_config_validation() -> None:

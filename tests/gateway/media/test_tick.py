@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
+from gateway.media.jitter import JitterConfig
 from gateway.media.rfc4733 import parse_telephone_event
 from gateway.media.rtcp import parse_rtcp
 from gateway.media.rtp import build_rtp, parse_rtp
@@ -430,3 +431,25 @@ def test_one_packet_per_second_is_followed_to_the_frame_that_plays_it() -> None:
     # Packet 0 (arrived at 0.0) plays at tick 1 (40 ms start delay); packet 51 (1.02 s) at tick 52.
     assert [(k, round(arrived, 3)) for k, arrived, _ in seen] == [(1, 0.0), (52, 1.02)]
     assert [codes for _, _, codes in seen] == [payloads[0], payloads[51]]  # the frame carries that packet
+
+
+def test_an_opus_callers_excess_delay_is_given_back_in_a_pause_the_tick_heard() -> None:
+    alice, bob = TickEngine(), TickEngine()
+    alice.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    policy = JitterConfig(warmup_packets=0, shrink_window_frames=10, shrink_hold_frames=0, shrink_pause_frames=5)
+    bob.add_call(config("o", "opus", remote_rtp=("10.0.0.1", 6000), jitter=policy), now=0.0)
+    talk = tone(300, 24000, 0.8, amp=8000)  # 40 frames of sound, then silence
+    packets = []
+    for k in range(100):
+        frame = Frame(index=k, pcm=talk[k * 480 : (k + 1) * 480] if k < 40 else np.zeros(480, np.int16))
+        packets += [data for _, _, data in alice.tick_outbound({"o": frame}, k * 0.02)]
+    for data in packets[:8]:  # a burst: 160 ms arrive at once, far above the buffer's 20 ms target
+        bob.packet_received("o", data, ("10.0.0.1", 6000), 0.0)
+    first_drop = None
+    for k, data in enumerate(packets[8:]):
+        bob.packet_received("o", data, ("10.0.0.1", 6000), k * 0.02)
+        bob.tick_inbound(k * 0.02 + 0.01)
+        if first_drop is None and bob.stats("o", k * 0.02).discarded:
+            first_drop = k
+    # due within the first window, but the frames dropped come from the pause: tick k plays media frame ~k
+    assert first_drop is not None and first_drop >= 40
