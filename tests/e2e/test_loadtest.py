@@ -13,39 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.gateway_proc import start_gateway
+from tests.e2e.gateway_proc import GatewayProcess, start_gateway
 from tests.support.procs import ProcessGroup
 
 pytestmark = pytest.mark.timeout(180)
+
+
+async def run_loadtest(procs: ProcessGroup, gateway: GatewayProcess, report: Path, *options: str) -> None:
+    """``gateway loadtest`` against ``gateway`` with ``options``, to completion (90 s at most), JSON to ``report``."""
+    rtp = f"{gateway.rtp_range[1] + 1000}-{gateway.rtp_range[1] + 1199}"
+    target = f"127.0.0.1:{gateway.sip_port}"
+    argv = [sys.executable, "-m", "gateway", "loadtest", "--target", target, "--rtp-ports", rtp, "--json", str(report)]
+    load = await procs.start("loadtest", [*argv, *options], lifetime=90)
+    assert await load.wait(within=90) == 0, load.output
 
 
 async def test_thirty_echo_calls_lose_nothing_and_come_back_right(tmp_path: Path) -> None:
     report = tmp_path / "loadtest.json"
     async with ProcessGroup(tmp_path / "logs") as procs:
         gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
-        load = await procs.start(
-            "loadtest",
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "loadtest",
-                "--target",
-                f"127.0.0.1:{gateway.sip_port}",
-                "--calls",
-                "30",
-                "--cps",
-                "15",
-                "--duration",
-                "10",
-                "--rtp-ports",
-                f"{gateway.rtp_range[1] + 1000}-{gateway.rtp_range[1] + 1199}",
-                "--json",
-                str(report),
-            ],
-            lifetime=90,
-        )
-        assert await load.wait(within=90) == 0, load.output
+        await run_loadtest(procs, gateway, report, "--calls", "30", "--cps", "15", "--duration", "10")
     summary = json.loads(report.read_text())
     assert summary["calls"] == 30 and summary["answered"] == 30, summary["statuses"]
     assert summary["packets_lost"] == 0 and summary["sequence_errors"] == 0
@@ -70,35 +57,8 @@ async def test_over_a_bursty_network_every_calls_audio_still_comes_back_right(tm
     report = tmp_path / "loadtest.json"
     async with ProcessGroup(tmp_path / "logs") as procs:
         gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
-        load = await procs.start(
-            "loadtest",
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "loadtest",
-                "--target",
-                f"127.0.0.1:{gateway.sip_port}",
-                "--calls",
-                "10",
-                "--cps",
-                "10",
-                "--duration",
-                "10",
-                "--impair-burst",
-                "80",
-                "--impair-burst-every",
-                "2",
-                "--impair-jitter",
-                "10",
-                "--rtp-ports",
-                f"{gateway.rtp_range[1] + 1000}-{gateway.rtp_range[1] + 1199}",
-                "--json",
-                str(report),
-            ],
-            lifetime=90,
-        )
-        assert await load.wait(within=90) == 0, load.output
+        burst = ("--impair-burst", "80", "--impair-burst-every", "2", "--impair-jitter", "10")
+        await run_loadtest(procs, gateway, report, "--calls", "10", "--cps", "10", "--duration", "10", *burst)
         async with gateway.client() as client:
             metrics = (await client.get("/metrics")).text
     summary = json.loads(report.read_text())
