@@ -308,10 +308,8 @@ class JitterBuffer:
             self.status = SILENT
 
     def _shrink(self, nxt: int, played: bytes) -> None:
-        if self._hold:
+        if self._hold:  # the window starts afresh after it: the underrun's re-anchor reset it, and nothing since
             self._hold -= 1
-            self._min_span = 1 << 30
-            self._window = 0
             return
         span_ms = (self._high + 1 - nxt) * self._unit_ms
         if self._due:
