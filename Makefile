@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint peers bench clean
+.PHONY: setup run test lint peers bench compiled clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ test: setup peers lint
 
 bench: setup
 	$(BIN)/gateway bench codecs
+
+# The media plane's hot modules compiled with mypyc (ADR 0008); run with GATEWAY_COMPILED=build/compiled.
+compiled: setup
+	$(BIN)/gateway compile --out build/compiled
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

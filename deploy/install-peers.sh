@@ -13,6 +13,7 @@ declare -A PKG=(
   [chromium]="chromium chromium-driver"
   [ip]="iproute2"
   [unshare]="util-linux"
+  [gcc]="gcc libc6-dev"
 )
 
 missing=()

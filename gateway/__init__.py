@@ -13,3 +13,10 @@ import os as _os
 # effect when numpy has not been imported yet, which is the case for every `gateway` process entry point.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     _os.environ.setdefault(_var, "1")
+
+# GATEWAY_COMPILED=DIR: the media plane's hot modules from a mypyc build (`gateway compile --out DIR`), checked
+# against these sources; see gateway/compiled/__init__.py. It must act before any of those modules is imported.
+if _os.environ.get("GATEWAY_COMPILED"):
+    from gateway.compiled import enable as _enable_compiled
+
+    _enable_compiled(_os.environ["GATEWAY_COMPILED"])

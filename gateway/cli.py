@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gateway.commands.bench", "measure codec and call throughput (see docs/performance.md)"),
+    "compile": ("gateway.commands.compile", "build the media plane's hot modules with mypyc (GATEWAY_COMPILED)"),
     "control": ("gateway.commands.control", "run the control plane alone: ops API, events, metrics, dashboard"),
     "run": ("gateway.commands.run", "all-in-one: control plane + media worker, echo agent by default"),
     "worker": ("gateway.commands.worker", "one media worker (SIP, RTP, sessions) registered with a control plane"),

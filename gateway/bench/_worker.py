@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from prometheus_client import start_http_server
 
+    from gateway.compiled import status as compiled_status
     from gateway.fleet.models import ProfileModel
     from gateway.observability import REGISTRY
     from gateway.providers.registry import ProviderSettings, create_model
@@ -82,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         await worker.start()
-        print(f"bench worker ready: sip {args.sip_port} metrics {args.metrics_port} engine {args.engine}", flush=True)
+        print(
+            f"bench worker ready: sip {args.sip_port} metrics {args.metrics_port} engine {args.engine} "
+            f"{compiled_status()}",
+            flush=True,
+        )
         await stop.wait()
         await worker.aclose("shutdown")
         return 0

@@ -35,13 +35,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
+from gateway.compiled import ENV as ENV_COMPILED
 from gateway.loadtest.config import LoadConfig, TalkPattern
 from gateway.loadtest.results import CallResult, aggregate
 from gateway.loadtest.runner import LoadRunner
@@ -74,6 +75,8 @@ class CallsBenchConfig:
     talk: TalkPattern = field(default_factory=TalkPattern)
     uvloop: bool = True
     nice: int = 0  # niceness of the worker, the fake and the generator (negative needs root)
+    compiled: str | None = None  # a `gateway compile` build the worker runs on (GATEWAY_COMPILED)
+    against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
 
 
 def _free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -103,11 +106,13 @@ def _pin(pid: int, core: int | None) -> bool:
 class _Proc:
     """A child process with its output in a file, waited for a ready line, stopped by its PID."""
 
-    def __init__(self, name: str, argv: list[str], directory: Path) -> None:
+    def __init__(self, name: str, argv: list[str], directory: Path, *, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.log_path = directory / f"{name}.log"
         self._log = self.log_path.open("wb")
-        self.popen = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.popen = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
         self.psutil = psutil.Process(self.popen.pid)
 
     def wait_for(self, pattern: str, within: float) -> re.Match[str]:
@@ -205,6 +210,7 @@ class CallsBench:
         self.worker: _Proc | None = None
         self.pinned = False
         self.steal_core: int | None = None
+        self.media_plane = ""
 
     # ------------------------------------------------------------------------------ processes
 
@@ -248,8 +254,14 @@ class CallsBench:
         ]
         if not c.uvloop:
             argv.append("--no-uvloop")
-        self.worker = _Proc("worker", argv, self.directory)
-        self.worker.wait_for(r"bench worker ready", 60)
+        env = {k: v for k, v in os.environ.items() if k != ENV_COMPILED}
+        if c.compiled:
+            env[ENV_COMPILED] = c.compiled
+        self.worker = _Proc("worker", argv, self.directory, env=env)
+        ready = self.worker.wait_for(r"bench worker ready.*media plane: ([^\n]*)", 60)
+        self.media_plane = ready.group(1)
+        if c.compiled and (not self.media_plane.startswith("compiled") or "from source" in self.media_plane):
+            raise RuntimeError(f"the worker did not load the whole build {c.compiled}: {self.media_plane}")
         self.pinned = _pin(self.worker.popen.pid, c.worker_core)
         self.steal_core = c.worker_core if self.pinned else None
         _pin(0, c.load_core)
@@ -513,10 +525,16 @@ def _run_loop(coro: Any, use_uvloop: bool) -> Any:
     return asyncio.run(coro)
 
 
-def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
-    """Run the benchmark, print the table and the headline; returns the process exit status."""
-    logging.basicConfig(level="WARNING")
-    load_before = os.getloadavg()
+@dataclass(slots=True)
+class _Outcome:
+    rows: list[dict[str, Any]]
+    pinned: bool
+    media_plane: str
+    worker_log: str
+
+
+def _run_bench(config: CallsBenchConfig) -> _Outcome:
+    """One worker (and fake) started, every step run ``config.repeats`` times, everything stopped."""
     with tempfile.TemporaryDirectory(prefix="bench-calls-") as work:
         bench = CallsBench(config, directory=Path(work))
         try:
@@ -524,22 +542,73 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
             rows = _run_loop(bench.run_steps(), config.uvloop)
         finally:
             bench.stop()
-            logs = {p.name: p.log_path.read_text(errors="replace")[-3000:] for p in (bench.worker, bench.fake) if p}
-    best = headline(rows)
+            log_tail = bench.worker.log_path.read_text(errors="replace")[-3000:] if bench.worker else ""
+    return _Outcome(rows=rows, pinned=bench.pinned, media_plane=bench.media_plane, worker_log=log_tail)
+
+
+def _variants(config: CallsBenchConfig) -> list[tuple[str, CallsBenchConfig]]:
+    if config.compiled is None:
+        return [("source", config)]
+    compiled = ("compiled", replace(config, against_source=False))
+    if not config.against_source:
+        return [compiled]
+    return [("source", replace(config, compiled=None, against_source=False)), compiled]
+
+
+def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
+    """Run the benchmark, print the table and the headline; returns the process exit status.
+
+    With ``compiled`` and ``against_source``, each repeat runs the source worker and then the compiled one, every
+    step in both (no early stop), and the tables are followed by the ratio of their CPU per call-frame."""
+    logging.basicConfig(level="WARNING")
+    load_before = os.getloadavg()
+    variants = _variants(config)
+    outcomes: dict[str, list[_Outcome]] = {label: [] for label, _ in variants}
+    if len(variants) == 1:
+        label, only = variants[0]
+        outcomes[label].append(_run_bench(only))
+    else:
+        everything = len(config.steps) + 1
+        for _ in range(config.repeats):
+            for label, variant in variants:
+                print(f"-- {label} worker", file=sys.stderr, flush=True)
+                outcomes[label].append(_run_bench(replace(variant, repeats=1, stop_after_failures=everything)))
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    for label, runs in outcomes.items():
+        if len(runs) == 1:
+            rows_of[label] = runs[0].rows
+            continue
+        by_step: dict[int, list[dict[str, Any]]] = {}
+        for outcome in runs:
+            for row in outcome.rows:
+                by_step.setdefault(int(row["calls"]), []).append(row)
+        rows_of[label] = [_median_row(step_runs) for step_runs in by_step.values()]
     load_after = os.getloadavg()
+    first = next(iter(outcomes.values()))[0]
     print(
         f"gateway bench calls: engine {config.engine}, codec {config.codec}, provider {config.provider}, "
         f"chunk {config.chunk_ms} ms, provider format {config.provider_format}, "
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
-        f"worker pinned: {bench.pinned}, cpus: {os.cpu_count()}, nice {config.nice}, "
+        f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, nice {config.nice}, "
         f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
     )
-    print(table(rows))
-    print(
-        f"sustained by one worker core: {best} calls (zero loss, pacing p99 <= {PACING_LIMIT_MS:.0f} ms, no overruns)"
-    )
+    best: dict[str, int] = {}
+    for label, rows in rows_of.items():
+        best[label] = headline(rows)
+        print(f"{label} worker ({outcomes[label][0].media_plane}):")
+        print(table(rows))
+        print(
+            f"sustained by one worker core: {best[label]} calls "
+            f"(zero loss, pacing p99 <= {PACING_LIMIT_MS:.0f} ms, no overruns)"
+        )
+    ratios = _ratios(rows_of)
+    for calls, source_us, compiled_us in ratios:
+        print(
+            f"{calls} calls: compiled {compiled_us:.0f} against source {source_us:.0f} µs per call-frame "
+            f"({compiled_us / source_us:.2f}x; medians of {config.repeats} interleaved runs)"
+        )
     if json_path:
-        document = {
+        document: dict[str, Any] = {
             "config": {
                 "steps": list(config.steps),
                 "codec": config.codec,
@@ -550,18 +619,46 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
                 "window_s": config.window_s,
                 "ramp_cps": config.ramp_cps,
                 "repeats": config.repeats,
-                "pinned": bench.pinned,
+                "pinned": first.pinned,
                 "cpus": os.cpu_count(),
                 "nice": config.nice,
+                "compiled": config.compiled,
                 "load_average_before_after": [load_before[0], load_after[0]],
             },
-            "rows": [
-                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows
-            ],
-            "sustained_calls": best,
+            "variants": {
+                label: {
+                    "media_plane": outcomes[label][0].media_plane,
+                    "rows": [_finite(row) for row in rows],
+                    "sustained_calls": best[label],
+                }
+                for label, rows in rows_of.items()
+            },
+            "ratios": [{"calls": c, "source_us": a, "compiled_us": b} for c, a, b in ratios],
         }
+        # The single-variant document keeps its earlier shape (rows and sustained_calls at the top).
+        if len(rows_of) == 1:
+            label = next(iter(rows_of))
+            document["rows"] = document["variants"][label]["rows"]
+            document["sustained_calls"] = best[label]
         Path(json_path).write_text(json.dumps(document, indent=2))
-    if not rows:
-        print("no step completed; worker log tail:\n" + logs.get("worker", ""), file=sys.stderr)
+    if not any(rows_of.values()):
+        print("no step completed; worker log tail:\n" + first.worker_log, file=sys.stderr)
         return 1
     return 0
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def _ratios(rows_of: dict[str, list[dict[str, Any]]]) -> list[tuple[int, float, float]]:
+    """(calls, source µs, compiled µs) for each step both variants ran."""
+    if "source" not in rows_of or "compiled" not in rows_of:
+        return []
+    compiled = {int(row["calls"]): row["cpu_us_per_call_frame"] for row in rows_of["compiled"]}
+    out = []
+    for row in rows_of["source"]:
+        calls = int(row["calls"])
+        if calls in compiled and row["cpu_us_per_call_frame"] > 0:
+            out.append((calls, float(row["cpu_us_per_call_frame"]), float(compiled[calls])))
+    return out

@@ -39,6 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     calls.add_argument("--profile", metavar="FILE", help="run the worker under cProfile, write stats to FILE")
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker and generator")
+    calls.add_argument(
+        "--compiled", metavar="DIR", help="run the worker on the `gateway compile` build in DIR (GATEWAY_COMPILED)"
+    )
+    calls.add_argument(
+        "--against-source",
+        action="store_true",
+        help="with --compiled: also run the source worker, interleaved, and report the CPU ratio",
+    )
     calls.add_argument("--nice", type=int, default=0, help="niceness of the bench processes (negative: root only)")
 
 
@@ -70,6 +78,10 @@ def main(args: argparse.Namespace) -> int:
             profile=args.profile,
             uvloop=not args.no_uvloop,
             nice=args.nice,
+            compiled=args.compiled,
+            against_source=args.against_source,
         )
+        if args.against_source and not args.compiled:
+            raise SystemExit("gateway bench calls: --against-source needs --compiled DIR")
         return run_calls(config, json_path=args.json)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

@@ -222,10 +222,10 @@ class TickEngine:
         self._opus_out_rows = np.array([leg.row_out for leg in legs], dtype=np.intp)
 
     def call(self, call_id: str) -> MediaCall:
-        try:
-            return self._calls[call_id]
-        except KeyError:
-            raise LocalMediaError(f"no media for call {call_id!r}") from None
+        call = self._calls.get(call_id)
+        if call is None:
+            raise LocalMediaError(f"no media for call {call_id!r}")
+        return call
 
     @property
     def call_ids(self) -> list[str]:

@@ -25,6 +25,7 @@ from functools import partial
 from types import TracebackType
 from typing import Literal, overload
 
+from gateway.compiled import caused
 from gateway.media.tick import G711Frame
 from gateway.providers.base import (
     AgentProfile,
@@ -259,8 +260,9 @@ class CallSession:
             if isinstance(exc, SessionStartError | asyncio.CancelledError):
                 raise
             if closed_by_other:
-                raise SessionStartError("the call was closed during start", reason=self._end_reason or reason) from exc
-            raise SessionStartError(f"call entry failed: {_describe(exc)}", reason=reason) from exc
+                closed = SessionStartError("the call was closed during start", reason=self._end_reason or reason)
+                raise caused(closed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+            raise caused(SessionStartError(f"call entry failed: {_describe(exc)}", reason=reason), exc)  # noqa: B904 (caused(): see gateway.compiled)
 
     async def aclose(self, reason: str = "closed") -> None:
         """End the call (idempotent, safe from any task). The first reason given is the one recorded."""
@@ -291,7 +293,8 @@ class CallSession:
                 session = await self._connections.connect_owned(provider_profile, history=history)
             except Exception as exc:
                 self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
-                raise ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}") from exc
+                failed = ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}")
+                raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
             if self._state is not CallState.ACTIVE or self._switch_task is not None or self._tasks.closing:
                 await self._connections.close_session(session)
                 message = f"the call became {self._state.value} during the update"
@@ -609,9 +612,8 @@ class CallSession:
                     break
             except TimeoutError as exc:
                 error = exc
-        raise SessionStartError(
-            f"could not connect to provider {self._model.name!r}: {_describe(error)}", reason="provider_unavailable"
-        ) from error
+        message = f"could not connect to provider {self._model.name!r}: {_describe(error)}"
+        raise caused(SessionStartError(message, reason="provider_unavailable"), error)
 
     # ------------------------------------------------------------------------------------------ ending
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import types
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
@@ -119,7 +120,10 @@ class TaskOwner:
     def _done(self, coro: Coroutine[Any, Any, Any], task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         # A task cancelled before its first step never awaited ``coro``: close it (no "never awaited" warning).
-        coro.close()
+        # Only a Python coroutine warns; a compiled one (gateway.compiled) fails to close unstarted, and is freed
+        # by reference counting like any object.
+        if isinstance(coro, types.CoroutineType):
+            coro.close()
         if task.cancelled():
             # Reading it clears the task's CancelledError, whose traceback holds the task's frames (and through
             # them the task): a reference cycle per cancelled task otherwise.

@@ -33,13 +33,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.transport.errors import PortsExhaustedError
 
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
-DatagramHandler = Callable[[bytes, Address], None]
+DatagramHandler = Callable[[bytes, Address], object]  # what it returns is ignored
 #: ``(data, source, arrival)``: arrival on the event loop's clock (``time.monotonic``), from the kernel.
-TimedDatagramHandler = Callable[[bytes, Address, float], None]
+TimedDatagramHandler = Callable[[bytes, Address, float], object]
 
 _MAX_DATAGRAM = 2048
 _IGNORED_RECV_ERRORS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)  # ICMP errors surfacing
@@ -55,10 +58,6 @@ def _is_ip_literal(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-class PortsExhaustedError(RuntimeError):
-    """No free even port pair is left in the configured RTP range."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,9 +273,10 @@ class RtpEndpoint:
         if self._drain is not None:
             self._drain.remove(self.rtp_sock)
             self._drain = None
+        loop: Any = self._loop  # uvloop's remove_reader returns None where asyncio's returns a bool
         for sock in (self.rtp_sock, self.rtcp_sock):
-            if self._loop is not None:
-                self._loop.remove_reader(sock.fileno())
+            if loop is not None:
+                loop.remove_reader(sock.fileno())
             sock.close()
 
 

@@ -23,12 +23,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from gateway.compiled import caused
 from gateway.fleet.models import (
     AdmissionDecision,
     AdmissionRequest,
     CallSnapshot,
     OriginateRequest,
     WorkerEvent,
+    WorkerEventType,
 )
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
@@ -66,7 +68,7 @@ from gateway.sip.sdp import (
     negotiate,
     parse_sdp,
 )
-from gateway.transport.rtp_socket import PortsExhaustedError
+from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
 from gateway.worker.legs import CallLeg, SipCallControl
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
@@ -91,7 +93,7 @@ def _negotiate(description: SessionDescription, codecs: tuple[str, ...]) -> Nego
     try:
         ipaddress.ip_address(negotiated.remote_rtp[0])
     except ValueError:
-        raise SdpError(f"media address {negotiated.remote_rtp[0]!r} is not an IP address") from None
+        raise caused(SdpError(f"media address {negotiated.remote_rtp[0]!r} is not an IP address"), None)  # noqa: B904
     return negotiated
 
 
@@ -634,13 +636,13 @@ class SipCalls:
             session=leg.session,
         )
 
-    async def _report(self, kind: str, leg: CallLeg) -> None:
+    async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
         if self._worker.link is None:
             return
         try:
             await self._worker.link.report(
                 [WorkerEvent(type=kind, worker=self._worker.id, time=time.time(), call=self.snapshot_of(leg))]
-            )  # type: ignore[arg-type]
+            )
         except Exception as exc:
             log.warning("report %s for %s failed: %s", kind, leg.id, exc)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gateway import __version__
+from gateway.compiled import status as compiled_status
 from gateway.fleet.models import (
     AdmissionDecision,
     CallSnapshot,
@@ -169,13 +170,14 @@ class MediaWorker:
                 log.warning("cannot register with the control plane yet (%s); heartbeats will keep trying", exc)
             self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name=f"worker-{self.id}-heartbeat")
         log.info(
-            "worker %s: SIP on %s:%d (%s), RTP %s, capacity %d",
+            "worker %s: SIP on %s:%d (%s), RTP %s, capacity %d, %s",
             self.id,
             self.settings.sip_host,
             self.sip.port,
             "+".join(self.settings.sip_transports),
             self.settings.rtp_ports,
             self.settings.capacity,
+            compiled_status(),
         )
 
     async def aclose(self, reason: str = "shutdown") -> None:

@@ -128,3 +128,23 @@ def test_steal_time_is_read_per_core_and_an_unknown_core_reads_as_unknown() -> N
         first = _steal_s(0)
         assert first is not None and first >= 0.0 and (_steal_s(0) or 0.0) >= first
         assert (_steal_s(None) or 0.0) >= 0.0
+
+
+def test_against_source_runs_the_source_worker_then_the_compiled_one() -> None:
+    from gateway.bench.calls import CallsBenchConfig, _variants
+
+    both = _variants(CallsBenchConfig(compiled="build/compiled", against_source=True))
+    assert [(label, c.compiled) for label, c in both] == [("source", None), ("compiled", "build/compiled")]
+    assert [label for label, _ in _variants(CallsBenchConfig(compiled="build/compiled"))] == ["compiled"]
+    assert [label for label, _ in _variants(CallsBenchConfig())] == ["source"]
+
+
+def test_the_ratio_pairs_the_steps_both_workers_ran() -> None:
+    from gateway.bench.calls import _ratios
+
+    rows = {
+        "source": [{"calls": 50, "cpu_us_per_call_frame": 140.0}, {"calls": 100, "cpu_us_per_call_frame": 130.0}],
+        "compiled": [{"calls": 100, "cpu_us_per_call_frame": 104.0}],
+    }
+    assert _ratios(rows) == [(100, 130.0, 104.0)]
+    assert _ratios({"source": rows["source"]}) == []

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from gateway.transport.rtp_socket import PortsExhaustedError, RtpDrain, RtpPortPool, RtpPortRange
+from gateway.transport.errors import PortsExhaustedError
+from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 
 
 async def test_pool_hands_out_even_pairs_and_takes_them_back() -> None:
