@@ -87,11 +87,17 @@ def build(out: Path, modules: tuple[str, ...] = MODULES, *, quiet: bool = True) 
     with tempfile.TemporaryDirectory(prefix="gateway-compile-") as tmp:
         work = Path(tmp)
         config = _mypy_config(work)
+        # A copy of the package to compile from: the directory that holds the installed package may hold other
+        # modules too (site-packages holds mypy_extensions, which mypy refuses to see as a user module).
+        tree = work / "src"
+        shutil.copytree(
+            PACKAGE_ROOT / "gateway", tree / "gateway", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+        )
         relative = [str(path.relative_to(PACKAGE_ROOT)) for path in sources]
         staging = work / "lib"
         log = work / "build.log"
         try:
-            with contextlib.chdir(PACKAGE_ROOT), _output_to(log if quiet else None):
+            with contextlib.chdir(tree), _output_to(log if quiet else None):
                 extensions = mypycify(
                     ["--config-file", str(config), *relative],
                     opt_level="3",
