@@ -129,13 +129,12 @@ class LoadRunner:
         for v in range(min(PLAN_VARIANTS, config.total_calls)):
             self._plan(v)  # encode before the clock starts: the load must not wait for it
         freeze_startup_heap()  # a full GC pass over the start-up heap would stall every call's RTP at once
-        # No collector pass while the calls run, either: a generation-1 pass over the run's own objects took
-        # 42 ms at 100 calls, and a benchmark running step after step in one process saw its clock fall 31-35
-        # ticks behind. A run is bounded (hard_deadline_s); reference counting frees what it can meanwhile and
-        # the cycles are collected once the run is over (ADR 0006).
+        # No collector pass while the calls run, either: in a benchmark running one generator after another in
+        # this process, passes of 21-60 ms fell inside the runs (one of generation 1 took 42 ms at 100 calls),
+        # each a stalled clock and a burst of RTP on every call. A run is bounded (hard_deadline_s); reference
+        # counting frees what it can meanwhile and the cycles are collected once the run is over (ADR 0006).
         collecting = gc.isenabled()
-        gc.collect()
-        gc.disable()
+        gc.collect()  # what earlier runs in this process left behind: collected now, not during this run
         port = _free_port(config.local_host, config.transport)
         self.endpoint = SipEndpoint(
             SipConfig(
@@ -177,6 +176,7 @@ class LoadRunner:
         started_wall = time.time()
         self._t_start = time.monotonic()
         await self.sip.start()
+        gc.disable()  # enabled again in the finally below
         self.clock.start()
         sampler = asyncio.create_task(self._sample_loop(), name="loadtest-sampler")
         placer = asyncio.create_task(self._place_loop(), name="loadtest-placer")
