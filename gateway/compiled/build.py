@@ -118,7 +118,7 @@ def build(out: Path, modules: tuple[str, ...] = MODULES, *, quiet: bool = True) 
                     "name": name,
                     "file": _extension(staging, name).relative_to(staging).as_posix(),
                     "source": source.relative_to(PACKAGE_ROOT).as_posix(),
-                    "sha256": digest(source),
+                    "sha256": digest(tree / source.relative_to(PACKAGE_ROOT)),  # the copy that was compiled
                 }
             )
         support_name = GROUP + "__mypyc"
