@@ -200,17 +200,13 @@ def status() -> str:
     for m in _enabled.modules:
         if m.name not in sys.modules:
             continue  # not imported (yet) by this process
-        compiled = (_origin(m.name) or "").startswith(root) and _is_extension(m.name)
-        (loaded if compiled else from_source).append(m.name)
+        (loaded if _from_build(m.name, root) else from_source).append(m.name)
     line = f"media plane: compiled ({len(loaded)} of {len(_enabled.modules)} modules loaded from {_enabled.directory}"
     return line + (f"; from source: {', '.join(from_source)})" if from_source else ")")
 
 
-def _origin(name: str) -> str | None:
+def _from_build(name: str, root: str) -> bool:
+    """Whether the imported module ``name`` is an extension module from under ``root``."""
     spec = getattr(sys.modules.get(name), "__spec__", None)
-    return getattr(spec, "origin", None)
-
-
-def _is_extension(name: str) -> bool:
-    spec = getattr(sys.modules.get(name), "__spec__", None)
-    return isinstance(getattr(spec, "loader", None), importlib.machinery.ExtensionFileLoader)
+    loader, origin = getattr(spec, "loader", None), getattr(spec, "origin", None) or ""
+    return isinstance(loader, importlib.machinery.ExtensionFileLoader) and origin.startswith(root)

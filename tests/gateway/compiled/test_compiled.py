@@ -134,3 +134,10 @@ def test_compile_says_what_this_machine_lacks(
     monkeypatch.setattr(build, "missing_tools", lambda: ["a C compiler (cc)"])
     assert main(["compile", "--out", "/nonexistent/build"]) == 2
     assert "cannot compile here: missing a C compiler (cc)" in capsys.readouterr().err
+
+
+def test_against_source_without_a_build_is_refused_with_a_reason() -> None:
+    from gateway.cli import main
+
+    with pytest.raises(SystemExit, match="--against-source needs --compiled DIR"):
+        main(["bench", "calls", "--steps", "50", "--against-source"])
