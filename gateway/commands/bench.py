@@ -1,4 +1,5 @@
-"""``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker."""
+"""``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker; ``frames``
+the provider messages' websocket framing."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     codecs.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     codecs.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
     codecs.add_argument("--quick", action="store_true", help="fewer frames per measurement (for tests)")
+    frames = sub.add_parser("frames", help="µs per provider message: the link's text framing vs websockets'")
+    frames.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    frames.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    frames.add_argument("--count", type=int, default=20000, help="messages per timing")
     calls = sub.add_parser(
         "calls",
         help="concurrent bridged calls one worker core sustains, AI leg active (see docs/performance.md)",
@@ -55,6 +60,12 @@ def main(args: argparse.Namespace) -> int:
         from gateway.bench.codecs import run
 
         return run(json_output=args.json, repeats=args.repeats, quick=args.quick)
+    if args.bench == "frames":
+        from gateway.bench.frames import run as run_frames
+
+        if args.repeats < 1 or args.count < 1:
+            raise SystemExit("gateway bench frames: --repeats and --count must be at least 1")
+        return run_frames(json_output=args.json, repeats=args.repeats, count=args.count)
     if args.bench == "calls":
         from gateway.bench.calls import DEFAULT_STEPS, QUICK_STEPS, CallsBenchConfig
         from gateway.bench.calls import run as run_calls

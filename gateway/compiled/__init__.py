@@ -41,6 +41,7 @@ MODULES: tuple[str, ...] = (
     "gateway.media.rtcp",
     "gateway.media.rtp",
     "gateway.media.tick",
+    "gateway.providers._frames",
     "gateway.providers.openai",
     "gateway.session.g711",
     "gateway.session.pipe",

@@ -8,9 +8,10 @@ stops the receive task, which stops reading the socket, which lets TCP slow the 
 
 :meth:`ProviderLink.send_nowait` is the media tick's way in: it writes one message synchronously when that
 needs no waiting (no send in progress, the socket open, the transport below its write-buffer high-water mark)
-and otherwise returns False so the caller falls back to :meth:`ProviderLink.send`. It frames the message
-with the connection's own sans-I/O protocol object, exactly as ``Connection.send`` does, minus the
-coroutine, the send context and the drain; see docs/adr/0005-synchronous-provider-audio.md.
+and otherwise returns False so the caller falls back to :meth:`ProviderLink.send`. It writes the frame
+``Connection.send`` would write, minus the coroutine, the send context and the drain
+(docs/adr/0005-synchronous-provider-audio.md), framed by :class:`~gateway.providers._frames.TextFrames`,
+which draws its mask keys in blocks instead of one system call per frame (docs/adr/0009-provider-text-frames.md).
 
 The last event is always :class:`~gateway.providers.base.ProviderDisconnected`; it is delivered even when the
 queue is full (the oldest queued event makes room) so a consumer never waits forever. ``websockets`` exceptions
@@ -32,6 +33,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.protocol import State
 
+from gateway.providers._frames import TextFrames
 from gateway.providers.base import ProviderDisconnected, ProviderErrored, ProviderEvent
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError
 
@@ -132,6 +134,7 @@ class ProviderLink:
         self._disconnected = disconnected
         self._queue: asyncio.Queue[ProviderEvent] = asyncio.Queue(maxsize=queue_size)
         self._send_lock = asyncio.Lock()
+        self._frames = TextFrames()
         self._recv_task: asyncio.Task[None] | None = None
         self._closing_by_client = False
         self._finished = False
@@ -169,6 +172,7 @@ class ProviderLink:
         return not (
             self._send_lock.locked()
             or ws.send_in_progress is not None
+            or ws.protocol.expect_continuation_frame
             or ws.paused
             or ws.protocol.state is not State.OPEN
         )
@@ -178,9 +182,12 @@ class ProviderLink:
         if not self.writable():
             return False
         ws = self._ws
-        ws.protocol.send_text(data)
         try:
-            ws.send_data()
+            if ws.protocol.extensions:  # negotiated extensions transform frames: the library frames them
+                ws.protocol.send_text(data)
+                ws.send_data()
+            else:
+                ws.transport.write(self._frames.frame(data))
         except OSError as exc:  # the socket failed under us; the receive task reports the disconnect
             raise ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True) from exc
         return True

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import NamedTuple
 
-from gateway.media.call import MediaStats
+from gateway.media.call import MediaCall, MediaStats
 from gateway.observability import (
     AGENT_AUDIO_GAPS_TOTAL,
     AGENT_AUDIO_WAIT_SECONDS,
@@ -58,6 +58,15 @@ def call_figures(call_id: str, media: MediaStats, *, agent_audio_gaps: int) -> C
     )
 
 
+def live_call_figures(call_id: str, media: MediaCall, *, agent_audio_gaps: int) -> CallFigures:
+    """:func:`call_figures` of a live call, read off its media state without building the whole
+    :class:`MediaStats` snapshot (the export runs every second for every call)."""
+    rx, jb = media.reception, media.jitter_buffer
+    return CallFigures(
+        call_id, rx.cumulative_lost, rx.jitter_ms, jb.concealed, jb.underruns, jb.discarded, agent_audio_gaps
+    )
+
+
 def session_figures(call_id: str, *, agent_audio_gaps: int) -> CallFigures:
     """A call whose media the tick engine does not carry (a browser call): its session's figures only."""
     return CallFigures(call_id, 0, None, 0, 0, 0, agent_audio_gaps)
@@ -73,6 +82,7 @@ class CounterExporter:
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self._last: dict[tuple[str, str], int] = {}
+        self._jitter = RTP_JITTER_MS.labels(worker)  # one child, looked up once instead of per call per export
 
     def _delta(self, family: str, key: str, value: int) -> int:
         previous = self._last.get((family, key), 0)
@@ -107,7 +117,7 @@ class CounterExporter:
         for figures in calls:
             self._grow(figures)
             if figures.jitter_ms is not None:
-                RTP_JITTER_MS.labels(self.worker).observe(figures.jitter_ms)
+                self._jitter.observe(figures.jitter_ms)
 
     def call_ended(self, call_id: str, figures: CallFigures | None) -> None:
         """The call's last growth since the previous export (``figures`` None: it had no media), then forgets it."""

@@ -48,7 +48,7 @@ from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
-from gateway.worker.counters import CounterExporter, call_figures, session_figures
+from gateway.worker.counters import CounterExporter, live_call_figures, session_figures
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls
@@ -249,7 +249,6 @@ class MediaWorker:
         self.counters.sip(self.endpoint.stats)
         self.counters.rtp_dropped(self.engine.dropped)
         received, sent = self.sip_calls.rtp_in_done, self.sip_calls.rtp_out_done
-        now = self.clock_now()
         per_call = []
         for leg in self.legs.values():
             if leg.rtp is not None:
@@ -257,7 +256,7 @@ class MediaWorker:
                 sent += leg.rtp.stats.sent
             if leg.media_added:
                 gaps = leg.session.agent_audio_gaps if leg.session is not None else 0
-                per_call.append(call_figures(leg.id, self.engine.stats(leg.id, now), agent_audio_gaps=gaps))
+                per_call.append(live_call_figures(leg.id, self.engine.call(leg.id), agent_audio_gaps=gaps))
         for browser in self.webrtc.legs.values():
             if browser.session is not None:
                 per_call.append(session_figures(browser.id, agent_audio_gaps=browser.session.agent_audio_gaps))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gateway.media.call import MediaCall, MediaCallConfig
+from gateway.media.rtp import RtpPacket
 from gateway.observability import REGISTRY
-from gateway.worker.counters import CallFigures, CounterExporter, session_figures
+from gateway.worker.counters import CallFigures, CounterExporter, call_figures, live_call_figures, session_figures
 
 
 def value(name: str, **labels: str) -> float:
@@ -37,3 +39,27 @@ def test_a_browser_call_exports_its_sessions_gaps_and_no_jitter_sample() -> None
     assert value("gateway_agent_audio_gaps_total", worker=worker) == 3
     assert value("gateway_rtp_jitter_ms_count", worker=worker) == samples  # aiortc measures its jitter, not us
     assert value("gateway_playout_events_total", worker=worker, event="concealed") == 0
+
+
+def test_a_live_calls_figures_are_those_of_its_media_stats() -> None:
+    """The once-a-second export reads five counters off the call; they must be the MediaStats ones."""
+    call = MediaCall(
+        MediaCallConfig(
+            call_id="c1",
+            codec="PCMU",
+            payload_type=0,
+            telephone_event_pt=101,
+            remote_rtp=("127.0.0.1", 40000),
+            ssrc=0xCAFE,
+            initial_sequence=1,
+            initial_timestamp=0,
+        ),
+        now=0.0,
+    )
+    for seq in (1, 2, 5, 4, 9):  # losses, a reorder and gaps the jitter buffer conceals and counts
+        call.receive(RtpPacket(False, 0, seq, seq * 160 + seq % 3, 42, b"\xff" * 160), ("127.0.0.1", 40000), seq * 0.02)
+    for _ in range(12):
+        call.jitter_buffer.pop()
+    live = live_call_figures("c1", call, agent_audio_gaps=4)
+    assert live == call_figures("c1", call.stats(1.0), agent_audio_gaps=4)
+    assert live.lost > 0 and live.jitter_ms and live.concealed + live.underruns > 0

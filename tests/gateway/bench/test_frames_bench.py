@@ -1,0 +1,58 @@
+"""`gateway bench frames`: both framers time the same messages, and the command refuses nonsense counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from websockets.server import ServerProtocol
+
+from gateway.bench.frames import MESSAGES, append_message, library_framer, link_framer
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "frames", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_json_has_both_framers_for_every_message() -> None:
+    done = bench("--json", "--repeats", "2", "--count", "50")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [row["message"] for row in report["results"]] == list(MESSAGES)
+    for row in report["results"]:
+        assert set(row["median_us"]) == {"websockets", "TextFrames"}
+        assert all(len(runs) == 2 and min(runs) > 0 for runs in row["runs_us"].values())
+        assert row["ratio"] == row["median_us"]["TextFrames"] / row["median_us"]["websockets"]
+
+
+def test_both_framers_frame_the_same_text() -> None:
+    """What is timed is equivalent work: each side's bytes hold the same message (the masks differ)."""
+    server = ServerProtocol(max_size=None)
+    server.receive_data(
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    server.send_response(server.accept(server.events_received()[0]))
+    message = append_message(MESSAGES["pcm 24 kHz, 20 ms"])
+    library_bytes = b"".join(library_framer()(message))  # type: ignore[arg-type]
+    link_bytes = link_framer()(message)
+    assert isinstance(link_bytes, bytes) and len(link_bytes) == len(library_bytes)
+    server.receive_data(library_bytes + link_bytes)
+    assert [bytes(frame.data) for frame in server.events_received()] == [message, message]
+
+
+def test_zero_repeats_is_refused_with_a_reason() -> None:
+    done = bench("--repeats", "0")
+    assert done.returncode != 0
+    assert "--repeats and --count must be at least 1" in done.stderr
