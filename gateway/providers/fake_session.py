@@ -11,7 +11,6 @@ Event shapes follow ``openai.types.realtime`` (the tests validate every emitted 
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import hashlib
 import itertools
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
+import pybase64
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -257,7 +257,7 @@ class FakeConnection:
             audio = None
             if message.get("type") == "input_audio_buffer.append":
                 try:
-                    audio = base64.b64decode(message.get("audio") or "", validate=True)
+                    audio = pybase64.b64decode(message.get("audio") or "", validate=True)
                 except ValueError:
                     await self.error("invalid_value", "input_audio_buffer.append: audio is not valid base64")
                     continue
@@ -567,7 +567,7 @@ class FakeConnection:
                 # Absolute deadlines: real-time pacing that does not drift with send latency.
                 await asyncio.sleep(max(0.0, deadline - loop.time()))
                 deadline += len(piece) / per_ms / 1000 / self.options.pace
-            await self.send({"type": "response.output_audio.delta", **at, "delta": base64.b64encode(piece).decode()})
+            await self.send({"type": "response.output_audio.delta", **at, "delta": pybase64.b64encode(piece).decode()})
             self.items_audio_ms[item_id] = self.items_audio_ms.get(item_id, 0) + len(piece) // per_ms
         await self.send({"type": "response.output_audio.done", **at})
         await self.send({"type": "response.output_audio_transcript.done", **at, "transcript": transcript})

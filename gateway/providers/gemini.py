@@ -19,7 +19,6 @@ accepted as no-ops. ``goAway`` becomes ConnectionExpiring and makes the followin
 
 from __future__ import annotations
 
-import base64
 import itertools
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -29,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import orjson
+import pybase64
 
 from gateway.providers._link import ProviderLink, close_is_retryable, open_websocket, receive_json, send_during_setup
 from gateway.providers.base import (
@@ -203,7 +203,7 @@ class _Translator:
             inline = part.get("inlineData")
             if inline and str(inline.get("mimeType", "audio/pcm")).startswith("audio/pcm"):
                 turn_id = self._open_turn(events)
-                pcm = base64.b64decode(inline["data"])
+                pcm = pybase64.b64decode(inline["data"], validate=True)
                 events.append(AudioReceived(response_id=turn_id, item_id=turn_id, content_index=0, pcm=pcm))
         said = (content.get("outputTranscription") or {}).get("text")
         if said:
@@ -268,7 +268,7 @@ class GeminiSession:
 
     def _audio_message(self, pcm: bytes) -> dict[str, Any]:
         samples = self._downsampler.process(np.frombuffer(pcm, dtype="<i2"))
-        data = base64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
+        data = pybase64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
         return {"realtimeInput": {"audio": {"data": data, "mimeType": INPUT_MIME}}}
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:

@@ -21,13 +21,13 @@ session: state lost) are fatal and end the connection with ``ProviderDisconnecte
 
 from __future__ import annotations
 
-import base64
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import pybase64
 from websockets.asyncio.client import ClientConnection
 
 from gateway.providers._link import (
@@ -182,7 +182,7 @@ class _Translator:
                     response_id=message["response_id"],
                     item_id=message["item_id"],
                     content_index=int(message.get("content_index", 0)),
-                    pcm=base64.b64decode(message["delta"]),
+                    pcm=pybase64.b64decode(message["delta"], validate=True),
                 ),
             )
         if kind == "response.output_audio.done":
@@ -258,12 +258,12 @@ class OpenAISession:
         self._event_ids = itertools.count(1)
 
     async def send_audio(self, pcm: bytes) -> None:
-        await self._link.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode("ascii")})
+        await self._link.send({"type": "input_audio_buffer.append", "audio": pybase64.b64encode(pcm).decode("ascii")})
 
     def send_audio_nowait(self, pcm: bytes) -> bool:
         # The same message as send_audio, written out by hand: base64 needs no JSON escaping, and this runs
         # for every call on every tick.
-        return self._link.send_nowait(_APPEND_HEAD + base64.b64encode(pcm) + _APPEND_TAIL)
+        return self._link.send_nowait(_APPEND_HEAD + pybase64.b64encode(pcm) + _APPEND_TAIL)
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
         item = history_item(HistoryItem(kind="message", role=role, text=text))

@@ -23,6 +23,7 @@ from gateway.providers.base import (
     ConnectionExpiring,
     HistoryItem,
     ProviderDisconnected,
+    ProviderErrored,
     RealtimeSession,
     ResponseDone,
     ResponseInterrupted,
@@ -305,3 +306,19 @@ async def test_setup_refused_by_close_code(gemini: tuple[FakeGemini, str], code:
 async def test_g711_profiles_are_refused() -> None:
     with pytest.raises(ProviderConnectError):
         await GeminiLiveModel(GeminiConfig(url="ws://127.0.0.1:9")).connect(AgentProfile(audio_format="pcmu"))
+
+
+async def test_audio_that_is_not_base64_is_reported_and_the_turn_goes_on(gemini: tuple[FakeGemini, str]) -> None:
+    """A corrupt inlineData part is a non-fatal protocol error; the next good part still plays."""
+    fake, url = gemini
+    session, events = await open_session(url)
+    try:
+        bad = {"inlineData": {"mimeType": "audio/pcm;rate=24000", "data": "not base64 at all!"}}
+        good = {"inlineData": {"mimeType": "audio/pcm;rate=24000", "data": _b64(_audio(5))}}
+        await fake.send({"serverContent": {"modelTurn": {"parts": [bad]}}})
+        await fake.send({"serverContent": {"modelTurn": {"parts": [good]}}})
+        errored = await events.until(ProviderErrored)
+        assert (errored.code, errored.fatal) == ("protocol_error", False)
+        assert (await events.until(AudioReceived)).pcm == _audio(5)
+    finally:
+        await session.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
 
 import orjson
@@ -427,3 +428,22 @@ async def test_records_prove_frame_order_across_a_reconnect(fake: FakeRealtimeSe
         assert bytes(fake.record(1).audio + fake.record(2).audio) == b"".join(frames)
     finally:
         await second.aclose()
+
+
+async def test_a_delta_that_is_not_base64_is_reported_and_the_next_one_plays(fake: FakeRealtimeServer) -> None:
+    """Provider audio is decoded strictly: a corrupt delta is a non-fatal protocol error, not noise to the caller."""
+    session, events = await open_session(fake.url)
+    try:
+        await events.until(SessionStarted)
+        at = {"response_id": "r1", "item_id": "i1", "output_index": 0, "content_index": 0}
+        pcm = noise_frames(1, seed=9)[0]
+        await fake.inject(1, {"type": "response.output_audio.delta", **at, "delta": "bm90IGF1ZGlv\n!!"})
+        await fake.inject(
+            1, {"type": "response.output_audio.delta", **at, "delta": base64.b64encode(pcm).decode("ascii")}
+        )
+        errored = await events.until(ProviderErrored)
+        assert (errored.code, errored.fatal) == ("protocol_error", False)
+        received = await events.until(AudioReceived)
+        assert (received.item_id, received.pcm) == ("i1", pcm)
+    finally:
+        await session.aclose()
