@@ -1,4 +1,4 @@
-"""`gateway bench frames`: both framers time the same messages, and the command refuses nonsense counts."""
+"""`gateway bench frames`: both ways of each case do the same work, and the command refuses nonsense counts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from websockets.server import ServerProtocol
 
-from gateway.bench.frames import MESSAGES, append_message, library_framer, link_framer
+from gateway.bench.frames import MESSAGES, append_message, cases, library_framer, link_framer
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -29,11 +29,16 @@ def test_json_has_both_framers_for_every_message() -> None:
     done = bench("--json", "--repeats", "2", "--count", "50")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert [row["message"] for row in report["results"]] == list(MESSAGES)
+    ways = [(row["what"], row["baseline"], row["ours"]) for row in report["results"]]
+    assert ways == [
+        *((f"frame append, {label}", "websockets", "TextFrames") for label in MESSAGES),
+        ("base64 encode, 20 ms pcm", "base64", "pybase64"),
+        ("base64 decode, 100 ms delta", "base64", "pybase64"),
+    ]
     for row in report["results"]:
-        assert set(row["median_us"]) == {"websockets", "TextFrames"}
+        assert set(row["median_us"]) == {"baseline", "ours"}
         assert all(len(runs) == 2 and min(runs) > 0 for runs in row["runs_us"].values())
-        assert row["ratio"] == row["median_us"]["TextFrames"] / row["median_us"]["websockets"]
+        assert row["ratio"] == row["median_us"]["ours"] / row["median_us"]["baseline"]
 
 
 def test_both_framers_frame_the_same_text() -> None:
@@ -50,6 +55,13 @@ def test_both_framers_frame_the_same_text() -> None:
     assert isinstance(link_bytes, bytes) and len(link_bytes) == len(library_bytes)
     server.receive_data(library_bytes + link_bytes)
     assert [bytes(frame.data) for frame in server.events_received()] == [message, message]
+
+
+def test_both_base64_ways_give_the_same_bytes() -> None:
+    """The cases time equal work: each one's two ways agree on its payload."""
+    for case in cases():
+        if case.what.startswith("base64"):
+            assert case.build(True)(case.payload) == case.build(False)(case.payload)
 
 
 def test_zero_repeats_is_refused_with_a_reason() -> None:
