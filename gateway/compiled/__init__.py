@@ -48,6 +48,7 @@ MODULES: tuple[str, ...] = (
     "gateway.session.playout",
     "gateway.session.session",
     "gateway.session.stats",
+    "gateway.session.tasks",
     "gateway.session.turns",
     "gateway.transport.clock",
     "gateway.transport.rtp_socket",
