@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from websockets.server import ServerProtocol
-
 from gateway.bench.frames import MESSAGES, append_message, cases, library_framer, link_framer
+from tests.gateway.providers.helpers import open_server_protocol
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,12 +42,7 @@ def test_json_has_both_framers_for_every_message() -> None:
 
 def test_both_framers_frame_the_same_text() -> None:
     """What is timed is equivalent work: each side's bytes hold the same message (the masks differ)."""
-    server = ServerProtocol(max_size=None)
-    server.receive_data(
-        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    server.send_response(server.accept(server.events_received()[0]))
+    server = open_server_protocol()
     message = append_message(MESSAGES["pcm 24 kHz, 20 ms"])
     library_bytes = b"".join(library_framer()(message))  # type: ignore[arg-type]
     link_bytes = link_framer()(message)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args
 import numpy as np
 from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
 from pydantic import BaseModel, Field, TypeAdapter
+from websockets.server import ServerProtocol
 
 from gateway.providers.base import ProviderEvent
 
@@ -39,6 +40,18 @@ class EventReader:
 
     def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.seen if isinstance(e, kind)]
+
+
+def open_server_protocol() -> ServerProtocol:
+    """A server-side protocol past its handshake, fed raw client bytes the way a provider reads them."""
+    protocol = ServerProtocol(max_size=None)
+    protocol.receive_data(
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    protocol.send_response(protocol.accept(protocol.events_received()[0]))
+    protocol.data_to_send()
+    return protocol
 
 
 def noise_frames(count: int, *, seed: int, level: int = 8000) -> list[bytes]:

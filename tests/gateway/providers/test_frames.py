@@ -14,28 +14,16 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
-from websockets.server import ServerProtocol
 
 from gateway.providers._frames import TextFrames
 from gateway.providers._link import ProviderLink
 from gateway.providers.base import ProviderDisconnected
+from tests.gateway.providers.helpers import open_server_protocol
 
 pytestmark = pytest.mark.timeout(30)
 
 # Both sides of each length boundary of RFC 6455 section 5.2: 7-bit, 16-bit and 64-bit payload lengths.
 LENGTHS = (0, 1, 125, 126, 1350, 65535, 65536, 70000)
-
-
-def open_server_protocol() -> ServerProtocol:
-    """A server-side protocol past its handshake, fed raw client bytes the way a provider reads them."""
-    protocol = ServerProtocol(max_size=None)
-    protocol.receive_data(
-        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    protocol.send_response(protocol.accept(protocol.events_received()[0]))
-    protocol.data_to_send()
-    return protocol
 
 
 def payload(length: int) -> bytes:
