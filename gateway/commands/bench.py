@@ -1,5 +1,5 @@
 """``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker; ``frames``
-the provider messages' websocket framing."""
+the per-message work of the provider path (websocket framing, base64)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     codecs.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     codecs.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
     codecs.add_argument("--quick", action="store_true", help="fewer frames per measurement (for tests)")
-    frames = sub.add_parser("frames", help="µs per provider message: the link's text framing vs websockets'")
+    frames = sub.add_parser(
+        "frames", help="µs per provider message: framing and base64, the gateway's way vs the obvious one"
+    )
     frames.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     frames.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
     frames.add_argument("--count", type=int, default=20000, help="messages per timing")
