@@ -57,6 +57,11 @@ class WorkerSettings(BaseSettings):
     # (docs/performance.md, "Frame size toward the provider").
     provider_chunk_ms: int = Field(default=20, ge=20, le=200, multiple_of=20)
     tool_grace_s: float = Field(default=3.0, gt=0, le=60)
+    # The cyclic collector's passes run right after a media tick instead of inside one (ADR 0010); a full pass
+    # (every live object) at most once per gc_full_interval_s while calls are up. False: CPython's automatic
+    # collector.
+    gc_paced: bool = True
+    gc_full_interval_s: float = Field(default=120.0, ge=1, le=86_400)
 
     @field_validator("sip_transports", "codecs", "sip_allow", mode="before")
     @classmethod

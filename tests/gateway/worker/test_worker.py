@@ -311,6 +311,51 @@ async def test_a_started_worker_has_frozen_its_start_up_heap(worker: MediaWorker
     assert gc.get_freeze_count() > 10_000
 
 
+class _Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_a_running_worker_collects_cyclic_garbage_after_its_ticks_not_automatically(
+    worker: MediaWorker,
+) -> None:
+    # docs/adr/0010-collector-paced-by-the-tick.md: the automatic collector is off while the worker runs; the
+    # passes it would have run happen right after media ticks, and each is timed into the metrics.
+    import gc
+    import weakref
+
+    assert worker.collector is not None and not gc.isenabled()
+
+    def paced_in_metrics() -> float:
+        return sum(_sample("gateway_gc_pause_seconds_count", generation=g, trigger="tick") for g in "012")
+
+    passes_before, metric_before = sum(worker.collector.passes), paced_in_metrics()
+    garbage = [_Cyclic() for _ in range(3_000)]  # over CPython's generation-0 threshold of 700
+    probe = weakref.ref(garbage[-1])
+    del garbage
+    assert probe() is not None, "cyclic garbage outlived its last reference: only a pass can free it"
+    await _until(lambda: probe() is None, within=2.0)
+    assert sum(worker.collector.passes) > passes_before
+    assert paced_in_metrics() > metric_before
+
+
+async def test_a_worker_with_pacing_off_leaves_the_automatic_collector_alone() -> None:
+    import gc
+
+    sip_port = free_ports(1)[0]
+    rtp_low = free_ports(4)[0]
+    rtp_low += rtp_low % 2
+    settings = WorkerSettings(
+        worker_id="w-gc-auto", sip_port=sip_port, rtp_ports=f"{rtp_low}-{rtp_low + 3}", capacity=2, gc_paced=False
+    )
+    w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
+    await w.start()
+    try:
+        assert w.collector is None and gc.isenabled()
+    finally:
+        await w.aclose()
+
+
 async def _assert_freed_by_reference_counting(worker: MediaWorker) -> None:
     # A call that leaves reference cycles behind is freed only by a full GC pass, which walks the whole heap
     # and stalls every call's tick and every new call's setup (docs/adr/0006-gc-freeze.md).
@@ -323,19 +368,22 @@ async def _assert_freed_by_reference_counting(worker: MediaWorker) -> None:
 
     gc.collect()
     gc.disable()
+    assert worker.collector is not None
     try:
-        async with SipPeer() as peer:
-            call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
-            await _answered(peer, call)
-            await peer.stream(call, speechlike(0.5))
-            [leg] = list(worker.legs.values())
-            assert leg.session is not None
-            kinds = (type(leg), type(leg.session))
-            assert alive(kinds) == 2
-            peer.hang_up(call)
-            await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
-            del leg
-            await _until(lambda: alive(kinds) == 0, within=2.0)
+        # No paced pass either (docs/adr/0010-collector-paced-by-the-tick.md): reference counting alone.
+        with worker.collector.held():
+            async with SipPeer() as peer:
+                call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+                await _answered(peer, call)
+                await peer.stream(call, speechlike(0.5))
+                [leg] = list(worker.legs.values())
+                assert leg.session is not None
+                kinds = (type(leg), type(leg.session))
+                assert alive(kinds) == 2
+                peer.hang_up(call)
+                await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+                del leg
+                await _until(lambda: alive(kinds) == 0, within=2.0)
     finally:
         gc.enable()
 
