@@ -1,11 +1,11 @@
 """The cyclic garbage collector in a media process: the frozen start-up heap (docs/adr/0006-gc-freeze.md) and
-collection passes paced by the media clock (docs/adr/0010-collector-paced-by-the-tick.md).
+full passes paced by the media clock (docs/adr/0010-full-collections-paced-by-the-tick.md).
 
-CPython starts a collection from whichever allocation crosses a threshold: in the middle of a tick, or in the
-last millisecond before the next one, where a 2-17 ms pass of the young generations delays every call's
-frame. :class:`PacedCollector` turns the automatic collector off and runs the same passes right after a
-tick, in the slack before the next deadline; the decision is :func:`due_generation`, a pure function of
-the collector's counters.
+A full (generation 2) pass walks every live object: 35-75 ms in a worker that holds a few thousand SIP
+transactions for their 32 s, long enough to hold back every live call's next frames. CPython starts one from
+whichever allocation crosses its thresholds, every 10-20 s at 50 calls a second. :class:`PacedCollector`
+keeps CPython's young-generation passes as they are and takes the full passes over: right after a media
+tick, as soon as one is due while no call is live, and at most once per ``full_interval_s`` while calls are.
 """
 
 from __future__ import annotations
@@ -38,60 +38,48 @@ def freeze_startup_heap() -> None:
 
 @dataclass(frozen=True, slots=True)
 class CollectorPolicy:
-    """When :class:`PacedCollector` runs a pass.
+    """When :class:`PacedCollector` runs a full pass.
 
-    ``thresholds`` are CPython's three (``gc.get_threshold()``): allocations before a generation-0 pass,
-    generation-0 passes before a generation-1 pass, generation-1 passes before a full one. A full pass walks
-    every live object (20-100 ms in a busy worker), so while calls are live it runs at most once per
-    ``full_interval_s``; with no call live it runs as soon as it is due. Ended calls are freed by reference
-    counting (ADR 0006), so full passes only reclaim cycles nobody planned for. A tick that ended late
-    defers the young passes, unless ``defer_limit`` times the generation-0 threshold has piled up.
+    ``full_after`` is CPython's third threshold: generation-1 passes since the last full one before another is
+    due. While calls are live a due pass waits until ``full_interval_s`` has passed since the last one; with no
+    call live it runs at once. Ended calls are freed by reference counting (ADR 0006), so while calls are live
+    full passes only reclaim cycles nobody planned for, and the interval bounds how long those wait.
     """
 
-    thresholds: tuple[int, int, int] = (700, 10, 10)
+    full_after: int = 10
     full_interval_s: float = 120.0
-    defer_limit: int = 20
 
     def __post_init__(self) -> None:
-        if min(self.thresholds) < 1:
-            raise ValueError(f"collector thresholds must be >= 1, got {self.thresholds}")
+        if self.full_after < 0:
+            raise ValueError(f"full_after must be >= 0, got {self.full_after}")
         if self.full_interval_s <= 0:
             raise ValueError(f"full_interval_s must be > 0, got {self.full_interval_s}")
-        if self.defer_limit < 1:
-            raise ValueError(f"defer_limit must be >= 1, got {self.defer_limit}")
 
 
-def due_generation(
-    counts: tuple[int, int, int], policy: CollectorPolicy, *, idle: bool, late: bool, since_full_s: float
-) -> int | None:
-    """The generation to collect now (0, 1 or 2), or None.
+def full_pass_due(middle_passes: int, policy: CollectorPolicy, *, idle: bool, late: bool, since_full_s: float) -> bool:
+    """Whether to run a full pass now, after a tick.
 
-    ``counts`` is ``gc.get_count()``: tracked allocations since the last generation-0 pass, generation-0
-    passes since the last generation-1 pass, generation-1 passes since the last full one. ``late``: the tick
-    ended after the next deadline. ``since_full_s``: seconds since the last full pass.
+    ``middle_passes`` is ``gc.get_count()[2]``: generation-1 passes since the last full one. ``late``: the tick
+    ended after the next deadline (a full pass now would hold back the ticks catching up). ``since_full_s``:
+    seconds since the last full pass.
     """
-    allocated, young_passes, middle_passes = counts
-    t0, t1, t2 = policy.thresholds
-    if allocated <= t0:
-        return None
-    if late and allocated <= t0 * policy.defer_limit:
-        return None
-    if young_passes <= t1:
-        return 0
-    if middle_passes > t2 and (idle or since_full_s >= policy.full_interval_s):
-        return 2
-    return 1
+    if late or middle_passes <= policy.full_after:
+        return False
+    return idle or since_full_s >= policy.full_interval_s
 
 
 Observe = Callable[[int, float, bool], None]  # (generation, seconds, paced)
 
+# CPython never starts a full pass by itself while a PacedCollector is open: its third threshold is out of reach.
+_NEVER = 1 << 30
+
 
 @dataclass(slots=True)
 class _Switch:
-    """Process-wide: the automatic collector is off while any PacedCollector is open."""
+    """Process-wide: CPython's automatic full passes are off while any PacedCollector is open."""
 
     holders: int = 0
-    was_enabled: bool = True
+    saved: tuple[int, int, int] = (700, 10, 10)
     observe: Observe | None = None
     pacing: bool = False
     started: float = 0.0
@@ -107,11 +95,11 @@ _switch = _Switch()
 
 
 class PacedCollector:
-    """Runs the cyclic collector's passes after media ticks; the automatic collector is off while any is open.
+    """Runs the collector's full passes after media ticks; CPython keeps running the young generations' passes.
 
-    One per media worker; several in one process (tests) share the switch: the first :meth:`open` turns the
-    automatic collector off and starts ``observe`` hearing every pass in the process (paced or not, with its
-    duration); the last :meth:`close` restores what was there before.
+    One per media worker; several in one process (tests) share the switch: the first :meth:`open` moves CPython's
+    third threshold out of reach and starts ``observe`` hearing every pass in the process (paced or not, with
+    its duration); the last :meth:`close` restores the thresholds.
     """
 
     def __init__(
@@ -121,13 +109,13 @@ class PacedCollector:
         observe: Observe | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy = policy if policy is not None else CollectorPolicy(thresholds=gc.get_threshold())
+        self.policy = policy if policy is not None else CollectorPolicy(full_after=gc.get_threshold()[2])
         self._observe = observe
         self._monotonic = monotonic
         self._open = False
         self._held = 0
         self._last_full = monotonic()
-        self.passes = [0, 0, 0]  # paced passes by generation
+        self.full_passes = 0
 
     @property
     def is_open(self) -> bool:
@@ -138,8 +126,9 @@ class PacedCollector:
             return
         self._open = True
         if _switch.holders == 0:
-            _switch.was_enabled = gc.isenabled()
-            gc.disable()
+            _switch.saved = gc.get_threshold()
+            young, middle, _ = _switch.saved
+            gc.set_threshold(young, middle, _NEVER)
             _switch.observe = self._observe
             gc.callbacks.append(_switch.on_gc)
         _switch.holders += 1
@@ -153,8 +142,7 @@ class PacedCollector:
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(_switch.on_gc)
             _switch.observe = None
-            if _switch.was_enabled:
-                gc.enable()
+            gc.set_threshold(*_switch.saved)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -165,22 +153,18 @@ class PacedCollector:
         finally:
             self._held -= 1
 
-    def after_tick(self, *, idle: bool, late: bool) -> int | None:
-        """Run the pass that is due, if any; returns its generation."""
-        if not self._open or self._held:
-            return None
+    def after_tick(self, *, idle: bool, late: bool) -> bool:
+        """Run a full pass if one is due; True if it ran."""
+        if not self._open or self._held or not gc.isenabled():
+            return False
         now = self._monotonic()
-        generation = due_generation(
-            gc.get_count(), self.policy, idle=idle, late=late, since_full_s=now - self._last_full
-        )
-        if generation is None:
-            return None
+        if not full_pass_due(gc.get_count()[2], self.policy, idle=idle, late=late, since_full_s=now - self._last_full):
+            return False
         _switch.pacing = True
         try:
-            gc.collect(generation)
+            gc.collect()
         finally:
             _switch.pacing = False
-        if generation == 2:
-            self._last_full = self._monotonic()
-        self.passes[generation] += 1
-        return generation
+        self._last_full = self._monotonic()
+        self.full_passes += 1
+        return True

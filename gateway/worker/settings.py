@@ -57,9 +57,9 @@ class WorkerSettings(BaseSettings):
     # (docs/performance.md, "Frame size toward the provider").
     provider_chunk_ms: int = Field(default=20, ge=20, le=200, multiple_of=20)
     tool_grace_s: float = Field(default=3.0, gt=0, le=60)
-    # The cyclic collector's passes run right after a media tick instead of inside one (ADR 0010); a full pass
-    # (every live object) at most once per gc_full_interval_s while calls are up. False: CPython's automatic
-    # collector.
+    # Full collector passes (every live object, 35-75 ms in a busy worker) run right after a media tick: when no
+    # call is live, and at most once per gc_full_interval_s while calls are (ADR 0010). False: whenever CPython's
+    # thresholds say.
     gc_paced: bool = True
     gc_full_interval_s: float = Field(default=120.0, ge=1, le=86_400)
 

@@ -112,10 +112,10 @@ class MediaWorker:
         # readiness callback (ADR 0002).
         self.rtp_drain = RtpDrain() if settings.rtp_read_at_tick and RtpDrain.supported() else None
         self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured)
-        # The cyclic collector's passes, run after a tick instead of inside one (ADR 0010); None: CPython's own.
+        # Full collector passes, run after a tick when no call is live or rarely (ADR 0010); None: CPython's own.
         self.collector = (
             PacedCollector(
-                CollectorPolicy(thresholds=gc.get_threshold(), full_interval_s=settings.gc_full_interval_s),
+                CollectorPolicy(full_after=gc.get_threshold()[2], full_interval_s=settings.gc_full_interval_s),
                 observe=_observe_gc_pass,
             )
             if settings.gc_paced

@@ -1,43 +1,36 @@
-"""The collector paced by the media clock (docs/adr/0010-collector-paced-by-the-tick.md)."""
+"""Full collector passes paced by the media clock (docs/adr/0010-full-collections-paced-by-the-tick.md)."""
 
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from gateway.heap import CollectorPolicy, PacedCollector, due_generation
+from gateway.heap import CollectorPolicy, PacedCollector, full_pass_due
 
-POLICY = CollectorPolicy(thresholds=(700, 10, 10), full_interval_s=120.0, defer_limit=20)
+POLICY = CollectorPolicy(full_after=10, full_interval_s=120.0)
 
 
 @pytest.mark.parametrize(
-    ("counts", "idle", "late", "since_full_s", "expected"),
+    ("middle_passes", "idle", "late", "since_full_s", "expected"),
     [
-        ((700, 0, 0), False, False, 0.0, None),  # each count must pass its threshold, as in CPython
-        ((701, 0, 0), False, False, 0.0, 0),
-        ((701, 10, 0), False, False, 0.0, 0),
-        ((701, 11, 0), False, False, 0.0, 1),
-        ((701, 11, 11), False, False, 119.0, 1),  # a full pass is due, but calls are live and one ran lately
-        ((701, 11, 11), False, False, 120.0, 2),  # ... until the interval has passed
-        ((701, 11, 11), True, False, 1.0, 2),  # with no call live, as soon as it is due
-        ((701, 11, 10), True, False, 999.0, 1),  # the interval alone does not make a full pass due
-        ((5_000, 11, 11), False, True, 999.0, None),  # the tick ended late: wait for the next one
-        ((14_001, 0, 0), False, True, 0.0, 0),  # ... unless 20 thresholds' worth has piled up
+        (10, True, False, 999.0, False),  # CPython's count must pass its threshold
+        (11, True, False, 0.0, True),  # no call live: as soon as it is due
+        (11, False, False, 119.0, False),  # calls live and a full pass ran lately: wait
+        (11, False, False, 120.0, True),  # ... until the interval has passed
+        (11, True, True, 999.0, False),  # the tick ended late: never hold back the ticks catching up
     ],
 )
-def test_due_generation_follows_cpythons_thresholds_and_paces_full_passes(
-    counts: tuple[int, int, int], idle: bool, late: bool, since_full_s: float, expected: int | None
+def test_a_full_pass_is_due_by_cpythons_count_then_by_idleness_or_the_interval(
+    middle_passes: int, idle: bool, late: bool, since_full_s: float, expected: bool
 ) -> None:
-    assert due_generation(counts, POLICY, idle=idle, late=late, since_full_s=since_full_s) == expected
+    assert full_pass_due(middle_passes, POLICY, idle=idle, late=late, since_full_s=since_full_s) is expected
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"thresholds": (0, 10, 10)}, {"full_interval_s": 0.0}, {"defer_limit": 0}],
-)
-def test_a_policy_that_would_never_or_always_collect_is_refused(kwargs: dict[str, object]) -> None:
+@pytest.mark.parametrize("kwargs", [{"full_after": -1}, {"full_interval_s": 0.0}])
+def test_a_policy_out_of_range_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         CollectorPolicy(**kwargs)  # type: ignore[arg-type]
 
@@ -47,94 +40,104 @@ class Node:
         self.other: Node | None = None
 
 
-def make_cycles(n: int) -> None:
+def old_cyclic_garbage() -> weakref.ref[Node]:
+    """A cycle that reached the oldest generation while alive, then lost its last outside reference."""
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gc.collect(1)  # alive: moved on to generation 2, which only a full pass examines
+    probe = weakref.ref(a)
+    del a, b
+    gc.collect(1)
+    assert probe() is not None
+    return probe
+
+
+def bump_middle_passes(n: int) -> None:
     for _ in range(n):
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-
-
-def alive_nodes() -> int:
-    return sum(1 for obj in gc.get_objects() if type(obj) is Node)
+        gc.collect(1)
 
 
 @pytest.fixture
 def clean_heap() -> Iterator[None]:
-    assert gc.isenabled()
+    thresholds = gc.get_threshold()
     gc.collect()
     yield
-    gc.enable()
+    gc.set_threshold(*thresholds)
     gc.collect()
 
 
-def test_the_automatic_collector_is_off_while_open_and_passes_run_after_ticks(clean_heap: None) -> None:
+def test_cpython_runs_no_full_pass_while_open_and_the_collector_runs_it_after_a_tick(clean_heap: None) -> None:
     seen: list[tuple[int, bool]] = []
     collector = PacedCollector(POLICY, observe=lambda gen, seconds, paced: seen.append((gen, paced)))
+    young, middle, full = gc.get_threshold()
     collector.open()
     try:
-        assert not gc.isenabled()
-        make_cycles(5_000)  # 10,000 tracked objects: CPython would have collected them many times over
-        assert alive_nodes() == 10_000
-        assert collector.after_tick(idle=False, late=True) is None  # far under the defer limit: waits
-        generations = []
-        while alive_nodes():
-            generation = collector.after_tick(idle=False, late=False)
-            assert generation is not None, "a pass was due while cyclic garbage was left"
-            generations.append(generation)
-        assert generations[0] == 0
-        assert seen and all(paced for _, paced in seen)
-        assert collector.passes[0] >= 1
+        assert gc.get_threshold()[:2] == (young, middle) and gc.get_threshold()[2] > 1_000_000
+        probe = old_cyclic_garbage()
+        for _ in range(60):  # 120,000 objects in cycles: CPython's young passes run, no full one
+            for _ in range(1_000):
+                a, b = Node(), Node()
+                a.other, b.other = b, a
+            del a, b
+        assert probe() is not None
+        assert gc.get_count()[2] > POLICY.full_after
+        assert any(gen == 1 and not paced for gen, paced in seen)
+        assert all(gen < 2 for gen, _ in seen)
+        assert collector.after_tick(idle=False, late=False) is False  # calls live, interval not passed
+        assert collector.after_tick(idle=True, late=False) is True
+        assert probe() is None
+        assert (2, True) in seen
+        assert collector.full_passes == 1
     finally:
         collector.close()
-    assert gc.isenabled()
+    assert gc.get_threshold() == (young, middle, full)
 
 
-def test_collectors_share_the_switch_and_the_last_to_close_restores_it(clean_heap: None) -> None:
+def test_collectors_share_the_switch_and_the_last_to_close_restores_the_thresholds(clean_heap: None) -> None:
+    before = gc.get_threshold()
     first, second = PacedCollector(POLICY), PacedCollector(POLICY)
     first.open()
     second.open()
     first.close()
-    assert not gc.isenabled(), "one collector still open: the automatic collector stays off"
+    assert gc.get_threshold() != before, "one collector still open: CPython's full passes stay off"
     second.close()
-    assert gc.isenabled()
-    gc.disable()  # opened with the collector already off: closing leaves it off
-    try:
-        first.open()
-        first.close()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
+    assert gc.get_threshold() == before
 
 
-def test_a_held_collector_runs_no_pass_and_a_closed_one_none_either(clean_heap: None) -> None:
+def test_a_held_or_closed_collector_runs_no_pass_nor_one_with_the_collector_disabled(clean_heap: None) -> None:
     collector = PacedCollector(POLICY)
     collector.open()
     try:
-        make_cycles(1_000)
+        probe = old_cyclic_garbage()
+        bump_middle_passes(POLICY.full_after + 1)
         with collector.held():
-            assert collector.after_tick(idle=True, late=False) is None
-            assert alive_nodes() == 2_000
-        assert collector.after_tick(idle=True, late=False) is not None
+            assert collector.after_tick(idle=True, late=False) is False
+        gc.disable()  # a test that counts on reference counting alone turns the collector off
+        try:
+            assert collector.after_tick(idle=True, late=False) is False
+        finally:
+            gc.enable()
+        assert probe() is not None
+        assert collector.after_tick(idle=True, late=False) is True
+        assert probe() is None
     finally:
         collector.close()
-    assert collector.after_tick(idle=True, late=False) is None
+    bump_middle_passes(POLICY.full_after + 1)
+    assert collector.after_tick(idle=True, late=False) is False
 
 
 def test_a_full_pass_while_calls_are_live_waits_for_its_interval(clean_heap: None) -> None:
     now = [1_000.0]
-    policy = CollectorPolicy(thresholds=(1, 1, 1), full_interval_s=60.0)
-    collector = PacedCollector(policy, monotonic=lambda: now[0])
+    collector = PacedCollector(CollectorPolicy(full_after=1, full_interval_s=60.0), monotonic=lambda: now[0])
     collector.open()
     try:
-        generations = []
-        for _ in range(6):
-            make_cycles(10)
-            generations.append(collector.after_tick(idle=False, late=False))
-        assert 2 not in generations
-        now[0] += 60.0
-        make_cycles(10)
-        while (generation := collector.after_tick(idle=False, late=False)) != 2:
-            assert generation is not None
-            make_cycles(10)
-        assert collector.passes[2] == 1
+        bump_middle_passes(2)
+        assert collector.after_tick(idle=False, late=False) is False
+        now[0] += 59.0
+        assert collector.after_tick(idle=False, late=False) is False
+        now[0] += 1.0
+        assert collector.after_tick(idle=False, late=False) is True
+        bump_middle_passes(2)
+        assert collector.after_tick(idle=False, late=False) is False, "the interval counts from the last pass"
     finally:
         collector.close()
