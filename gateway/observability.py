@@ -96,6 +96,13 @@ TICK_OVERRUNS_TOTAL = Counter(
     ["worker"],
     registry=REGISTRY,
 )
+TICKS_SKIPPED_TOTAL = Counter(
+    "gateway_ticks_skipped_total",
+    "Ticks the media clock skipped after falling more than its catch-up limit behind (a stall); every call's RTP "
+    "clock moved on by them",
+    ["worker"],
+    registry=REGISTRY,
+)
 GC_PAUSE_SECONDS = Histogram(
     "gateway_gc_pause_seconds",
     "Cyclic garbage collector passes in this process, by generation and by what ran them (tick: paced by the "

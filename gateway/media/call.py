@@ -20,8 +20,11 @@ Rules (pure logic, no I/O):
   but not in ``lost`` (sequence numbers stay contiguous).
 - **Sender.** SSRC, first sequence number and first timestamp are passed in (random, from the caller). Each
   tick advances the timestamp by 20 ms of the clock (160 at 8 kHz, 960 at 48 kHz) whether or not a packet is
-  sent; the sequence number advances per packet sent. The marker bit is set on the first packet, after a
-  hold, and (``marker_on_talkspurt``) on the first audio frame after a run of silence (``None``) frames.
+  sent; the sequence number advances per packet sent. Ticks the worker's clock skipped after a stall advance
+  it too (:meth:`MediaCall.skip_ticks`): the phone sees a gap in the timestamps, as with silence suppression,
+  and plays what follows on time, instead of every later packet arriving that much late. The marker bit is
+  set on the first packet, after a hold, and (``marker_on_talkspurt``) on the first audio frame after a run
+  of silence (``None``) frames.
 - **Inactivity.** ``inactive_for(now)`` is the time since the last valid RTP packet (or since the call was
   added), for the session's RTP-timeout rule.
 """
@@ -345,6 +348,12 @@ class MediaCall:
         if self.config.telephone_event_pt is None:
             raise LocalMediaError(f"call {self.config.call_id}: the peer did not negotiate telephone-event")
         self.dtmf_out.queue(digits, duration_ms=duration_ms, volume=volume)
+
+    def skip_ticks(self, ticks: int) -> None:
+        """The clock skipped ``ticks`` ticks (a stall): advance the RTP clock by them, send nothing for them."""
+        if ticks <= 0:
+            return
+        self._timestamp = (self._timestamp + ticks * self.config.samples_per_frame) & 0xFFFFFFFF
 
     def next_packet(self, payload: bytes, has_audio: bool, now: float) -> bytes | None:
         """The RTP packet for this tick (audio, or a DTMF packet replacing it), or None while not sending."""

@@ -404,6 +404,11 @@ class TickEngine:
 
     # ---------------------------------------------------------------------------------- outbound tick
 
+    def skip_ticks(self, ticks: int) -> None:
+        """The clock skipped ``ticks`` ticks after a stall: every call's RTP clock moves on by them."""
+        for call in self._calls.values():
+            call.skip_ticks(ticks)
+
     def tick_outbound(self, outbound: Mapping[str, OutboundFrame], now: float) -> list[Datagram]:
         """Encode each call's frame (missing/None = silence) into RTP; returns (call_id, address, datagram).
 

@@ -6,8 +6,9 @@ event loop's monotonic clock and every tick is scheduled with ``loop.call_at`` f
 
 When the loop falls behind (a long GC pause, a CPU-starved container) the missed ticks are run as soon as
 possible, up to ``max_catch_up`` in a row, so every call still gets exactly one frame per 20 ms of media time;
-beyond that the clock re-anchors and counts the skipped ticks. A tick whose work ends after the next deadline
-is an *overrun*.
+beyond that the clock re-anchors, counts the skipped ticks and tells ``on_skipped`` how many (the media
+engine advances every call's RTP clock by them, so a stall never adds to the delay a phone sees). A tick whose
+work ends after the next deadline is an *overrun*.
 
 A catch-up tick is not run back to back with the late one: it is scheduled 1 ms out, so the event loop polls
 its sockets and runs the callbacks and tasks that are ready before it. The packets that
@@ -49,9 +50,11 @@ class MediaClock:
         period: float = 0.02,
         max_catch_up: int = 5,
         on_measured: Callable[[float, float, bool], None] | None = None,
+        on_skipped: Callable[[int], None] | None = None,
     ) -> None:
         self._on_tick = on_tick
         self._on_measured = on_measured  # (lag_s, duration_s, overrun)
+        self._on_skipped = on_skipped  # (ticks skipped by a re-anchor)
         self.period = period
         self.max_catch_up = max_catch_up
         self.stats = ClockStats()
@@ -116,6 +119,8 @@ class MediaClock:
                 self._k += behind
                 self._behind = 0
                 log.warning("media clock fell %d ticks behind; re-anchored", behind)
+                if self._on_skipped is not None:
+                    self._on_skipped(behind)
         if self._handle is not None:
             when = self._deadline(self._k)
             if when <= end:

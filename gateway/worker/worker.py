@@ -40,6 +40,7 @@ from gateway.observability import (
     LOOP_LAG_SECONDS,
     TICK_OVERRUNS_TOTAL,
     TICK_SECONDS,
+    TICKS_SKIPPED_TOTAL,
 )
 from gateway.providers.base import RealtimeModel
 from gateway.session.config import SessionConfig
@@ -111,7 +112,7 @@ class MediaWorker:
         # With rtp_read_at_tick: every call's RTP socket, read at the start of each tick (ADR 0007); None: read per
         # readiness callback (ADR 0002).
         self.rtp_drain = RtpDrain() if settings.rtp_read_at_tick and RtpDrain.supported() else None
-        self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured)
+        self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured, on_skipped=self._on_ticks_skipped)
         # Full collector passes, run after a tick when no call is live or rarely (ADR 0010); None: CPython's own.
         self.collector = (
             PacedCollector(
@@ -359,6 +360,10 @@ class MediaWorker:
             TICK_OVERRUNS_TOTAL.labels(self._metric_worker).inc()
         if self.collector is not None:
             self.collector.after_tick(idle=not self.legs and not self.webrtc.legs, late=overrun)
+
+    def _on_ticks_skipped(self, ticks: int) -> None:
+        self.engine.skip_ticks(ticks)  # the phones see a gap in the timestamps, not every later packet late
+        TICKS_SKIPPED_TOTAL.labels(self._metric_worker).inc(ticks)
 
     def _leg(self, call_id: str) -> CallLeg:
         leg = self.legs.get(call_id)

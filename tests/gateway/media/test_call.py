@@ -79,6 +79,23 @@ def test_hold_stops_sending_but_the_clock_runs() -> None:
         call.set_direction("sideways")  # type: ignore[arg-type]
 
 
+def test_ticks_the_clock_skipped_leave_a_timestamp_gap_and_contiguous_sequence_numbers() -> None:
+    # A stall the clock could not catch up: the next packet carries the media time it is sent at, so the phone
+    # plays it on time (a gap, as with silence suppression) instead of seeing every later packet 60 ms late.
+    call = make_call(initial_sequence=10, initial_timestamp=2**32 - 320, codec="PCMU")
+    before = parse_rtp(call.next_packet(b"\xff" * 160, True, 0.0) or b"")
+    call.skip_ticks(3)
+    call.skip_ticks(0)
+    after = parse_rtp(call.next_packet(b"\xff" * 160, True, 0.08) or b"")
+    assert after.sequence_number == before.sequence_number + 1
+    assert (after.timestamp - before.timestamp) % 2**32 == 4 * 160  # wrapped past 2**32 on the way
+    assert not after.marker
+    opus = make_call(codec="opus", payload_type=111, initial_timestamp=0)
+    opus.next_packet(b"\x00", True, 0.0)
+    opus.skip_ticks(2)
+    assert parse_rtp(opus.next_packet(b"\x00", True, 0.06) or b"").timestamp == 3 * 960
+
+
 def test_sendonly_ignores_received_audio_but_still_latches() -> None:
     call = make_call(direction="sendonly")
     assert call.receive(pkt(1), SIGNALLED, 0.0) == "direction"

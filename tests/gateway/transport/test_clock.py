@@ -61,6 +61,29 @@ async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
     assert clock.stats.skipped == 0
 
 
+async def test_a_stall_past_the_catch_up_limit_skips_ticks_and_says_how_many() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines: list[float] = []
+    skipped: list[int] = []
+    done = asyncio.Event()
+
+    def on_tick(deadline: float) -> None:
+        deadlines.append(deadline)
+        if len(deadlines) == 2:
+            end = loop.time() + 0.15  # stall for 7.5 periods; two catch-up ticks allowed
+            while loop.time() < end:
+                pass
+        if len(deadlines) == 8:
+            done.set()
+
+    clock = MediaClock(on_tick, period=0.02, max_catch_up=2, on_skipped=skipped.append)
+    await run_until(clock, done)
+    slots = [round((d - deadlines[0]) / 0.02) for d in deadlines]
+    gaps = [b - a - 1 for a, b in itertools.pairwise(slots)]
+    assert sum(skipped) == clock.stats.skipped == sum(gaps) > 0
+    assert all(n > 0 for n in skipped)
+
+
 def _catch_up_order(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> list[str]:
     """Tick 2 stalls for 3.5 periods after a datagram arrived and after it woke a callback; the order of what ran."""
 

@@ -32,6 +32,8 @@ class PeerCall:
     remote_rtp: tuple[str, int] | None = None
     received: list[bytes] = field(default_factory=list)
     received_pts: list[int] = field(default_factory=list)
+    received_seqs: list[int] = field(default_factory=list)
+    received_timestamps: list[int] = field(default_factory=list)
 
 
 class SipPeer:
@@ -117,6 +119,8 @@ class SipPeer:
                     return
                 packet = parse_rtp(data)
                 call.received_pts.append(packet.payload_type)
+                call.received_seqs.append(packet.sequence_number)
+                call.received_timestamps.append(packet.timestamp)
                 call.received.append(packet.payload)
 
         asyncio.get_running_loop().add_reader(call.rtp.fileno(), on_rtp)

@@ -4,6 +4,7 @@ running the echo agent; SIP, RTP, the tick, the session and the provider all run
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -123,6 +124,40 @@ async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) 
         assert len(call.received) >= 20
         assert all(p == bytes([0xFF]) * 160 for p in call.received[3:15])
         peer.hang_up(call)
+
+
+async def test_a_stall_past_the_clocks_catch_up_leaves_a_timestamp_gap_not_a_lasting_delay(
+    worker: MediaWorker,
+) -> None:
+    # The media clock runs five late ticks back, then skips the rest of a stall. The ticks it skipped move every
+    # call's RTP clock on (a gap in the timestamps, sequence numbers contiguous), so the phone plays what
+    # follows on time; before, every later packet of every call carried the stall as extra delay.
+    import time
+
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+        await _answered(peer, call)
+        streaming = asyncio.create_task(peer.stream(call, speechlike(3.0)))
+        try:
+            await _until(lambda: len(call.received) >= 10)
+            skipped_before = worker.clock.stats.skipped
+            metric_before = _sample("gateway_ticks_skipped_total", worker=worker.settings.worker_id)
+            count = len(call.received)
+            stall_until = time.monotonic() + 0.3  # the event loop stalled for 15 periods: more than five catch-ups
+            while time.monotonic() < stall_until:
+                pass
+            await _until(lambda: len(call.received) >= count + 25)
+        finally:
+            streaming.cancel()
+        skipped = worker.clock.stats.skipped - skipped_before
+        assert skipped >= 5, "the stall did not make the clock skip ticks"
+        assert _sample("gateway_ticks_skipped_total", worker=worker.settings.worker_id) - metric_before == skipped
+        seqs = [s for s, pt in zip(call.received_seqs, call.received_pts) if pt == call.payload_type]
+        stamps = [t for t, pt in zip(call.received_timestamps, call.received_pts) if pt == call.payload_type]
+        assert all((b - a) % 65536 == 1 for a, b in itertools.pairwise(seqs)), "a packet was lost or reordered"
+        steps = [(b - a) % 2**32 for a, b in itertools.pairwise(stamps)]
+        assert sum(step - 160 for step in steps) == skipped * 160
+        assert {step for step in steps if step != 160} <= {160 * (1 + n) for n in range(1, skipped + 1)}
 
 
 async def test_no_common_codec_gets_488(worker: MediaWorker) -> None:
