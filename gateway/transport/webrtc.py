@@ -363,7 +363,9 @@ class AgentAudioTrack(MediaStreamTrack):
             if self.pull_errors == 1:
                 log.exception("pulling the agent's frame failed")
             frame = None
-        out = self._audio.encode(frame, sequence=self._k)
+        # The slots a stall skipped count in the pts: the browser sees a gap in the RTP timestamps and plays what
+        # follows on time, instead of every later packet arriving that much late.
+        out = self._audio.encode(frame, sequence=self._k + self.skipped)
         self._k += 1
         return out
 
