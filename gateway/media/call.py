@@ -350,10 +350,12 @@ class MediaCall:
         self.dtmf_out.queue(digits, duration_ms=duration_ms, volume=volume)
 
     def skip_ticks(self, ticks: int) -> None:
-        """The clock skipped ``ticks`` ticks (a stall): advance the RTP clock by them, send nothing for them."""
+        """The clock skipped ``ticks`` ticks (a stall): advance the RTP clock by them, send nothing for them, and
+        let the jitter buffer drop as many frames of the caller's next pause (the delay the stall added)."""
         if ticks <= 0:
             return
         self._timestamp = (self._timestamp + ticks * self.config.samples_per_frame) & 0xFFFFFFFF
+        self.jitter_buffer.skip(ticks)  # the caller's audio of those ticks waits: given back in its next pause
 
     def next_packet(self, payload: bytes, has_audio: bool, now: float) -> bytes | None:
         """The RTP packet for this tick (audio, or a DTMF packet replacing it), or None while not sending."""

@@ -32,6 +32,12 @@ Playout states (``pop`` is called once per 20 ms tick)::
   only be judged decoded, so while ``wants_level`` the caller reports each played frame with :meth:`heard`
   and the frame after five quiet ones is taken to be quiet too.
 
+A stall of the worker that its media clock could not catch up (ticks skipped, :meth:`JitterBuffer.skip`)
+leaves the buffer that many frames deeper than the network needs: the caller went on sending while nothing
+was played. That excess is a *debt*, paid in the caller's next pause: quiet whole frames are dropped there,
+as many as are owed, as long as the target delay stays buffered. No word is cut and the delay is back by the
+end of the pause, instead of one frame a second through the shrink above.
+
 ``status`` after ``pop`` is PLAYED, CONCEALED (a gap inside a talkspurt: the caller runs PLC; ``fec_payload``
 holds the next frame's payload if buffered, for Opus in-band FEC) or SILENT (nothing to play: before the first
 packet, or after ``max_conceal_frames`` of a gap, where the sender has evidently paused).
@@ -94,6 +100,7 @@ class JitterBuffer:
 
     __slots__ = (
         "_anchor",
+        "_debt",
         "_due",
         "_frame_bytes",
         "_gap",
@@ -169,6 +176,7 @@ class JitterBuffer:
         self._min_span = 1 << 30
         self._window = 0
         self._due = 0
+        self._debt = 0
         self._quiet_run = 0
 
     def reset(self) -> None:
@@ -242,6 +250,12 @@ class JitterBuffer:
         self._min_span = 1 << 30
         self._window = 0
         self._due = 0
+        self._debt = 0
+
+    def skip(self, frames: int) -> None:
+        """The tick skipped ``frames`` pops (a stall): owe that many frames, dropped in the caller's next pause."""
+        if frames > 0 and self._state == _PLAYING:
+            self._debt = min(self._debt + frames, self.config.horizon_ms // 20)
 
     # ---------------------------------------------------------------------------------------------- pop
 
@@ -308,12 +322,19 @@ class JitterBuffer:
             self.status = SILENT
 
     def _shrink(self, nxt: int, played: bytes) -> None:
+        if self._due or self._debt:
+            quiet = self._quiet
+            # Without a payload test the level comes from heard(), one frame behind: the run is just as long.
+            played_quiet = quiet(played) if quiet is not None else self._heard_quiet
+            self._quiet_run = self._quiet_run + 1 if played_quiet else 0
+        if self._debt:
+            nxt = self._pay_debt(nxt)
         if self._hold:  # the window starts afresh after it: the underrun's re-anchor reset it, and nothing since
             self._hold -= 1
             return
         span_ms = (self._high + 1 - nxt) * self._unit_ms
         if self._due:
-            self._drop_in_pause(nxt, played, span_ms)
+            self._drop_in_pause(nxt, span_ms)
             return
         if span_ms < self._min_span:
             self._min_span = span_ms
@@ -327,24 +348,43 @@ class JitterBuffer:
         self._min_span = 1 << 30
         self._window = 0
 
+    def _pay_debt(self, nxt: int) -> int:
+        """In a pause, drop the quiet whole frames that follow, up to the debt, keeping the target buffered."""
+        if self._quiet_run < self.config.shrink_pause_frames:
+            return nxt
+        quiet = self._quiet
+        slots = self._slots
+        upf = self._upf
+        target_units = self.target_ms // self._unit_ms
+        while self._debt:
+            if self._high + 1 - nxt - upf < target_units:
+                self._debt = 0  # the excess is gone (the sender slowed down, or the rest was paid)
+                break
+            following = slots.get(nxt)
+            if not following or (quiet is not None and not quiet(following)):
+                break  # a gap, half a frame or speech: not here
+            self._drop(nxt)
+            self._debt -= 1
+            nxt += upf
+            if quiet is None:
+                break  # judged by the level of the frame heard: one frame per tick
+        return nxt
+
     @property
     def wants_level(self) -> bool:
-        """A shrink waits for a pause and only the decoded audio can tell one: report frames with heard()."""
-        return self._due > 0 and self._quiet is None
+        """Waiting for a pause (a due shrink, a debt) and only the decoded audio can tell one: report heard()."""
+        return (self._due > 0 or self._debt > 0) and self._quiet is None
 
     def heard(self, quiet: bool) -> None:
         """Whether the frame just played was quiet, judged from its decoded audio (codecs without a quiet test)."""
         self._heard_quiet = quiet
 
-    def _drop_in_pause(self, nxt: int, played: bytes, span_ms: int) -> None:
+    def _drop_in_pause(self, nxt: int, span_ms: int) -> None:
         """A shrink is due: drop the next frame once a pause is reached (or the wait is over)."""
         if span_ms < self.target_ms:  # the excess drained by itself (the sender slowed down): keep every frame
             self._due = 0
             return
         quiet = self._quiet
-        # Without a payload test the level comes from heard(), one frame behind: the run is just as long.
-        played_quiet = quiet(played) if quiet is not None else self._heard_quiet
-        self._quiet_run = self._quiet_run + 1 if played_quiet else 0
         self._due -= 1
         following = self._slots.get(nxt)
         if not following:  # a gap or half a frame: nothing whole to drop here

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -345,6 +347,48 @@ def test_a_due_shrink_in_endless_speech_drops_a_frame_when_the_wait_is_over() ->
     assert dropped[0] == 20 + 10 + 40  # frame 20 plays first after the burst: its window, then the whole wait
 
 
+def stalled_timeline(call: MediaCall, *, stall: range, skipped: int, count: int, speech: set[int]) -> list[int]:
+    """One packet a tick, on time; no pop during ``stall`` (the worker stalled), then ``skipped`` ticks are
+    reported skipped and the pops go on. Returns the numbers of the frames played."""
+    played = []
+    for tick in range(count):
+        send(call, tick, tick * 160, tagged(tick, loud=tick in speech), tick * 0.02)
+        if tick in stall:
+            continue
+        if tick == stall.stop and skipped:
+            call.skip_ticks(skipped)
+        call.jitter_buffer.adapt(0.0, 100, 8000)
+        payload = call.jitter_buffer.pop()
+        if payload is not None:
+            played.append(frame_number(payload))
+    return played
+
+
+SPEECH_THEN_PAUSE = set(range(60)) | set(range(120, 200))  # a pause of 1.2 s: frames 60-119
+
+
+def test_frames_a_stall_left_behind_are_dropped_in_the_next_pause_not_from_speech() -> None:
+    call = make_call(jitter=JitterConfig(warmup_packets=0))
+    played = stalled_timeline(call, stall=range(30, 38), skipped=8, count=200, speech=SPEECH_THEN_PAUSE)
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert len(dropped) == 8 == call.jitter_buffer.discarded
+    assert all(60 + 5 <= k < 120 for k in dropped)  # five quiet frames into the pause, none of the words
+    assert call.jitter_buffer.buffered_ms <= 40  # the delay the stall added is gone by the end of the pause
+
+
+def test_without_the_skip_the_stalls_frames_stay_as_delay() -> None:
+    call = make_call(jitter=JitterConfig(warmup_packets=0))
+    stalled_timeline(call, stall=range(30, 38), skipped=0, count=200, speech=SPEECH_THEN_PAUSE)
+    assert call.jitter_buffer.discarded <= 3  # one frame per second at most, through the shrink
+    assert call.jitter_buffer.buffered_ms >= 120
+
+
+def test_a_stall_in_endless_speech_keeps_every_word() -> None:
+    call = make_call(jitter=JitterConfig(warmup_packets=0, shrink_wait_frames=10_000))
+    played = stalled_timeline(call, stall=range(30, 38), skipped=8, count=200, speech=set(range(200)))
+    assert played == list(range(len(played)))  # nothing dropped while the caller talks
+
+
 def opus_run(*, quiet_from: int, wait: int = 250) -> tuple[JitterBuffer, list[int]]:
     """An Opus buffer 160 ms too deep; the tick reports each played frame quiet from frame ``quiet_from`` on."""
     config = shrinking(hold=0, wait=wait, pause=5)
@@ -395,3 +439,26 @@ def test_any_arrival_order_plays_frames_in_order_without_repeats(order: list[int
     first = min(set(range(22)) - lost)
     assert played == [i for i in range(first, 22) if i not in lost]
     assert call.stats(0.0).lost == len({i for i in lost if i > first})
+
+
+def test_an_opus_stalls_frames_are_dropped_one_a_tick_once_the_tick_hears_a_pause() -> None:
+    jb = JitterBuffer(
+        clock_rate=48000, unit_samples=960, units_per_frame=1, unit_bytes=0, config=JitterConfig(warmup_packets=0)
+    )
+    played = []
+    for k in range(100):
+        jb.push(k * 960, bytes([k]) * 40)
+        if 20 <= k < 24:
+            continue  # the stall: four pops skipped
+        if k == 24:
+            jb.skip(4)
+        jb.adapt(0.0, 100, 48000)
+        payload = jb.pop()
+        if payload is not None:
+            played.append(payload[0])
+            if jb.wants_level:
+                jb.heard(payload[0] >= 50)  # what the tick decoded: speech until frame 50
+    dropped = sorted(set(range(played[-1])) - set(played))
+    assert len(dropped) >= 3 and all(k >= 50 + 5 for k in dropped)  # five quiet frames heard first
+    assert all(b - a >= 2 for a, b in itertools.pairwise(dropped))  # one a tick: heard one behind
+    assert jb.buffered_ms <= 40 and not jb.wants_level  # back at the target; nothing owed any more
