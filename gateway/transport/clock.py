@@ -108,7 +108,10 @@ class MediaClock:
         if overrun:
             stats.overruns += 1
         if self._on_measured is not None:
-            self._on_measured(lag, duration, overrun)
+            try:
+                self._on_measured(lag, duration, overrun)
+            except Exception:  # neither may stop the clock: the next tick must still be scheduled
+                log.exception("media tick measurement failed")
         if end < next_deadline:
             self._behind = 0
         else:
@@ -120,7 +123,10 @@ class MediaClock:
                 self._behind = 0
                 log.warning("media clock fell %d ticks behind; re-anchored", behind)
                 if self._on_skipped is not None:
-                    self._on_skipped(behind)
+                    try:
+                        self._on_skipped(behind)
+                    except Exception:
+                        log.exception("handling skipped media ticks failed")
         if self._handle is not None:
             when = self._deadline(self._k)
             if when <= end:

@@ -84,6 +84,29 @@ async def test_a_stall_past_the_catch_up_limit_skips_ticks_and_says_how_many() -
     assert all(n > 0 for n in skipped)
 
 
+async def test_a_failing_callback_never_stops_the_clock(caplog: pytest.LogCaptureFixture) -> None:
+    loop = asyncio.get_running_loop()
+    ticks: list[float] = []
+    done = asyncio.Event()
+
+    def on_tick(deadline: float) -> None:
+        ticks.append(deadline)
+        if len(ticks) == 2:
+            end = loop.time() + 0.1  # past the one catch-up tick allowed: the clock skips
+            while loop.time() < end:
+                pass
+        if len(ticks) == 6:
+            done.set()
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("bug")
+
+    clock = MediaClock(on_tick, period=0.02, max_catch_up=1, on_measured=broken, on_skipped=broken)
+    await run_until(clock, done)
+    assert len(ticks) >= 6 and clock.stats.skipped > 0
+    assert "media tick measurement failed" in caplog.text and "handling skipped media ticks failed" in caplog.text
+
+
 def _catch_up_order(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> list[str]:
     """Tick 2 stalls for 3.5 periods after a datagram arrived and after it woke a callback; the order of what ran."""
 
