@@ -1,9 +1,9 @@
 """The cyclic garbage collector in a media process: the frozen start-up heap (docs/adr/0006-gc-freeze.md) and
 full passes paced by the media clock (docs/adr/0010-full-collections-paced-by-the-tick.md).
 
-A full (generation 2) pass walks every live object: 35-75 ms in a worker that holds a few thousand SIP
+A full (generation 2) pass walks every live object: 30-95 ms in a worker that holds a few thousand SIP
 transactions for their 32 s, long enough to hold back every live call's next frames. CPython starts one from
-whichever allocation crosses its thresholds, every 10-20 s at 50 calls a second. :class:`PacedCollector`
+whichever allocation crosses its thresholds, every 10-30 s at 50 calls a second. :class:`PacedCollector`
 keeps CPython's young-generation passes as they are and takes the full passes over: right after a media
 tick, as soon as one is due while no call is live, and at most once per ``full_interval_s`` while calls are.
 """

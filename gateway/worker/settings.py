@@ -57,7 +57,7 @@ class WorkerSettings(BaseSettings):
     # (docs/performance.md, "Frame size toward the provider").
     provider_chunk_ms: int = Field(default=20, ge=20, le=200, multiple_of=20)
     tool_grace_s: float = Field(default=3.0, gt=0, le=60)
-    # Full collector passes (every live object, 35-75 ms in a busy worker) run right after a media tick: when no
+    # Full collector passes (every live object, 30-95 ms in a busy worker) run right after a media tick: when no
     # call is live, and at most once per gc_full_interval_s while calls are (ADR 0010). False: whenever CPython's
     # thresholds say.
     gc_paced: bool = True
