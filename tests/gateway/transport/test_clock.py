@@ -9,6 +9,13 @@ import uvloop
 from gateway.transport.clock import MediaClock
 
 
+def busy(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+    """Keep the event loop busy (work in a tick, or a stall) for ``seconds``."""
+    end = loop.time() + seconds
+    while loop.time() < end:
+        pass
+
+
 async def run_until(clock: MediaClock, done: asyncio.Event) -> None:
     """Run ``clock`` until ``done`` is set (5 s at most), then stop it."""
     clock.start()
@@ -26,9 +33,7 @@ async def test_ticks_land_on_absolute_deadlines_without_drift() -> None:
     def on_tick(deadline: float) -> None:
         deadlines.append(deadline)
         # work that would make a sleep(0.02) loop drift by 3 ms per tick
-        end = loop.time() + 0.003
-        while loop.time() < end:
-            pass
+        busy(loop, 0.003)
         if len(deadlines) == 25:
             done.set()
 
@@ -47,9 +52,7 @@ async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
     def on_tick(deadline: float) -> None:
         deadlines.append(deadline)
         if len(deadlines) == 2:
-            end = loop.time() + 0.07  # stall for 3.5 periods
-            while loop.time() < end:
-                pass
+            busy(loop, 0.07)  # stall for 3.5 periods
         if len(deadlines) == 10:
             done.set()
 
@@ -70,9 +73,7 @@ async def test_a_stall_past_the_catch_up_limit_skips_ticks_and_says_how_many() -
     def on_tick(deadline: float) -> None:
         deadlines.append(deadline)
         if len(deadlines) == 2:
-            end = loop.time() + 0.15  # stall for 7.5 periods; two catch-up ticks allowed
-            while loop.time() < end:
-                pass
+            busy(loop, 0.15)  # stall for 7.5 periods; two catch-up ticks allowed
         if len(deadlines) == 8:
             done.set()
 
@@ -92,9 +93,7 @@ async def test_a_failing_callback_never_stops_the_clock(caplog: pytest.LogCaptur
     def on_tick(deadline: float) -> None:
         ticks.append(deadline)
         if len(ticks) == 2:
-            end = loop.time() + 0.1  # past the one catch-up tick allowed: the clock skips
-            while loop.time() < end:
-                pass
+            busy(loop, 0.1)  # past the one catch-up tick allowed: the clock skips
         if len(ticks) == 6:
             done.set()
 
@@ -131,9 +130,7 @@ def _catch_up_order(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> li
             if ticks == 1:
                 loop.call_soon(events.append, "woken")  # e.g. a session task the tick's frame woke
                 sender.send(b"rtp")  # a packet that arrives during the stall
-                end = loop.time() + 0.07
-                while loop.time() < end:
-                    pass
+                busy(loop, 0.07)
             if ticks == 6:
                 done.set()
 
