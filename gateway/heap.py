@@ -117,10 +117,6 @@ class PacedCollector:
         self._last_full = monotonic()
         self.full_passes = 0
 
-    @property
-    def is_open(self) -> bool:
-        return self._open
-
     def open(self) -> None:
         if self._open:
             return
