@@ -10,14 +10,14 @@ Processes (all on this machine, loopback only, stopped by PID at the end):
 
 Per concurrency step N: N calls are placed at ``--ramp-cps``; once all are up (plus a settle second) the
 measurement window opens for ``--window`` seconds. Over the window: the worker's CPU from its own counters
-(psutil), tick duration p99 and overruns from its ``/metrics`` (histogram deltas: p99 is the upper edge of
-its bucket), the gateway-added delay per direction ("in wait": a caller packet's arrival -> its frame handed
-to the provider connection; "out wait": a provider item's first audio -> its first frame sent; means from the
-worker's histograms), and the fake's and the generator's CPU (if either saturates, the step measured them, not the
-worker). Over the whole call: loss, outbound pacing error (measured at the generator's receive side, see
+(psutil), tick duration p99, overruns and skipped ticks from its ``/metrics`` (histogram deltas: p99 is the upper
+edge of its bucket), the gateway-added delay per direction ("in wait": a caller packet's arrival -> its frame
+handed to the provider connection; "out wait": a provider item's first audio -> its first frame sent; means from
+the worker's histograms), and the fake's and the generator's CPU (if either saturates, the step measured them, not
+the worker). Over the whole call: loss, outbound pacing error (measured at the generator's receive side, see
 :mod:`gateway.loadtest.callanalysis`), marker round trip, whether every call's audio came back. A step is
-*sustained* when every call was answered, nothing was lost, pacing error p99 <= 10 ms, no tick overran and
-every call's audio came back. ``--repeats`` runs each step several times; the table shows medians.
+*sustained* when every call was answered, nothing was lost, pacing error p99 <= 10 ms, no tick overran and every
+call's audio came back. ``--repeats`` runs each step several times; the table shows medians.
 """
 
 from __future__ import annotations
@@ -362,6 +362,8 @@ class CallsBench:
             "tick_mean_ms": tick_mean,
             "ticks": ticks,
             "overruns": overruns,
+            # ticks the worker's clock skipped after stalls longer than its catch-up (every call's audio has a gap)
+            "ticks_skipped": _counter(m0, m1, "gateway_ticks_skipped_total"),
             "loss_pct": summary["loss_pct"],
             "lost": summary["packets_lost"],
             "pacing_p99_ms": summary["pacing_error_ms"]["p99"],
@@ -470,6 +472,7 @@ _COLUMNS = (
     ("cpu_us_per_call_frame", "µs/call/20ms", "{:.0f}"),
     ("tick_p99_ms", "tick p99", "{:.1f}"),
     ("overruns", "overruns", "{:.0f}"),
+    ("ticks_skipped", "skipped", "{:.0f}"),
     ("loss_pct", "loss %", "{:.3f}"),
     ("pacing_p99_ms", "pacing p99", "{:.1f}"),
     ("rtt_p50_ms", "rtt p50", "{:.0f}"),

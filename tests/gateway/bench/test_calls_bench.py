@@ -17,6 +17,7 @@ gateway_tick_seconds_bucket{le="0.004",worker="bench"} 10.0
 gateway_tick_seconds_bucket{le="+Inf",worker="bench"} 10.0
 gateway_tick_seconds_sum{worker="bench"} 0.005
 gateway_tick_overruns_total{worker="bench"} 2.0
+gateway_ticks_skipped_total{worker="bench"} 4.0
 gateway_active_calls{worker="bench"} 0.0
 """
 AFTER = """
@@ -26,6 +27,7 @@ gateway_tick_seconds_bucket{le="0.004",worker="bench"} 1009.0
 gateway_tick_seconds_bucket{le="+Inf",worker="bench"} 1010.0
 gateway_tick_seconds_sum{worker="bench"} 1.505
 gateway_tick_overruns_total{worker="bench"} 3.0
+gateway_ticks_skipped_total{worker="bench"} 10.0
 gateway_active_calls{worker="bench"} 100.0
 """
 
@@ -37,6 +39,7 @@ def test_tick_p99_and_overruns_come_from_deltas_over_the_window() -> None:
     assert p99 == 2.0  # 990 of the 1000 window ticks took <= 2 ms
     assert math.isclose(mean, 1.5)
     assert _counter(before, after, "gateway_tick_overruns_total") == 1.0
+    assert _counter(before, after, "gateway_ticks_skipped_total") == 6.0
 
 
 def test_the_gateway_added_delays_are_read_from_the_workers_own_histograms() -> None:
