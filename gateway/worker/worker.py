@@ -65,8 +65,16 @@ _DEFAULT_PROFILE = ProfileModel(name="default", provider="default")
 _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
+# Every collector pass in the process is timed (young ones run many times a second): children looked up once.
+_GC_PAUSES = {
+    (g, paced): GC_PAUSE_SECONDS.labels(str(g), "tick" if paced else "other")
+    for g in range(3)
+    for paced in (True, False)
+}
+
+
 def _observe_gc_pass(generation: int, seconds: float, paced: bool) -> None:
-    GC_PAUSE_SECONDS.labels(str(generation), "tick" if paced else "other").observe(seconds)
+    _GC_PAUSES[generation, paced].observe(seconds)
 
 
 class MediaWorker:

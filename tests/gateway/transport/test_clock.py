@@ -44,7 +44,9 @@ async def test_ticks_land_on_absolute_deadlines_without_drift() -> None:
     assert clock.stats.ticks >= 25
 
 
-async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
+def stall_at_second_tick(stall_s: float, ticks: int) -> tuple[Callable[[float], None], list[float], asyncio.Event]:
+    """An on_tick that records deadlines, stalls the loop ``stall_s`` in the second tick, and sets the event
+    once ``ticks`` have run."""
     loop = asyncio.get_running_loop()
     deadlines: list[float] = []
     done = asyncio.Event()
@@ -52,10 +54,15 @@ async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
     def on_tick(deadline: float) -> None:
         deadlines.append(deadline)
         if len(deadlines) == 2:
-            busy(loop, 0.07)  # stall for 3.5 periods
-        if len(deadlines) == 10:
+            busy(loop, stall_s)
+        if len(deadlines) == ticks:
             done.set()
 
+    return on_tick, deadlines, done
+
+
+async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
+    on_tick, deadlines, done = stall_at_second_tick(0.07, 10)  # 3.5 periods
     clock = MediaClock(on_tick, period=0.02, max_catch_up=10)
     await run_until(clock, done)
     # every media-time slot got its tick: consecutive deadlines, none skipped
@@ -65,18 +72,8 @@ async def test_a_stalled_loop_catches_up_missed_ticks() -> None:
 
 
 async def test_a_stall_past_the_catch_up_limit_skips_ticks_and_says_how_many() -> None:
-    loop = asyncio.get_running_loop()
-    deadlines: list[float] = []
+    on_tick, deadlines, done = stall_at_second_tick(0.15, 8)  # 7.5 periods; two catch-up ticks allowed
     skipped: list[int] = []
-    done = asyncio.Event()
-
-    def on_tick(deadline: float) -> None:
-        deadlines.append(deadline)
-        if len(deadlines) == 2:
-            busy(loop, 0.15)  # stall for 7.5 periods; two catch-up ticks allowed
-        if len(deadlines) == 8:
-            done.set()
-
     clock = MediaClock(on_tick, period=0.02, max_catch_up=2, on_skipped=skipped.append)
     await run_until(clock, done)
     slots = [round((d - deadlines[0]) / 0.02) for d in deadlines]
@@ -86,16 +83,7 @@ async def test_a_stall_past_the_catch_up_limit_skips_ticks_and_says_how_many() -
 
 
 async def test_a_failing_callback_never_stops_the_clock(caplog: pytest.LogCaptureFixture) -> None:
-    loop = asyncio.get_running_loop()
-    ticks: list[float] = []
-    done = asyncio.Event()
-
-    def on_tick(deadline: float) -> None:
-        ticks.append(deadline)
-        if len(ticks) == 2:
-            busy(loop, 0.1)  # past the one catch-up tick allowed: the clock skips
-        if len(ticks) == 6:
-            done.set()
+    on_tick, ticks, done = stall_at_second_tick(0.1, 6)  # past the one catch-up tick allowed: the clock skips
 
     def broken(*args: object) -> None:
         raise RuntimeError("bug")
