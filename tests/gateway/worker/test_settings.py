@@ -1,4 +1,4 @@
-"""Worker settings that shape the media: the callers' jitter-buffer policy."""
+"""Worker settings that shape the media: the callers' jitter-buffer policy and the collector's pacing."""
 
 from __future__ import annotations
 
@@ -40,3 +40,19 @@ def test_a_low_ceiling_brings_the_start_delay_down_with_it() -> None:
 def test_a_jitter_setting_that_cannot_work_is_refused_at_start(bad: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
         WorkerSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_the_collector_pacing_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (WorkerSettings().gc_paced, WorkerSettings().gc_full_interval_s) == (True, 120.0)
+    monkeypatch.setenv("GATEWAY_GC_PACED", "false")
+    monkeypatch.setenv("GATEWAY_GC_FULL_INTERVAL_S", "600")
+    assert (WorkerSettings().gc_paced, WorkerSettings().gc_full_interval_s) == (False, 600.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "never"])
+def test_a_full_collection_interval_that_cannot_work_is_refused_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("GATEWAY_GC_FULL_INTERVAL_S", value)
+    with pytest.raises(ValidationError, match="gc_full_interval_s"):
+        WorkerSettings()
