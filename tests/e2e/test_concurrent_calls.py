@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,14 +26,27 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(180)]
 CALLS = 20
 
 
-def _sockets(pid: int) -> int:
-    count = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+def _sockets(pid: int) -> Counter[str]:
+    """The process's sockets by kind: ``udp``, ``tcp:<state>`` (``tcp:0A`` is a listener), ``unix`` or ``other``."""
+    kinds: dict[str, str] = {}
+    for table in ("udp", "udp6", "tcp", "tcp6"):
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
-                count += 1
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
+        for line in lines:
+            fields = line.split()
+            kinds[fields[9]] = "udp" if table.startswith("udp") else f"tcp:{fields[3]}"
+    unix = {line.split()[6] for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]}
+    count: Counter[str] = Counter()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inode = target[len("socket:[") : -1]
+            count[kinds.get(inode) or ("unix" if inode in unix else "other")] += 1
     return count
 
 
@@ -89,6 +103,11 @@ async def test_twenty_concurrent_calls_echo_and_leave_nothing_behind(
         await asyncio.sleep(0.2)
     low, high = gateway.rtp_range
     assert not [port for port in range(low, high, 2) if port_is_bound(port, kind="udp")]
-    assert _sockets(pid) <= sockets_before
+    # No RTP or SIP socket is left; an API connection the test just closed may take the server a moment to see.
+    assert _sockets(pid)["udp"] <= sockets_before["udp"], (sockets_before, _sockets(pid))
+    deadline = loop.time() + 5
+    while _sockets(pid).total() > sockets_before.total():
+        assert loop.time() < deadline, (sockets_before, _sockets(pid))
+        await asyncio.sleep(0.05)
     active = [line for line in (await _metrics(gateway)).splitlines() if line.startswith("gateway_active_calls{")]
     assert active and all(line.rstrip().endswith(" 0.0") for line in active), active
