@@ -6,7 +6,8 @@ CallSession per call, the provider websocket) without the control plane: admissi
 ``--provider`` (``openai`` at ``--openai-url``, the fake server: the full websocket + JSON + base64 path; or
 ``echo``), in the profile's ``--provider-format`` (``pcmu``: G.711 passthrough). Two knobs exist only for the
 benchmark: ``--engine percall`` swaps the batched tick engine for the
-per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` sets ``SessionConfig.inbound_chunk_ms``.
+per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` / ``--quiet-chunk-ms`` set
+``SessionConfig.inbound_chunk_ms`` / ``inbound_quiet_chunk_ms``.
 ``/metrics`` is served on ``--metrics-port`` (prometheus-client's thread). SIGINT/SIGTERM end the calls and
 exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m gateway.bench._worker``) writes
 its output.
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--openai-url", default="")
     parser.add_argument("--engine", choices=["batched", "percall"], default="batched")
     parser.add_argument("--chunk-ms", type=int, default=20)
+    parser.add_argument("--quiet-chunk-ms", type=int, default=100)
     parser.add_argument("--provider-format", choices=["pcm24k", "pcmu"], default="pcm24k")
     parser.add_argument("--capacity", type=int, default=5000)
     parser.add_argument("--no-uvloop", action="store_true")
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     worker = MediaWorker(
         settings,
         model_factory=factory,
-        session_config=SessionConfig(inbound_chunk_ms=args.chunk_ms),
+        session_config=SessionConfig(inbound_chunk_ms=args.chunk_ms, inbound_quiet_chunk_ms=args.quiet_chunk_ms),
         default_profile=ProfileModel(name="bench", provider=args.provider, audio_format=args.provider_format),
     )
     if args.engine == "percall":

@@ -64,6 +64,7 @@ class CallsBenchConfig:
     engine: str = "batched"  # or "percall"
     provider: str = "openai"  # the fake server through the OpenAI adapter; or "echo" (no websocket)
     chunk_ms: int = 20
+    quiet_chunk_ms: int = 100  # caller audio per message once the caller has been quiet for a second
     provider_format: str = "pcm24k"  # or "pcmu": the profile's audio_format (G.711 passthrough to the provider)
     window_s: float = 20.0
     ramp_cps: float = 50.0
@@ -248,6 +249,8 @@ class CallsBench:
             c.engine,
             "--chunk-ms",
             str(c.chunk_ms),
+            "--quiet-chunk-ms",
+            str(c.quiet_chunk_ms),
             "--provider-format",
             c.provider_format,
             *argv_worker_extra,
@@ -590,7 +593,7 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
     first = next(iter(outcomes.values()))[0]
     print(
         f"gateway bench calls: engine {config.engine}, codec {config.codec}, provider {config.provider}, "
-        f"chunk {config.chunk_ms} ms, provider format {config.provider_format}, "
+        f"chunk {config.chunk_ms} ms (quiet {config.quiet_chunk_ms} ms), provider format {config.provider_format}, "
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
         f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, nice {config.nice}, "
         f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
@@ -618,6 +621,7 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
                 "engine": config.engine,
                 "provider": config.provider,
                 "chunk_ms": config.chunk_ms,
+                "quiet_chunk_ms": config.quiet_chunk_ms,
                 "provider_format": config.provider_format,
                 "window_s": config.window_s,
                 "ramp_cps": config.ramp_cps,

@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     calls.add_argument("--chunk-ms", type=int, default=20, help="caller audio per provider message (20..100)")
     calls.add_argument(
+        "--quiet-chunk-ms",
+        type=int,
+        default=100,
+        help="caller audio per provider message once the caller has been quiet for 1 s (= --chunk-ms: off)",
+    )
+    calls.add_argument(
         "--provider-format",
         choices=["pcm24k", "pcmu"],
         default="pcm24k",
@@ -82,6 +88,7 @@ def main(args: argparse.Namespace) -> int:
             engine=args.engine,
             provider=args.provider,
             chunk_ms=args.chunk_ms,
+            quiet_chunk_ms=max(args.quiet_chunk_ms, args.chunk_ms),
             provider_format=args.provider_format,
             window_s=5.0 if args.quick else args.window,
             ramp_cps=args.ramp_cps,

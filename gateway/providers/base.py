@@ -236,6 +236,9 @@ class Capabilities:
     resume_handle: bool = False  # keeps context across connections by handle (Gemini)
     max_connection_s: float | None = None  # known connection life (OpenAI 3600, Gemini ~600)
     g711_passthrough: bool = False
+    # A quiet caller may be sent in larger messages (SessionConfig.inbound_quiet_chunk_ms): the provider answers
+    # turns, not frames. False for an agent that answers every frame as it comes (the echo agent).
+    quiet_chunks: bool = True
 
 
 # ---------------------------------------------------------------------------------------- protocols

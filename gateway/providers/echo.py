@@ -189,7 +189,12 @@ class EchoModel:
     def __init__(self, config: EchoConfig | None = None) -> None:
         self.config = config or EchoConfig()
         self.capabilities = Capabilities(
-            server_vad=True, truncate=False, resume_handle=False, max_connection_s=None, g711_passthrough=False
+            server_vad=True,
+            truncate=False,
+            resume_handle=False,
+            max_connection_s=None,
+            g711_passthrough=False,
+            quiet_chunks=False,  # it echoes each frame: a quiet chunk would delay the echo for the rest of the call
         )
         self._sessions = itertools.count(1)
 

@@ -81,6 +81,12 @@ class SessionConfig:
     # Send granularity toward the provider, and the largest batch when the sender is behind.
     inbound_chunk_ms: int = 20
     inbound_max_batch_ms: int = 200
+    # Once the caller has been quiet for inbound_quiet_after_ms (past any turn detector's silence window), caller
+    # audio goes in inbound_quiet_chunk_ms messages; the first frame that is not quiet sends what waits at once.
+    # A quiet chunk is never smaller than inbound_chunk_ms nor larger than inbound_max_batch_ms; equal to
+    # inbound_chunk_ms, every chunk goes as it fills.
+    inbound_quiet_chunk_ms: int = 100
+    inbound_quiet_after_ms: int = 1000
     # Entry and resume: attempts with exponential backoff base * 2**(n-1), capped at max.
     connect_attempts: int = 2
     connect_timeout_s: float = 10.0
@@ -142,7 +148,7 @@ class SessionConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise SessionConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("inbound_chunk_ms", "inbound_max_batch_ms"):
+        for name in ("inbound_chunk_ms", "inbound_max_batch_ms", "inbound_quiet_chunk_ms", "inbound_quiet_after_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 20 or value % 20:
                 raise SessionConfigError(f"{name} must be a positive multiple of 20 ms, got {value!r}")
@@ -167,6 +173,11 @@ class SessionConfig:
     @property
     def hold_frames(self) -> int:
         return max(1, round(self.hold_buffer_s * 1000 / 20))
+
+    @property
+    def quiet_chunk_frames(self) -> int:
+        """Frames per message once the caller has been quiet (``inbound_quiet_chunk_ms`` within its bounds)."""
+        return min(max(self.inbound_quiet_chunk_ms, self.inbound_chunk_ms), self.inbound_max_batch_ms) // 20
 
     def backoff_s(self, retry: int) -> float:
         """Delay before retry number ``retry`` (1 = the first retry)."""

@@ -8,6 +8,10 @@
   without waiting (``send_audio_nowait``: one synchronous write, no task switch per call per frame); when it
   cannot (a send in progress, a full write buffer), one sender task drains the FIFO, batching queued frames
   into one send when it is behind. Otherwise (CONNECTING/RESUMING) frames are held in the same FIFO, in order.
+- A caller who has been quiet for a while (listening to the agent) is sent in larger chunks: after
+  ``quiet_after_frames`` quiet frames in a row (no sample at -36 dBFS or above), a chunk is
+  ``quiet_chunk_frames``; the first frame that is not quiet goes out at once with what waited before it. The
+  provider's turn detector has had its silence by then, and a barge-in is not held back.
   Overflow drops the oldest frame and counts it. A batch whose send fails goes back to the front to be
   flushed into the next connection.
 - Everything else (cancel, truncate, tool outputs, text items, response requests) goes through one ordered
@@ -27,6 +31,7 @@ from typing import Literal
 
 from gateway.providers.base import RealtimeSession
 from telcodecs.frames import Frame
+from telcodecs.g711 import QUIET_PEAK, alaw_is_quiet, ulaw_is_quiet
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,15 @@ class SendOp:
     attempts: list[int] = field(default_factory=list)
 
 
+def frame_is_quiet(frame: Frame) -> bool:
+    """No sample of ``frame`` reaches ``QUIET_PEAK`` (-36 dBFS); judged on the caller's G.711 codes if it has them."""
+    codes = frame.g711
+    if codes is not None:
+        return ulaw_is_quiet(codes) if frame.g711_law == "pcmu" else alaw_is_quiet(codes)
+    pcm = frame.pcm
+    return int(pcm.max()) < QUIET_PEAK and int(pcm.min()) > -QUIET_PEAK
+
+
 def _never() -> bool:
     return False
 
@@ -70,9 +84,15 @@ class ProviderPipe:
         max_batch_frames: int,
         can_send: Callable[[], bool],
         on_send_failed: Callable[[Link, BaseException], None],
+        quiet_chunk_frames: int | None = None,
+        quiet_after_frames: int = 50,
     ) -> None:
         self._hold_frames = hold_frames
-        self._chunk = chunk_frames
+        self._chunk = chunk_frames  # the chunk now: _loud_chunk, or _quiet_chunk once the caller has been quiet
+        self._loud_chunk = chunk_frames
+        self._quiet_chunk = quiet_chunk_frames or chunk_frames
+        self._quiet_after = quiet_after_frames
+        self._quiet_run = 0
         self._max_batch = max_batch_frames
         self._can_send = can_send
         self._on_send_failed = on_send_failed
@@ -128,6 +148,14 @@ class ProviderPipe:
             queue.popleft()
             self.frames_dropped += 1
         queue.append(frame)
+        if self._quiet_chunk > self._loud_chunk:
+            if frame_is_quiet(frame):
+                self._quiet_run += 1
+                if self._quiet_run >= self._quiet_after:
+                    self._chunk = self._quiet_chunk
+            else:
+                self._quiet_run = 0
+                self._chunk = self._loud_chunk
         if holding:
             self.frames_held += 1
         elif send:

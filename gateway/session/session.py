@@ -142,6 +142,8 @@ class CallSession:
         self._pipe = ProviderPipe(
             hold_frames=config.hold_frames,
             chunk_frames=config.inbound_chunk_ms // 20,
+            quiet_chunk_frames=config.quiet_chunk_frames if self._caps.quiet_chunks else None,
+            quiet_after_frames=config.inbound_quiet_after_ms // 20,
             max_batch_frames=config.inbound_max_batch_ms // 20,
             can_send=lambda: self._state is CallState.ACTIVE,
             on_send_failed=self._on_send_failed,

@@ -56,6 +56,10 @@ class WorkerSettings(BaseSettings):
     # Caller audio per provider message: 20 ms is lowest latency; 40-100 ms trade latency for worker CPU
     # (docs/performance.md, "Frame size toward the provider").
     provider_chunk_ms: int = Field(default=20, ge=20, le=200, multiple_of=20)
+    # A caller quiet for provider_quiet_after_ms (listening to the agent) is sent in provider_quiet_chunk_ms
+    # messages (never smaller than provider_chunk_ms); speech goes out at once. 20 turns this off.
+    provider_quiet_chunk_ms: int = Field(default=100, ge=20, le=200, multiple_of=20)
+    provider_quiet_after_ms: int = Field(default=1000, ge=20, le=60_000, multiple_of=20)
     tool_grace_s: float = Field(default=3.0, gt=0, le=60)
     # Full collector passes (every live object, 30-95 ms in a busy worker) run right after a media tick: when no
     # call is live, and at most once per gc_full_interval_s while calls are (ADR 0010). False: whenever CPython's

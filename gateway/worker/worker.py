@@ -102,7 +102,10 @@ class MediaWorker:
         self._models: dict[str, RealtimeModel] = {}
         self.link = link
         self.session_config = session_config or SessionConfig(
-            tool_grace_s=settings.tool_grace_s, inbound_chunk_ms=settings.provider_chunk_ms
+            tool_grace_s=settings.tool_grace_s,
+            inbound_chunk_ms=settings.provider_chunk_ms,
+            inbound_quiet_chunk_ms=settings.provider_quiet_chunk_ms,
+            inbound_quiet_after_ms=settings.provider_quiet_after_ms,
         )
         self.sip_config = sip_config or self._sip_config(settings)
         self.endpoint = SipEndpoint(self.sip_config)

@@ -11,6 +11,7 @@ from gateway.providers.base import (
     RESUME_NOTE,
     AgentProfile,
     AudioReceived,
+    Capabilities,
     RealtimeModel,
     RealtimeSession,
     ResponseDone,
@@ -25,6 +26,7 @@ from gateway.session import (
     CallState,
     EventRingClosedError,
     ProfileUpdateError,
+    SessionConfig,
     SessionStartError,
     SessionStateError,
     ToolRegistry,
@@ -446,3 +448,22 @@ async def test_max_duration_without_goodbye_hangs_up_at_once() -> None:
     assert await asyncio.wait_for(session.wait_ended(), DEADLINE) == "max_duration"
     await session.aclose()
     assert control.hang_ups == ["max_duration"]
+
+
+@pytest.mark.parametrize("quiet_chunks", [True, False])
+async def test_a_caller_quiet_for_a_second_goes_in_100_ms_messages_unless_the_agent_answers_each_frame(
+    quiet_chunks: bool,
+) -> None:
+    model = FakeModel(capabilities=Capabilities(server_vad=True, truncate=True, quiet_chunks=quiet_chunks))
+    session, _ = make_session(model, config=SessionConfig())  # 100 ms chunks after 1 s quiet: the defaults
+    await session.start()
+    for i in range(60):
+        session.push_inbound(tone_frame(i, level=100))  # line noise, under -36 dBFS
+    session.push_inbound(tone_frame(60))  # the caller speaks: what waited goes with it
+    sizes = [len(e[1]) // 960 for e in model.last.sent if e[0] == "audio"]
+    if quiet_chunks:
+        assert sizes == [1] * 49 + [5, 5, 2]  # the 50th quiet frame starts the 100 ms chunks
+    else:
+        assert sizes == [1] * 61
+    assert session.stats().frames_to_provider == 61
+    await session.aclose()

@@ -90,6 +90,8 @@ def test_state_table() -> None:
         {"hold_buffer_s": float("nan")},
         {"inbound_chunk_ms": 30},
         {"inbound_chunk_ms": 60, "inbound_max_batch_ms": 40},
+        {"inbound_quiet_chunk_ms": 50},
+        {"inbound_quiet_after_ms": 0},
         {"resume_attempts": 0},
         {"resume_backoff_base_s": 2.0, "resume_backoff_max_s": 1.0},
         {"tool_grace_s": 5.0, "background_timeout_s": 4.0},
@@ -111,6 +113,19 @@ def test_config_is_frozen_and_derives_values() -> None:
         config.hold_buffer_s = 1.0  # type: ignore[misc]
     with pytest.raises(SessionConfigError):
         LocalVadConfig(start_ms=30)
+
+
+@pytest.mark.parametrize(
+    ("fields", "frames"),
+    [
+        ({}, 5),
+        ({"inbound_chunk_ms": 160}, 8),  # never smaller than the chunk
+        ({"inbound_max_batch_ms": 60}, 3),  # never larger than a batch
+        ({"inbound_quiet_chunk_ms": 20}, 1),  # off
+    ],
+)
+def test_the_quiet_chunk_stays_between_the_chunk_and_the_batch(fields: dict[str, int], frames: int) -> None:
+    assert SessionConfig(**fields).quiet_chunk_frames == frames  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------- playout

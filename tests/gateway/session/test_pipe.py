@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from gateway.providers.errors import ProviderClosedError
-from gateway.session.pipe import Link, ProviderPipe
+from gateway.session.pipe import Link, ProviderPipe, frame_is_quiet
 from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.g711 import alaw_encode, ulaw_encode
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -58,7 +59,17 @@ class ScriptedSession:
         return [i for _, batch in self.sent for i in batch]
 
 
-def make_pipe(*, chunk: int = 1, max_batch: int = 10, hold: int = 100) -> tuple[ProviderPipe, list[Any]]:
+def spoken(i: int, peak: int) -> Frame:
+    """Frame ``i`` (its first sample) at ``peak``: quiet under 512 (-36 dBFS), speech from there."""
+    pcm = np.full(FRAME_SAMPLES, peak, dtype=np.int16)
+    pcm[0] = i
+    pcm.flags.writeable = False
+    return Frame(index=i, pcm=pcm)
+
+
+def make_pipe(
+    *, chunk: int = 1, max_batch: int = 10, hold: int = 100, quiet_chunk: int | None = None, quiet_after: int = 50
+) -> tuple[ProviderPipe, list[Any]]:
     failures: list[Any] = []
     pipe = ProviderPipe(
         hold_frames=hold,
@@ -66,6 +77,8 @@ def make_pipe(*, chunk: int = 1, max_batch: int = 10, hold: int = 100) -> tuple[
         max_batch_frames=max_batch,
         can_send=lambda: True,
         on_send_failed=lambda link, exc: failures.append((link.epoch, exc)),
+        quiet_chunk_frames=quiet_chunk,
+        quiet_after_frames=quiet_after,
     )
     return pipe, failures
 
@@ -201,3 +214,47 @@ async def test_every_frame_arrives_once_in_order_whatever_the_connection_takes(s
         assert failures == [] and pipe.frames_dropped == 0
     finally:
         sender.cancel()
+
+
+def test_a_quiet_caller_goes_in_larger_chunks_and_speech_goes_at_once() -> None:
+    pipe, failures = make_pipe(chunk=1, quiet_chunk=5, quiet_after=3)
+    session = ScriptedSession()
+    install(pipe, session)
+    for i in range(3):
+        pipe.push(spoken(i, 3000), holding=False)
+    for i in range(3, 10):  # quiet: the third quiet frame (5) starts the larger chunks
+        pipe.push(spoken(i, 100), holding=False)
+    assert [batch for _, batch in session.sent] == [[0], [1], [2], [3], [4], [5, 6, 7, 8, 9]]
+    pipe.push(spoken(10, 0), holding=False)
+    pipe.push(spoken(11, 0), holding=False)
+    assert pipe.queued_frames == 2  # quiet frames wait for their chunk
+    pipe.push(spoken(12, -600), holding=False)  # speech (a negative peak counts too): all that waited, now
+    assert session.sent[-1] == ("nowait", [10, 11, 12]) and pipe.queued_frames == 0
+    pipe.push(spoken(13, 0), holding=False)  # one quiet frame after speech is not a quiet caller yet
+    assert session.sent[-1] == ("nowait", [13])
+    assert (pipe.frames_sent, failures) == (14, [])
+
+
+def test_quiet_chunks_are_off_unless_larger_than_the_chunk() -> None:
+    pipe, _ = make_pipe(chunk=2, quiet_chunk=2, quiet_after=1)
+    session = ScriptedSession()
+    install(pipe, session)
+    for i in range(6):
+        pipe.push(spoken(i, 0), holding=False)
+    assert [batch for _, batch in session.sent] == [[0, 1], [2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize(("peak", "quiet"), [(0, True), (511, True), (-511, True), (512, False), (-512, False)])
+def test_a_frame_is_quiet_below_minus_36_dbfs(peak: int, quiet: bool) -> None:
+    pcm = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+    pcm[77] = peak
+    assert frame_is_quiet(Frame(index=0, pcm=pcm)) is quiet
+
+
+@pytest.mark.parametrize(("law", "encode"), [("pcmu", ulaw_encode), ("pcma", alaw_encode)])
+def test_a_g711_frame_is_judged_by_the_callers_own_codes(law: str, encode: Any) -> None:
+    pcm8 = np.zeros(160, dtype=np.int16)
+    silent = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+    assert frame_is_quiet(Frame(index=0, pcm=silent, g711=encode(pcm8), g711_law=law))
+    pcm8[40] = 4000  # one loud code; the PCM beside it says silence, the codes are what the caller sent
+    assert not frame_is_quiet(Frame(index=0, pcm=silent, g711=encode(pcm8), g711_law=law))

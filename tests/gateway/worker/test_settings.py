@@ -56,3 +56,13 @@ def test_a_full_collection_interval_that_cannot_work_is_refused_with_its_reason(
     monkeypatch.setenv("GATEWAY_GC_FULL_INTERVAL_S", value)
     with pytest.raises(ValidationError, match="gc_full_interval_s"):
         WorkerSettings()
+
+
+def test_a_quiet_callers_chunk_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (WorkerSettings().provider_quiet_chunk_ms, WorkerSettings().provider_quiet_after_ms) == (100, 1000)
+    monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_CHUNK_MS", "20")
+    monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_AFTER_MS", "2000")
+    assert (WorkerSettings().provider_quiet_chunk_ms, WorkerSettings().provider_quiet_after_ms) == (20, 2000)
+    monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_CHUNK_MS", "50")
+    with pytest.raises(ValidationError, match="provider_quiet_chunk_ms"):
+        WorkerSettings()

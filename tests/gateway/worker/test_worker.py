@@ -498,3 +498,12 @@ async def test_the_workers_jitter_settings_reach_every_callers_buffer(worker: Me
         assert worker.engine.stats(leg.id, worker.clock_now()).target_delay_ms == 100
         peer.hang_up(call)
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+
+
+async def test_the_workers_sessions_take_the_quiet_chunk_settings() -> None:
+    settings = WorkerSettings(
+        worker_id="w-q", provider_chunk_ms=40, provider_quiet_chunk_ms=160, provider_quiet_after_ms=600
+    )
+    config = MediaWorker(settings, model_factory=lambda name: EchoModel()).session_config
+    assert (config.inbound_chunk_ms, config.inbound_quiet_chunk_ms, config.inbound_quiet_after_ms) == (40, 160, 600)
+    assert config.quiet_chunk_frames == 8
