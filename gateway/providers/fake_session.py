@@ -366,6 +366,10 @@ class FakeConnection:
             self.buffer_start_ms += excess // per_ms
 
     async def _speech_started(self, start_ms: int) -> None:
+        # The turn keeps prefix_padding_ms before the detected start, however large the appends that carried it.
+        keep_from_ms = max(self.buffer_start_ms, start_ms - self.prefix_ms)
+        del self.buffer[: (keep_from_ms - self.buffer_start_ms) * fake_audio.bytes_per_ms(self.format)]
+        self.buffer_start_ms = keep_from_ms
         self.turn_item_id = self.next_id("item")
         await self.send(
             {"type": "input_audio_buffer.speech_started", "audio_start_ms": start_ms, "item_id": self.turn_item_id}

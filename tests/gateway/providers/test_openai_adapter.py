@@ -122,6 +122,22 @@ async def test_echoed_audio_is_byte_identical_to_the_turn(fake: FakeRealtimeServ
         await session.aclose()
 
 
+async def test_the_turn_keeps_exactly_the_prefix_padding_whatever_the_append_size(fake: FakeRealtimeServer) -> None:
+    session, events = await open_session(fake.url)
+    try:
+        frames = silent_frames(22) + noise_frames(25, seed=4) + silent_frames(13)
+        sent = b"".join(frames)
+        for k in range(0, len(frames), 5):  # 100 ms appends; speech starts in the middle of one (at 440 ms)
+            await session.send_audio(b"".join(frames[k : k + 5]))
+        assert (await events.until(SpeechStarted)).audio_start_ms == 440
+        assert (await events.until(SpeechStopped)).audio_end_ms == 1140
+        await events.until(ResponseDone)
+        # 300 ms of prefix padding before the start, not whatever the append that carried the start brought along
+        assert b"".join(a.pcm for a in events.of(AudioReceived)) == sent[(440 - 300) * 48 : 1140 * 48]
+    finally:
+        await session.aclose()
+
+
 async def test_barge_in_cancels_and_truncates_at_the_sent_milliseconds() -> None:
     options = FakeOptions(mode="tone", reply_ms=3000, paced=True, chunk_ms=20)
     async with FakeRealtimeServer(options) as fake:
