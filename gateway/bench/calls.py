@@ -14,7 +14,8 @@ measurement window opens for ``--window`` seconds. Over the window: the worker's
 edge of its bucket), the gateway-added delay per direction ("in wait": a caller packet's arrival -> its frame
 handed to the provider connection; "out wait": a provider item's first audio -> its first frame sent; means from
 the worker's histograms), and the fake's and the generator's CPU (if either saturates, the step measured them, not
-the worker). Over the whole call: loss, outbound pacing error (measured at the generator's receive side, see
+the worker). Over the whole call: loss, outbound pacing error (from the kernel's receive stamps at the generator, on
+loopback the worker's send times; the generator's own read delay is reported beside it, see
 :mod:`gateway.loadtest.callanalysis`), marker round trip, whether every call's audio came back. A step is
 *sustained* when every call was answered, nothing was lost, pacing error p99 <= 10 ms, no tick overran and every
 call's audio came back. ``--repeats`` runs each step several times; the table shows medians.
@@ -349,6 +350,7 @@ class CallsBench:
         window = t1 - t0
         summary = aggregate(result)
         tick_p99, ticks, tick_mean = _bucket_p99(m0, m1, "gateway_tick_seconds")
+        lag_p99, _, lag_mean = _bucket_p99(m0, m1, "gateway_event_loop_lag_seconds")
         overruns = _counter(m0, m1, "gateway_tick_overruns_total")
         in_p99, _, in_mean = _bucket_p99(m0, m1, "gateway_caller_audio_wait_seconds")
         out_p99, _, out_mean = _bucket_p99(m0, m1, "gateway_agent_audio_wait_seconds")
@@ -363,6 +365,9 @@ class CallsBench:
             "cpu_us_per_call_frame": 1e6 * worker_cpu * 0.02 / calls,
             "tick_p99_ms": tick_p99,
             "tick_mean_ms": tick_mean,
+            # how late each tick started after its deadline: the worker's own share of the pacing error
+            "tick_lag_p99_ms": lag_p99,
+            "tick_lag_mean_ms": lag_mean,
             "ticks": ticks,
             "overruns": overruns,
             # ticks the worker's clock skipped after stalls longer than its catch-up (every call's audio has a gap)
@@ -370,6 +375,8 @@ class CallsBench:
             "loss_pct": summary["loss_pct"],
             "lost": summary["packets_lost"],
             "pacing_p99_ms": summary["pacing_error_ms"]["p99"],
+            # how long returned packets waited for the generator to read them: its own delay, not counted above
+            "gen_read_p99_ms": summary["read_delay_ms"]["p99"],
             "jitter_p99_ms": summary["jitter_ms"]["p99"],
             "rtt_p50_ms": summary["rtt_ms"]["p50"],
             "rtt_p99_ms": summary["rtt_ms"]["p99"],
@@ -474,10 +481,13 @@ _COLUMNS = (
     ("worker_cpu_pct", "core %", "{:.0f}"),
     ("cpu_us_per_call_frame", "µs/call/20ms", "{:.0f}"),
     ("tick_p99_ms", "tick p99", "{:.1f}"),
+    ("tick_lag_mean_ms", "lag mean", "{:.2f}"),
+    ("tick_lag_p99_ms", "lag p99", "{:.0f}"),
     ("overruns", "overruns", "{:.0f}"),
     ("ticks_skipped", "skipped", "{:.0f}"),
     ("loss_pct", "loss %", "{:.3f}"),
     ("pacing_p99_ms", "pacing p99", "{:.1f}"),
+    ("gen_read_p99_ms", "gen read p99", "{:.1f}"),
     ("rtt_p50_ms", "rtt p50", "{:.0f}"),
     ("rtt_p99_ms", "rtt p99", "{:.0f}"),
     ("setup_p99_ms", "setup p99", "{:.0f}"),

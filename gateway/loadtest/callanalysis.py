@@ -14,8 +14,10 @@ block correlation is above the codec's threshold.
 
 Outbound pacing error of the target: packet *i* of the returned stream *should* arrive at
 ``a + (ts_i - ts_0) / clock_rate`` for some constant ``a`` (transit); taking ``a`` from the earliest packet,
-every other packet's error is how much later than that it arrived. It includes the loopback and this
-process's own receive latency, so it is an upper bound on the sender's pacing error.
+every other packet's error is how much later than that it arrived. The arrival is the kernel's receive stamp
+where the socket gave one: on loopback that is when the target sent the packet, so the error is the target's
+send pacing, and the time this process took to read the packet (its own scheduling) is reported apart, as
+the generator's read delay. Without kernel stamps the arrival is the read time, and the error an upper bound.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class CallAnalysis:
     barge_in_stop_ms: tuple[float, ...]
     slips: int = 0  # blocks of returned speech that moved against the previous block (jitter-buffer slips)
     missing: tuple[int, ...] = ()  # spurts (0-based) whose marker did not come back
+    read_delay_hist: np.ndarray | None = None  # int64[PACING_BINS]: read time - kernel arrival, per packet
 
 
 def _frame_arrivals(receiver: CallReceiver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,6 +79,14 @@ def pacing_errors(arrivals: np.ndarray, ext_ts: np.ndarray, clock_rate: int) -> 
         return np.zeros(0)
     offset = arrivals - ext_ts / clock_rate
     return offset - offset.min()
+
+
+def read_delays(receiver: CallReceiver) -> np.ndarray:
+    """Seconds from each packet's kernel arrival until this process read it (empty without kernel stamps)."""
+    if not receiver.reads or len(receiver.reads) != len(receiver.arrivals):
+        return np.zeros(0)
+    delays = np.asarray(receiver.reads, dtype=np.float64) - np.asarray(receiver.arrivals, dtype=np.float64)
+    return np.maximum(delays, 0.0)
 
 
 def pacing_histogram(errors_s: np.ndarray) -> np.ndarray:
@@ -126,6 +137,8 @@ def analyze_call(
     slots, arrivals, ext_ts = _frame_arrivals(receiver)
     errors = pacing_errors(arrivals, ext_ts, rate)
     hist = pacing_histogram(errors)
+    reads = read_delays(receiver)
+    read_hist = pacing_histogram(reads) if reads.size else None
     p99 = float(np.percentile(errors, 99) * 1000) if errors.size else float("nan")
     if not check_audio:
         return CallAnalysis(
@@ -136,6 +149,7 @@ def analyze_call(
             correlations=(),
             audio_ok=None,
             pacing_hist=hist,
+            read_delay_hist=read_hist,
             pacing_p99_ms=p99,
             barge_in_stop_ms=(),
         )
@@ -160,6 +174,7 @@ def analyze_call(
             correlations=(),
             audio_ok=(level < _SILENT_DBFS) if not plan.pcm.any() else None,
             pacing_hist=hist,
+            read_delay_hist=read_hist,
             pacing_p99_ms=p99,
             barge_in_stop_ms=(),
         )
@@ -224,6 +239,7 @@ def analyze_call(
         correlations=tuple(correlations),
         audio_ok=ok,
         pacing_hist=hist,
+        read_delay_hist=read_hist,
         pacing_p99_ms=p99,
         barge_in_stop_ms=_barge_in_stops(plan, received, sample_arrival, frame_sent, n),
         slips=slips,

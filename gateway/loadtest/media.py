@@ -9,7 +9,9 @@ about that generator, and which the report shows as generator skips.
 :class:`CallSender` turns frame *k* into a packet (payloads are pre-encoded; RFC 4733 digits replace audio
 frames while they play). :class:`CallReceiver` keeps every received audio packet (sequence number, RTP
 timestamp, arrival time, payload) for the analysis after the load, and live RFC 3550 statistics for the
-progress line.
+progress line. The arrival time is the kernel's receive stamp where the socket gives one (on loopback, when
+the target sent the packet), and the time the generator read the packet is kept beside it: the difference is
+the generator's own delay, which must not count against the target.
 """
 
 from __future__ import annotations
@@ -123,19 +125,21 @@ class CallSender:
 class CallReceiver:
     """Every audio packet of one call's inbound stream, plus live RFC 3550 statistics."""
 
-    __slots__ = ("arrivals", "audio_pt", "other", "payloads", "rtcp", "seqs", "stats", "timestamps")
+    __slots__ = ("arrivals", "audio_pt", "other", "payloads", "reads", "rtcp", "seqs", "stats", "timestamps")
 
     def __init__(self, *, audio_pt: int, clock_rate: int) -> None:
         self.audio_pt = audio_pt
         self.stats = ReceptionStats(clock_rate)
         self.seqs: list[int] = []
         self.timestamps: list[int] = []
-        self.arrivals: list[float] = []
+        self.arrivals: list[float] = []  # the kernel's receive time where the socket gives it
+        self.reads: list[float] = []  # when this process read each packet (only when arrivals are the kernel's)
         self.payloads: list[bytes] = []
         self.other = 0  # packets of other payload types (telephone-event) or malformed
         self.rtcp = 0
 
-    def datagram(self, data: bytes, now: float) -> None:
+    def datagram(self, data: bytes, now: float, read_at: float | None = None) -> None:
+        """One datagram that arrived at ``now``; ``read_at``: when it was read, if ``now`` is the kernel's stamp."""
         if looks_like_rtcp(data):  # RTCP muxed on the RTP port (RFC 5761)
             self.rtcp += 1
             return
@@ -150,6 +154,8 @@ class CallReceiver:
         self.seqs.append(packet.sequence_number)
         self.timestamps.append(packet.timestamp)
         self.arrivals.append(now)
+        if read_at is not None:
+            self.reads.append(read_at)
         self.payloads.append(packet.payload)
         self.stats.update(packet.sequence_number, packet.timestamp, packet.ssrc, now)
 

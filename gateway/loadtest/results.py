@@ -85,6 +85,8 @@ class RunResult:
     calls: list[CallResult]
     timeline: list[TimelineSample]
     pacing_hist: np.ndarray = field(default_factory=lambda: np.zeros(PACING_BINS, dtype=np.int64))
+    # read time - kernel arrival of every received packet: the generator's own delay, not the target's
+    read_delay_hist: np.ndarray = field(default_factory=lambda: np.zeros(PACING_BINS, dtype=np.int64))
     generator: GeneratorStats = field(default_factory=GeneratorStats)
     stopped_by_deadline: bool = False
 
@@ -116,6 +118,7 @@ def merge(runs: list[RunResult]) -> RunResult:
     calls.sort(key=lambda c: c.placed_s)
     timeline = _merge_timelines(runs, t0)
     hist = np.sum([r.pacing_hist for r in runs], axis=0)
+    read_hist = np.sum([r.read_delay_hist for r in runs], axis=0)
     gens = [r.generator for r in runs]
     generator = GeneratorStats(
         ticks=sum(g.ticks for g in gens),
@@ -134,6 +137,7 @@ def merge(runs: list[RunResult]) -> RunResult:
         calls=calls,
         timeline=timeline,
         pacing_hist=hist,
+        read_delay_hist=read_hist,
         generator=generator,
         stopped_by_deadline=any(r.stopped_by_deadline for r in runs),
     )
@@ -215,6 +219,13 @@ def aggregate(run: RunResult) -> dict[str, Any]:
             "p99": histogram_percentile(run.pacing_hist, 99),
             "p999": histogram_percentile(run.pacing_hist, 99.9),
         },
+        # how long received packets waited for the generator to read them (not counted in the pacing error)
+        "read_delay_ms": {
+            "packets": int(run.read_delay_hist.sum()),
+            "p50": histogram_percentile(run.read_delay_hist, 50),
+            "p99": histogram_percentile(run.read_delay_hist, 99),
+            "p999": histogram_percentile(run.read_delay_hist, 99.9),
+        },
         "rtt_ms": summarize(rtts).as_dict(),
         "markers_expected": sum(c.markers_expected for c in answered),
         "markers_found": sum(c.markers_found for c in answered),
@@ -248,6 +259,11 @@ def table(summary: dict[str, Any]) -> str:
         rows.append((label, f"p50 {_fmt(s['p50'])}  p90 {_fmt(s['p90'])}  p99 {_fmt(s['p99'])}  max {_fmt(s['max'])}"))
     p = summary["pacing_error_ms"]
     rows.append(("pacing error ms", f"p50 {_fmt(p['p50'], 2)}  p99 {_fmt(p['p99'], 2)}  p99.9 {_fmt(p['p999'], 2)}"))
+    r = summary["read_delay_ms"]
+    if r["packets"]:
+        rows.append(
+            ("generator read delay ms", f"p50 {_fmt(r['p50'], 2)}  p99 {_fmt(r['p99'], 2)}  p99.9 {_fmt(r['p999'], 2)}")
+        )
     rows.append(
         (
             "RTP packets",

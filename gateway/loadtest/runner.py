@@ -214,7 +214,7 @@ class LoadRunner:
             impair_dropped=sum(i.dropped for i in self._impaired),
             impair_delayed=sum(i.delayed for i in self._impaired),
         )
-        results, hist = self._results()
+        results, hist, read_hist = self._results()
         return RunResult(
             worker=self.worker,
             started_wall=started_wall,
@@ -222,6 +222,7 @@ class LoadRunner:
             calls=results,
             timeline=self._timeline,
             pacing_hist=hist,
+            read_delay_hist=read_hist,
             generator=generator,
             stopped_by_deadline=self._stopped_by_deadline,
         )
@@ -264,9 +265,10 @@ class LoadRunner:
     def _place(self, index: int) -> None:
         rtp = self.ports.allocate()
         receiver = CallReceiver(audio_pt=self._pt, clock_rate=self.config.clock_rate)
-        monotonic = time.monotonic  # arrival stamps: uvloop's loop.time() has 1 ms steps
-        rtp.start(
-            lambda data, addr: receiver.datagram(data, monotonic()),
+        monotonic = time.monotonic  # read times: uvloop's loop.time() has 1 ms steps
+        # Arrival = the kernel's receive stamp (on loopback: when the target sent it); the read time beside it.
+        rtp.start_stamped(
+            lambda data, addr, arrival: receiver.datagram(data, arrival, monotonic()),
             lambda data, addr: receiver.rtcp_datagram(data, 0.0),
         )
         call = self.calls.place(index, rtp_host=rtp.host, rtp_port=rtp.port, now=time.monotonic())
@@ -416,16 +418,20 @@ class LoadRunner:
 
     # ------------------------------------------------------------------------------------- results
 
-    def _results(self) -> tuple[list[CallResult], np.ndarray]:
+    def _results(self) -> tuple[list[CallResult], np.ndarray, np.ndarray]:
+        """Every finished call's result, the pacing-error histogram and the generator's read-delay histogram."""
         hist = np.zeros(PACING_BINS, dtype=np.int64)
+        read_hist = np.zeros(PACING_BINS, dtype=np.int64)
         out: list[CallResult] = []
         schedule = self._schedule
         for call in sorted(self.calls.finished, key=lambda c: c.index):
             media: _Media = call.media  # type: ignore[assignment]
-            out.append(self._result(call, media, schedule, hist))
-        return out, hist
+            out.append(self._result(call, media, schedule, hist, read_hist))
+        return out, hist, read_hist
 
-    def _result(self, call: LoadCall, media: _Media, schedule: FrameSchedule | None, hist: np.ndarray) -> CallResult:
+    def _result(
+        self, call: LoadCall, media: _Media, schedule: FrameSchedule | None, hist: np.ndarray, read_hist: np.ndarray
+    ) -> CallResult:
         t0 = self._t_start
         base = dict(
             index=call.index,
@@ -459,6 +465,8 @@ class LoadRunner:
                 check_audio=self.config.analyze,
             )
             hist += analysis.pacing_hist
+            if analysis.read_delay_hist is not None:
+                read_hist += analysis.read_delay_hist
         correlations = analysis.correlations if analysis is not None else ()
         return CallResult(
             **base,  # type: ignore[arg-type]

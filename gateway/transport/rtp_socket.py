@@ -106,6 +106,44 @@ class _Reader:
             log.exception("rtp handler failed")
 
 
+def _arrival(ancillary: list[tuple[int, int, bytes]], now: float) -> float:
+    """The kernel's receive stamp (``SO_TIMESTAMPNS``, CLOCK_REALTIME) on the monotonic clock; ``now`` without
+    one. A wall-clock step between the stamp and now must not put it in the future."""
+    if ancillary:
+        stamp = ancillary[0][2]
+        if len(stamp) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(stamp)
+            return min(seconds + nanoseconds * 1e-9 + (now - time.time()), now)
+    return now
+
+
+class _StampedReader:
+    """:class:`_Reader` that also hands on when the kernel received the datagram (``SO_TIMESTAMPNS``)."""
+
+    __slots__ = ("handler", "sock", "stats")
+
+    def __init__(self, sock: socket.socket, handler: TimedDatagramHandler, stats: SocketStats) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self.sock = sock
+        self.handler = handler
+        self.stats = stats
+
+    def __call__(self) -> None:
+        try:
+            data, ancillary, _flags, addr = self.sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if exc.errno not in _IGNORED_RECV_ERRORS:
+                log.debug("rtp recv error: %s", exc)
+            return
+        self.stats.received += 1
+        try:
+            self.handler(data, addr[:2], _arrival(ancillary, time.monotonic()))
+        except Exception:  # one bad packet or call must not stop the reader of others
+            log.exception("rtp handler failed")
+
+
 class RtpDrain:
     """Every call's RTP socket, read together once per media tick (Linux ``epoll``), with arrival times.
 
@@ -230,6 +268,18 @@ class RtpEndpoint:
         loop = asyncio.get_running_loop()
         self._loop = loop
         loop.add_reader(self.rtp_sock.fileno(), _Reader(self.rtp_sock, on_rtp, self.stats))
+        loop.add_reader(self.rtcp_sock.fileno(), _Reader(self.rtcp_sock, on_rtcp, SocketStats()))
+
+    def start_stamped(self, on_rtp: TimedDatagramHandler, on_rtcp: DatagramHandler) -> None:
+        """As :meth:`start`, with each RTP datagram's kernel receive time (Linux; else the time it was read)."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        reader: Callable[[], None]
+        if RtpDrain.supported():
+            reader = _StampedReader(self.rtp_sock, on_rtp, self.stats)
+        else:
+            reader = _Reader(self.rtp_sock, lambda data, addr: on_rtp(data, addr, time.monotonic()), self.stats)
+        loop.add_reader(self.rtp_sock.fileno(), reader)
         loop.add_reader(self.rtcp_sock.fileno(), _Reader(self.rtcp_sock, on_rtcp, SocketStats()))
 
     def start_drained(self, drain: RtpDrain, on_rtp: TimedDatagramHandler, on_rtcp: DatagramHandler) -> None:

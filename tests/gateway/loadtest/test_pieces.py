@@ -148,8 +148,17 @@ def test_plan_opens_with_silence_and_puts_a_marker_into_every_spurt() -> None:
 # ----------------------------------------------------------------------------------------- analysis
 
 
-def _receiver_for(pcm: np.ndarray, *, delay_frames: int, lose: set[int] = frozenset(), late: dict[int, float] = {}):  # noqa: B006
-    """What a receiver would hold for an echo of ``pcm`` (frames sent at k * 20 ms) delayed by N frames."""
+def _receiver_for(
+    pcm: np.ndarray,
+    *,
+    delay_frames: int,
+    lose: set[int] = frozenset(),
+    late: dict[int, float] = {},  # noqa: B006
+    read_late: dict[int, float] | None = None,
+):
+    """What a receiver would hold for an echo of ``pcm`` (frames sent at k * 20 ms) delayed by N frames.
+
+    ``read_late``: the packets carry kernel arrival stamps, and these were read that much after arriving."""
     payloads = _codec.encode(pcm, "PCMU")
     receiver = CallReceiver(audio_pt=0, clock_rate=8000)
     silence = b"\xff" * 160
@@ -158,7 +167,11 @@ def _receiver_for(pcm: np.ndarray, *, delay_frames: int, lose: set[int] = frozen
         if i in lose:
             continue
         header = struct.pack("!BBHII", 0x80, 0, (60000 + i) & 0xFFFF, 5000 + 160 * i, 9)
-        receiver.datagram(header + payload, 10.0 + i * 0.02 + 0.001 + late.get(i, 0.0))
+        arrival = 10.0 + i * 0.02 + 0.001 + late.get(i, 0.0)
+        if read_late is None:
+            receiver.datagram(header + payload, arrival)
+        else:
+            receiver.datagram(header + payload, arrival, arrival + read_late.get(i, 0.0002))
     return receiver
 
 
@@ -195,6 +208,19 @@ def test_analysis_reports_late_packets_as_pacing_error_and_lost_markers() -> Non
     assert result.markers_found == 1 and result.missing == (0,) and result.audio_ok is False
     assert result.pacing_p99_ms == pytest.approx(15.0, abs=0.01)
     assert receiver.stats.cumulative_lost == 3
+
+
+def test_a_packet_the_generator_read_late_is_its_own_delay_not_the_targets_pacing_error() -> None:
+    pattern = TalkPattern(talk_ms=400, pause_ms=600)
+    plan = plan_call_audio(speech_like(8000, 2.0), 8000, seconds=3.0, pattern=pattern)
+    read_late = {i: 0.030 for i in range(0, 150, 10)}  # the generator's loop stalled: 15 packets read 30 ms late
+    receiver = _receiver_for(plan.pcm, delay_frames=3, read_late=read_late)
+    result = analyze_call(plan, receiver, codec="PCMU", frame_sent=_frame_sent)
+    assert result.pacing_p99_ms == pytest.approx(0.0, abs=1e-6)  # sent on the grid: the kernel's stamps say so
+    assert result.rtt_ms == pytest.approx((61.0, 61.0), abs=0.01)
+    assert result.read_delay_hist is not None and int(result.read_delay_hist.sum()) == len(receiver.seqs)
+    assert histogram_percentile(result.read_delay_hist, 50) == 0.25  # the rest were read within 0.25 ms
+    assert histogram_percentile(result.read_delay_hist, 99) == pytest.approx(30.0, abs=0.3)
 
 
 def test_analysis_counts_a_frame_dropped_inside_a_marker_as_a_slip_not_a_lost_marker() -> None:

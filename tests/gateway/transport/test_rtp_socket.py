@@ -181,3 +181,32 @@ async def test_a_failing_handler_or_a_closed_call_does_not_disturb_the_others() 
         pool.release(broken)
         pool.release(fine)
         drain.close()
+
+
+@needs_drain
+async def test_a_stamped_endpoint_hands_on_when_the_kernel_received_not_when_it_was_read() -> None:
+    pool = RtpPortPool(RtpPortRange(first=41500, last=41599))
+    endpoint = pool.allocate()
+    got: list[tuple[bytes, float, float]] = []
+    arrived = asyncio.Event()
+
+    def on_rtp(data: bytes, addr: tuple[str, int], arrival: float) -> None:
+        got.append((data, arrival, time.monotonic()))
+        arrived.set()
+
+    endpoint.start_stamped(on_rtp, lambda d, a: None)
+    peer = _peer()
+    try:
+        sent_at = time.monotonic()
+        peer.sendto(b"r" * 172, ("127.0.0.1", endpoint.port))
+        time.sleep(0.08)  # noqa: ASYNC251 - the loop is busy on purpose: the datagram waits to be read
+        async with asyncio.timeout(5):
+            await arrived.wait()
+        (data, arrival, read_at) = got[0]
+        assert data == b"r" * 172
+        assert sent_at - 0.005 <= arrival <= sent_at + 0.02  # the kernel's stamp: when it was sent on loopback
+        assert read_at - arrival >= 0.07  # what the busy loop added is not in the arrival
+        assert endpoint.stats.received == 1
+    finally:
+        peer.close()
+        pool.release(endpoint)
