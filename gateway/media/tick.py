@@ -5,9 +5,10 @@ transport glue (the only owner of sockets and clocks) drives it:
 
 - ``packet_received`` from ``datagram_received``: parse the RTP header, hand the payload to the call's jitter
   buffer (or its RFC 4733 receiver). Malformed input is counted by reason and dropped; nothing raises.
-- every 20 ms, at absolute deadlines: ``tick_inbound(now)`` pops one frame per call and returns a 24 kHz
-  :class:`~telcodecs.frames.Frame` per call plus the DTMF presses; then ``tick_outbound(frames, now)`` turns
-  each call's outbound frame (``None`` = silence) into the RTP datagrams to send.
+- every 20 ms, at absolute deadlines: ``tick_outbound(frames, now)`` turns each call's outbound frame
+  (``None`` = silence) into the RTP datagrams to send, and ``tick_inbound(now)`` pops one frame per call and
+  returns a 24 kHz :class:`~telcodecs.frames.Frame` per call plus the DTMF presses. The two halves are
+  independent; the worker sends first, so the caller's packets leave at the same point of every tick.
 - ``rtcp_due(now)`` (call it each tick; it is cheap) and ``rtcp_received`` for RTCP; ``remove_call`` returns
   the RTCP BYE to send.
 
@@ -136,6 +137,7 @@ class TickEngine:
         self.rtcp_interval = rtcp_interval
         self.wall_clock_offset = wall_clock_offset
         self._calls: dict[str, MediaCall] = {}
+        self._takes_g711: list[tuple[str, bool]] = []  # (call id, its codec is G.711) for every call, in order
         self.dropped: dict[str, int] = {}
         # G.711: resampler rows per call, PLC history indexed by the inbound row (stable for the call's life).
         self._up8 = BatchResampler(8000, 24000)
@@ -208,6 +210,7 @@ class TickEngine:
 
     def _rebuild(self) -> None:
         calls = self._calls.values()
+        self._takes_g711 = [(c.config.call_id, c.config.codec != "opus") for c in calls]
         ulaw = [c for c in calls if c.config.codec == "PCMU"]
         alaw = [c for c in calls if c.config.codec == "PCMA"]
         self._g711_order = ulaw + alaw
@@ -230,6 +233,11 @@ class TickEngine:
     @property
     def call_ids(self) -> list[str]:
         return list(self._calls)
+
+    @property
+    def takes_g711(self) -> list[tuple[str, bool]]:
+        """(call id, whether its codec is G.711) for every call: what each call's outbound frame may be."""
+        return self._takes_g711
 
     def __len__(self) -> int:
         return len(self._calls)

@@ -6,8 +6,9 @@ commands. The life of each SIP call is :class:`gateway.worker.sip_calls.SipCalls
 :class:`gateway.worker.webrtc.WebRtcCalls`'.
 
 The tick (``_on_tick``) runs at absolute deadlines from :class:`~gateway.transport.clock.MediaClock`:
-inbound frames to sessions, one outbound frame from each session, batched DSP in the tick engine, RTP out,
-and only then the caller audio to the providers (written from the tick when the connections take it at once).
+one outbound frame from each session, batched DSP in the tick engine and RTP out first, so every call's
+packets leave at the same point of each tick; then the inbound frames to the sessions, whose caller audio is
+written to the providers from the tick when the connections take it at once.
 """
 
 from __future__ import annotations
@@ -306,28 +307,39 @@ class MediaWorker:
 
     def _on_tick(self, deadline: float) -> None:
         engine = self.engine
-        if self.rtp_drain is not None:
-            self.rtp_drain.drain()  # caller audio since the last tick, into the jitter buffers before they pop
         if not len(engine):
+            if self.rtp_drain is not None:
+                self.rtp_drain.drain()
             return
         now = deadline
         self._tick_no += 1
-        inbound = engine.tick_inbound(now)
         legs = self.legs
-        sample_level = self._tick_no % LEVEL_EVERY_TICKS == 0
+        # The caller's half first: every call's frame is encoded and sent at the start of the tick, so its packets
+        # leave at the same point of every tick, whatever the inbound half costs that tick.
         outbound: dict[str, OutboundFrame] = {}
-        sessions = []
+        for call_id, takes_g711 in engine.takes_g711:
+            leg = legs.get(call_id)
+            session = leg.session if leg is not None else None
+            # A G.711 caller may be handed the provider's G.711 codes without PCM (sent as they are or via tables).
+            outbound[call_id] = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
+        for call_id, destination, data in engine.tick_outbound(outbound, now):
+            leg = legs.get(call_id)
+            if leg is not None and leg.rtp is not None:
+                leg.rtp.send_rtp(data, destination)
+        if self.rtp_drain is not None:
+            self.rtp_drain.drain()  # caller audio since the last tick, into the jitter buffers before they pop
+        inbound = engine.tick_inbound(now)
+        sample_level = self._tick_no % LEVEL_EVERY_TICKS == 0
+        probes = inbound.probes  # one packet per call per second: arrival -> its frame handed to the provider
+        loop_time = asyncio.get_running_loop().time
         for call_id, frame in inbound.frames.items():
             leg = legs.get(call_id)
             session = leg.session if leg is not None else None
             if session is None:
-                outbound[call_id] = None
                 continue
-            session.push_inbound(frame, send=False)  # sent below, once this tick's RTP is out
-            sessions.append(session)
-            # A G.711 call's inbound frames carry the caller's codes: its codec is G.711, so the session may hand
-            # back the provider's G.711 codes without PCM (the tick sends codes as they are or via the tables).
-            outbound[call_id] = session.pull_outbound(takes_g711=frame.g711_law is not None)
+            session.push_inbound(frame)  # written to the provider now when the connection takes it at once
+            if probes and (arrived := probes.get(call_id)) is not None:
+                self._caller_audio_wait.observe(loop_time() - arrived)
             if sample_level:
                 level = dbfs(frame.pcm)
                 leg.last_level = max(level, -100.0)  # type: ignore[union-attr]
@@ -336,16 +348,6 @@ class MediaWorker:
             leg = legs.get(dtmf.call_id)
             if leg is not None and leg.session is not None:
                 leg.session.dtmf_received(dtmf.digit)
-        for call_id, destination, data in engine.tick_outbound(outbound, now):
-            leg = legs.get(call_id)
-            if leg is not None and leg.rtp is not None:
-                leg.rtp.send_rtp(data, destination)
-        probes = inbound.probes  # one packet per call per second: arrival -> its frame handed to the provider
-        loop_time = asyncio.get_running_loop().time
-        for session in sessions:
-            session.send_inbound()
-            if probes and (arrived := probes.get(session.call_id)) is not None:
-                self._caller_audio_wait.observe(loop_time() - arrived)
         for call_id, destination, data in engine.rtcp_due(now):
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:

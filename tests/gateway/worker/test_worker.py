@@ -126,6 +126,46 @@ async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) 
         peer.hang_up(call)
 
 
+async def test_a_tick_sends_every_callers_packet_before_its_inbound_half(
+    worker: MediaWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each call's packet leaves at the same point of every tick, not after however long the inbound half took.
+    import inspect
+
+    from gateway.session.session import CallSession
+    from gateway.transport.rtp_socket import RtpEndpoint
+
+    if not inspect.isfunction(RtpEndpoint.send_rtp):
+        pytest.skip("the probe patches Python methods; the compiled build runs the same tick, checked from source")
+
+    log: list[tuple[int, str]] = []
+    send_rtp, push_inbound = RtpEndpoint.send_rtp, CallSession.push_inbound
+
+    def sent(self: RtpEndpoint, data: bytes, addr: tuple[str, int]) -> None:
+        log.append((worker._tick_no, "send"))
+        send_rtp(self, data, addr)
+
+    def pushed(self: CallSession, frame, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        log.append((worker._tick_no, "push"))
+        push_inbound(self, frame, **kwargs)
+
+    monkeypatch.setattr(RtpEndpoint, "send_rtp", sent)
+    monkeypatch.setattr(CallSession, "push_inbound", pushed)
+    async with SipPeer() as peer:
+        calls = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}") for _ in range(3)]
+        for call in calls:
+            await _answered(peer, call)
+        await asyncio.gather(*(peer.stream(call, speechlike(0.4)) for call in calls))
+        for call in calls:
+            peer.hang_up(call)
+    ticks: dict[int, list[str]] = {}
+    for tick, what in log:
+        ticks.setdefault(tick, []).append(what)
+    full = [order for order in ticks.values() if order.count("send") == 3 and order.count("push") == 3]
+    assert len(full) >= 10, ticks
+    assert all(order == ["send"] * 3 + ["push"] * 3 for order in full), full
+
+
 async def test_a_stall_past_the_clocks_catch_up_leaves_a_timestamp_gap_not_a_lasting_delay(
     worker: MediaWorker,
 ) -> None:
