@@ -8,12 +8,12 @@
   without waiting (``send_audio_nowait``: one synchronous write, no task switch per call per frame); when it
   cannot (a send in progress, a full write buffer), one sender task drains the FIFO, batching queued frames
   into one send when it is behind. Otherwise (CONNECTING/RESUMING) frames are held in the same FIFO, in order.
+  Overflow drops the oldest frame and counts it. A batch whose send fails goes back to the front to be
+  flushed into the next connection.
 - A caller who has been quiet for a while (listening to the agent) is sent in larger chunks: after
   ``quiet_after_frames`` quiet frames in a row (no sample at -36 dBFS or above), a chunk is
   ``quiet_chunk_frames``; the first frame that is not quiet goes out at once with what waited before it. The
   provider's turn detector has had its silence by then, and a barge-in is not held back.
-  Overflow drops the oldest frame and counts it. A batch whose send fails goes back to the front to be
-  flushed into the next connection.
 - Everything else (cancel, truncate, tool outputs, text items, response requests) goes through one ordered
   queue with one task. An op is either bound to the epoch it was made for (a truncate names an item of that
   connection) or follows the call to whichever connection is current; the latter may ask to be retried on the
