@@ -225,3 +225,8 @@ def ulaw_is_quiet(codes: bytes) -> bool:
 def alaw_is_quiet(codes: bytes) -> bool:
     """True when no A-law code in ``codes`` stands for a sample of ``QUIET_PEAK`` or more (one table pass)."""
     return 1 not in codes.translate(_ALAW_LOUD)
+
+
+def pcm_is_quiet(pcm: npt.NDArray[np.int16]) -> bool:
+    """The same test on linear samples (any rate): no sample's magnitude reaches ``QUIET_PEAK``."""
+    return int(pcm.max()) < QUIET_PEAK and int(pcm.min()) > -QUIET_PEAK

@@ -50,11 +50,11 @@ from gateway.media.rtp import looks_like_rtcp, parse_rtp
 from telcodecs.frames import FRAME_SAMPLES, G711_FRAME_BYTES, Frame, FrameError, G711Law, Pcm
 from telcodecs.g711 import (
     ALAW_SILENCE,
-    QUIET_PEAK,
     ULAW_SILENCE,
     alaw_decode_batch,
     alaw_encode_batch,
     alaw_to_ulaw,
+    pcm_is_quiet,
     ulaw_decode_batch,
     ulaw_encode_batch,
     ulaw_to_alaw,
@@ -390,7 +390,7 @@ class TickEngine:
             decoder = self._opus[call.config.call_id].decoder
             pcm = pcm48[i] = self._opus_decode(call, decoder, payload, jb.status, jb.fec_payload)
             if jb.wants_level:  # a shrink waits for a pause: tell it whether this frame was one (as G.711's test)
-                jb.heard(bool(pcm.max() < QUIET_PEAK and pcm.min() > -QUIET_PEAK))
+                jb.heard(pcm_is_quiet(pcm))
         pcm24 = self._down48.process(self._opus_in_rows, pcm48)
         pcm24.flags.writeable = False
         for i, call in enumerate(calls):

@@ -31,7 +31,7 @@ from typing import Literal
 
 from gateway.providers.base import RealtimeSession
 from telcodecs.frames import Frame
-from telcodecs.g711 import QUIET_PEAK, alaw_is_quiet, ulaw_is_quiet
+from telcodecs.g711 import alaw_is_quiet, pcm_is_quiet, ulaw_is_quiet
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,11 @@ class SendOp:
 
 
 def frame_is_quiet(frame: Frame) -> bool:
-    """No sample of ``frame`` reaches ``QUIET_PEAK`` (-36 dBFS); judged on the caller's G.711 codes if it has them."""
+    """No sample of ``frame`` reaches -36 dBFS; judged on the caller's G.711 codes if it has them."""
     codes = frame.g711
     if codes is not None:
         return ulaw_is_quiet(codes) if frame.g711_law == "pcmu" else alaw_is_quiet(codes)
-    pcm = frame.pcm
-    return int(pcm.max()) < QUIET_PEAK and int(pcm.min()) > -QUIET_PEAK
+    return pcm_is_quiet(frame.pcm)
 
 
 def _never() -> bool:

@@ -187,3 +187,11 @@ def test_quiet_means_no_sample_reaches_the_quiet_peak(encode, is_quiet) -> None:
     one_click[80] = g711.QUIET_PEAK + 64  # one sample over the peak is enough to count as sound
     assert not is_quiet(encode(one_click))
     assert is_quiet(b"")
+
+
+def test_linear_samples_are_quiet_below_the_same_peak() -> None:
+    pcm = np.zeros(960, dtype=np.int16)
+    assert g711.pcm_is_quiet(pcm)
+    for peak, quiet in ((g711.QUIET_PEAK - 1, True), (g711.QUIET_PEAK, False), (-g711.QUIET_PEAK, False)):
+        pcm[300] = peak
+        assert g711.pcm_is_quiet(pcm) is quiet
