@@ -106,14 +106,28 @@ class _Reader:
             log.exception("rtp handler failed")
 
 
-def _arrival(ancillary: list[tuple[int, int, bytes]], now: float) -> float:
-    """The kernel's receive stamp (``SO_TIMESTAMPNS``, CLOCK_REALTIME) on the monotonic clock; ``now`` without
-    one. A wall-clock step between the stamp and now must not put it in the future."""
+def _recv_stamped(sock: socket.socket) -> tuple[bytes, list[tuple[int, int, bytes]], Address] | None:
+    """One datagram with its ancillary data (the ``SO_TIMESTAMPNS`` stamp), or None: nothing queued, or an error
+    that only this datagram had (logged when it is not one of the expected ones)."""
+    try:
+        data, ancillary, _flags, addr = sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError as exc:
+        if exc.errno not in _IGNORED_RECV_ERRORS:
+            log.debug("rtp recv error: %s", exc)
+        return None
+    return data, ancillary, addr[:2]
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]], now: float, to_monotonic: float) -> float:
+    """The kernel's receive stamp (CLOCK_REALTIME, moved onto the monotonic clock by ``to_monotonic``); ``now``
+    without one. A wall-clock step between the stamp and now must not put it in the future."""
     if ancillary:
         stamp = ancillary[0][2]
         if len(stamp) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(stamp)
-            return min(seconds + nanoseconds * 1e-9 + (now - time.time()), now)
+            return min(seconds + nanoseconds * 1e-9 + to_monotonic, now)
     return now
 
 
@@ -129,17 +143,14 @@ class _StampedReader:
         self.stats = stats
 
     def __call__(self) -> None:
-        try:
-            data, ancillary, _flags, addr = self.sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
-        except (BlockingIOError, InterruptedError):
+        received = _recv_stamped(self.sock)
+        if received is None:
             return
-        except OSError as exc:
-            if exc.errno not in _IGNORED_RECV_ERRORS:
-                log.debug("rtp recv error: %s", exc)
-            return
+        data, ancillary, addr = received
         self.stats.received += 1
+        now = time.monotonic()
         try:
-            self.handler(data, addr[:2], _arrival(ancillary, time.monotonic()))
+            self.handler(data, addr, _arrival(ancillary, now, now - time.time()))
         except Exception:  # one bad packet or call must not stop the reader of others
             log.exception("rtp handler failed")
 
@@ -204,7 +215,6 @@ class RtpDrain:
         poll = self._poller.poll
         latest = time.monotonic()
         to_monotonic = latest - time.time()  # the kernel stamps CLOCK_REALTIME
-        unpack = _TIMESPEC.unpack_from
         handed = 0
         for _ in range(self.max_rounds):
             ready = poll(0)
@@ -215,25 +225,14 @@ class RtpDrain:
                 if entry is None:
                     continue
                 sock, handler, stats = entry
-                try:
-                    data, ancillary, _flags, addr = sock.recvmsg(_MAX_DATAGRAM, _ANCILLARY_SPACE)
-                except (BlockingIOError, InterruptedError):
+                received = _recv_stamped(sock)
+                if received is None:
                     continue
-                except OSError as exc:
-                    if exc.errno not in _IGNORED_RECV_ERRORS:
-                        log.debug("rtp recv error: %s", exc)
-                    continue
-                arrival = latest
-                if ancillary:
-                    _level, _kind, stamp = ancillary[0]
-                    if len(stamp) >= _TIMESPEC.size:
-                        seconds, nanoseconds = unpack(stamp)
-                        # a wall-clock step between the stamp and now must not put it in the future
-                        arrival = min(seconds + nanoseconds * 1e-9 + to_monotonic, latest)
+                data, ancillary, addr = received
                 stats.received += 1
                 handed += 1
                 try:
-                    handler(data, addr[:2], arrival)
+                    handler(data, addr, _arrival(ancillary, latest, to_monotonic))
                 except Exception:  # one bad packet or call must not stop the others' audio
                     log.exception("rtp handler failed")
         if poll(0):
