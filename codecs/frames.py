@@ -23,6 +23,8 @@ G711_FRAME_BYTES = 160  # 20 ms of 8 kHz G.711 codes
 
 _SILENCE = np.zeros(FRAME_SAMPLES, dtype=np.int16)
 _SILENCE.flags.writeable = False
+_INT16 = np.dtype(np.int16)
+_FRAME_SHAPE = (FRAME_SAMPLES,)
 
 
 class FrameError(ValueError):
@@ -45,11 +47,13 @@ class Frame:
     g711_law: G711Law | None = None
 
     def __post_init__(self) -> None:
-        if self.pcm.dtype != np.int16 or self.pcm.shape != (FRAME_SAMPLES,):
-            raise FrameError(f"frame needs int16[{FRAME_SAMPLES}], got {self.pcm.dtype}{list(self.pcm.shape)}")
+        pcm = self.pcm
+        if pcm.dtype != _INT16 or pcm.shape != _FRAME_SHAPE:
+            raise FrameError(f"frame needs int16[{FRAME_SAMPLES}], got {pcm.dtype}{list(pcm.shape)}")
         if self.index < 0:
             raise FrameError(f"frame index must be >= 0, got {self.index}")
-        if self.g711 is not None and (len(self.g711) != G711_FRAME_BYTES or self.g711_law not in ("pcmu", "pcma")):
+        g711 = self.g711
+        if g711 is not None and (len(g711) != G711_FRAME_BYTES or self.g711_law not in ("pcmu", "pcma")):
             raise FrameError(f"g711 needs {G711_FRAME_BYTES} codes and a law (pcmu or pcma)")
 
     @classmethod
@@ -71,6 +75,30 @@ class Frame:
     @property
     def is_silent(self) -> bool:
         return not self.pcm.any()
+
+
+_new = object.__new__
+_set_index = Frame.__dict__["index"].__set__  # the slots' own setters: what a frozen dataclass's __init__ calls
+_set_pcm = Frame.__dict__["pcm"].__set__
+_set_g711 = Frame.__dict__["g711"].__set__
+_set_g711_law = Frame.__dict__["g711_law"].__set__
+
+
+def unchecked_frame(index: int, pcm: Pcm, g711: bytes | None = None, g711_law: G711Law | None = None) -> Frame:
+    """``Frame(index=..., pcm=..., g711=..., g711_law=...)`` without the checks of ``__post_init__``.
+
+    For producers whose arrays meet the contract by construction: a row of an ``int16[n, 480]`` batch (the
+    media tick), a 960-byte slice read as ``<i2`` (the playout). It costs about a third of the checked
+    constructor (0.5 against 1.6 µs on the development machine, where every call makes one or two frames
+    per 20 ms). The result is an ordinary, frozen ``Frame``; anything built from outside input goes through
+    ``Frame(...)``.
+    """
+    frame: Frame = _new(Frame)
+    _set_index(frame, index)
+    _set_pcm(frame, pcm)
+    _set_g711(frame, g711)
+    _set_g711_law(frame, g711_law)
+    return frame
 
 
 def silence(*, index: int) -> Frame:

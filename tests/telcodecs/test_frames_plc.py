@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,23 @@ def test_a_frame_may_carry_the_callers_g711_codes() -> None:
     for codes, law in ((b"\xff" * 159, "pcmu"), (b"\xff" * 160, None), (b"\xff" * 160, "g722")):
         with pytest.raises(frames.FrameError, match="g711 needs 160 codes"):
             frames.Frame(index=0, pcm=pcm, g711=codes, g711_law=law)  # type: ignore[arg-type]
+
+
+def test_an_unchecked_frame_is_the_frame_the_checked_constructor_builds() -> None:
+    batch = np.arange(2 * 480, dtype=np.int16).reshape(2, 480)  # the tick's rows: int16[480] by construction
+    fast = frames.unchecked_frame(7, batch[1], b"\xd5" * 160, "pcma")
+    slow = frames.Frame(index=7, pcm=batch[1], g711=b"\xd5" * 160, g711_law="pcma")
+    assert type(fast) is frames.Frame
+    assert (fast.index, fast.g711, fast.g711_law) == (slow.index, slow.g711, slow.g711_law)
+    assert np.array_equal(fast.pcm, slow.pcm) and np.shares_memory(fast.pcm, batch)  # no copy
+    assert repr(fast) == repr(slow)
+    bare = frames.unchecked_frame(0, batch[0])
+    assert bare.g711 is None and bare.g711_law is None and bare.to_bytes() == batch[0].tobytes()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.index = 8  # type: ignore[misc]
+    # The checked constructor still refuses what the unchecked one would take on trust.
+    with pytest.raises(frames.FrameError, match="int16"):
+        frames.Frame(index=0, pcm=batch[0].astype(np.int32))  # type: ignore[arg-type]
 
 
 def test_concealer_repeats_the_pitch_period_at_8khz() -> None:
