@@ -42,6 +42,7 @@ MODULES: tuple[str, ...] = (
     "gateway.media.rtp",
     "gateway.media.tick",
     "gateway.providers._frames",
+    "gateway.providers._link",
     "gateway.providers.openai",
     "gateway.session.g711",
     "gateway.session.pipe",

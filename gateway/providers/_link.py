@@ -33,6 +33,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.protocol import State
 
+from gateway.compiled import caused
 from gateway.providers._frames import TextFrames
 from gateway.providers.base import ProviderDisconnected, ProviderErrored, ProviderEvent
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError
@@ -80,11 +81,13 @@ async def open_websocket(url: str, headers: Mapping[str, str], *, open_timeout: 
     except InvalidStatus as exc:
         status = exc.response.status_code
         retryable = status >= 500 or status == 429
-        raise ProviderConnectError(f"{url}: handshake rejected with HTTP {status}", retryable=retryable) from exc
+        rejected = ProviderConnectError(f"{url}: handshake rejected with HTTP {status}", retryable=retryable)
+        raise caused(rejected, exc)  # noqa: B904 (caused(): see gateway.compiled)
     except InvalidURI as exc:
-        raise ProviderConnectError(f"invalid provider URL {url!r}", retryable=False) from exc
+        raise caused(ProviderConnectError(f"invalid provider URL {url!r}", retryable=False), exc)  # noqa: B904 (caused(): see gateway.compiled)
     except (OSError, TimeoutError, InvalidHandshake) as exc:
-        raise ProviderConnectError(f"{url}: {type(exc).__name__}: {exc}", retryable=True) from exc
+        failed = ProviderConnectError(f"{url}: {type(exc).__name__}: {exc}", retryable=True)
+        raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
 
 
 async def receive_json(ws: ClientConnection, *, wait_s: float, during: str) -> dict[str, Any]:
@@ -93,17 +96,19 @@ async def receive_json(ws: ClientConnection, *, wait_s: float, during: str) -> d
         async with asyncio.timeout(wait_s):
             raw = await ws.recv()
     except TimeoutError as exc:
-        raise ProviderConnectError(f"no answer within {wait_s:g} s during {during}", retryable=True) from exc
+        silent = ProviderConnectError(f"no answer within {wait_s:g} s during {during}", retryable=True)
+        raise caused(silent, exc)  # noqa: B904 (caused(): see gateway.compiled)
     except ConnectionClosed as exc:
         code = exc.rcvd.code if exc.rcvd is not None else None
         reason = exc.rcvd.reason if exc.rcvd is not None else ""
-        raise ProviderConnectError(
+        closed = ProviderConnectError(
             f"connection closed during {during} (code {code}: {reason})", retryable=close_is_retryable(code)
-        ) from exc
+        )
+        raise caused(closed, exc)  # noqa: B904 (caused(): see gateway.compiled)
     try:
         message = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise ProviderConnectError(f"malformed JSON during {during}", retryable=False) from exc
+        raise caused(ProviderConnectError(f"malformed JSON during {during}", retryable=False), exc)  # noqa: B904 (caused(): see gateway.compiled)
     if not isinstance(message, dict):
         raise ProviderConnectError(f"expected a JSON object during {during}", retryable=False)
     return message
@@ -113,7 +118,7 @@ async def send_during_setup(ws: ClientConnection, message: Mapping[str, Any], *,
     try:
         await ws.send(orjson.dumps(message), text=True)
     except ConnectionClosed as exc:
-        raise ProviderConnectError(f"connection closed during {during}", retryable=True) from exc
+        raise caused(ProviderConnectError(f"connection closed during {during}", retryable=True), exc)  # noqa: B904 (caused(): see gateway.compiled)
 
 
 class ProviderLink:
@@ -158,9 +163,10 @@ class ProviderLink:
                 await self._ws.send(data, text=True)
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
-                raise ProviderClosedError(
+                closed = ProviderClosedError(
                     f"{self._name}: connection closed (code {code})", retryable=close_is_retryable(code)
-                ) from exc
+                )
+                raise caused(closed, exc)  # noqa: B904 (caused(): see gateway.compiled)
 
     def writable(self) -> bool:
         """Whether :meth:`send_nowait` would write now: no send in progress, the socket open, the transport
@@ -189,15 +195,13 @@ class ProviderLink:
             else:
                 ws.transport.write(self._frames.frame(data))
         except OSError as exc:  # the socket failed under us; the receive task reports the disconnect
-            raise ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True) from exc
+            failed = ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True)
+            raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
         return True
 
-    async def events(self) -> AsyncIterator[ProviderEvent]:
-        while True:
-            event = await self._queue.get()
-            yield event
-            if isinstance(event, ProviderDisconnected):
-                return
+    def events(self) -> AsyncIterator[ProviderEvent]:
+        """The events in arrival order; the last is :class:`ProviderDisconnected`."""
+        return _Events(self._queue)
 
     async def aclose(self) -> None:
         """Close the socket, stop the receive task and wait for it. Idempotent."""
@@ -259,3 +263,23 @@ class ProviderLink:
         while self._queue.full():
             self._queue.get_nowait()
         self._queue.put_nowait(event)
+
+
+class _Events:
+    """An async iterator over a link's queue that ends after :class:`ProviderDisconnected`: a class, because the
+    compiled build (mypyc) cannot compile async generators."""
+
+    def __init__(self, queue: asyncio.Queue[ProviderEvent]) -> None:
+        self._queue = queue
+        self._ended = False
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> ProviderEvent:
+        if self._ended:
+            raise StopAsyncIteration
+        event = await self._queue.get()
+        if isinstance(event, ProviderDisconnected):
+            self._ended = True
+        return event
