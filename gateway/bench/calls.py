@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -277,11 +278,14 @@ class CallsBench:
             if proc is not None:
                 proc.stop()
 
-    def _py_spy(self, calls: int) -> subprocess.Popen[bytes] | None:
-        """Sample the worker with py-spy over this step's window (``--profile`` not ending in .prof)."""
+    def _sampler(self, calls: int) -> subprocess.Popen[bytes] | None:
+        """Sample the worker over this step's window: perf for ``--profile`` ending in .perf (it sees into the
+        compiled build and the kernel), py-spy for any other name but .prof (cProfile)."""
         c = self.config
         if not c.profile or c.profile.endswith(".prof") or self.worker is None:
             return None
+        if c.profile.endswith(".perf"):
+            return self._perf(calls)
         binary = Path(sys.executable).with_name("py-spy")
         if not binary.exists():
             log.warning("py-spy not found next to %s: no profile", sys.executable)
@@ -289,6 +293,18 @@ class CallsBench:
         out = f"{c.profile}-{calls}.txt"
         argv = [str(binary), "record", "--pid", str(self.worker.popen.pid), "--duration", str(int(c.window_s))]
         argv += ["--rate", "200", "--format", "raw", "--nonblocking", "-o", out]
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _perf(self, calls: int) -> subprocess.Popen[bytes] | None:
+        assert self.config.profile is not None and self.worker is not None
+        perf = shutil.which("perf")
+        if perf is None:
+            log.warning("perf not found (Debian: linux-perf): no profile")
+            return None
+        out = f"{self.config.profile}-{calls}.data"
+        # 199 Hz (not a multiple of the 50 Hz tick) with 32 KiB of stack per sample: enough to unwind a tick.
+        argv = [perf, "record", "-F", "199", "--call-graph", "dwarf,32768", "-p", str(self.worker.popen.pid)]
+        argv += ["-o", out, "--", "sleep", str(self.config.window_s)]
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def _metrics(self, client: httpx.AsyncClient) -> dict[str, float]:
@@ -336,7 +352,7 @@ class CallsBench:
             f0 = self.fake.cpu_s() if self.fake else 0.0
             l0 = sum(me.cpu_times()[:2])
             s0 = _steal_s(self.steal_core)
-            spy = self._py_spy(calls)
+            spy = self._sampler(calls)
             await asyncio.sleep(c.window_s)
             if spy is not None:
                 await asyncio.to_thread(spy.wait, c.window_s + 30)

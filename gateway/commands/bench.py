@@ -49,7 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     calls.add_argument("--repeats", type=int, default=1, help="runs per step (medians are reported)")
     calls.add_argument("--worker-core", type=int, default=0, help="CPU the worker is pinned to (-1: none)")
     calls.add_argument("--load-core", type=int, default=1, help="CPU for the generator and the fake (-1: none)")
-    calls.add_argument("--profile", metavar="FILE", help="run the worker under cProfile, write stats to FILE")
+    calls.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="FILE.prof: the worker under cProfile; FILE.perf: perf over each window into FILE.perf-CALLS.data "
+        "(sees into a --compiled worker); any other name: py-spy into FILE-CALLS.txt. "
+        "Read them with python -m gateway.bench._profile",
+    )
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker and generator")
     calls.add_argument(

@@ -121,6 +121,53 @@ def test_profile_samples_go_to_the_innermost_known_category() -> None:
     }
 
 
+PERF_SCRIPT = """
+\t    ffffffff81 udp_sendmsg ([kernel.kallsyms])
+\t    ffffffff82 __sys_sendto ([kernel.kallsyms])
+\t         e1 sock_sendto (/usr/lib/python3.11/lib-dynload/_socket.cpython-311-x86_64-linux-gnu.so)
+\t         e2 CPyDef_rtp_socket___RtpEndpoint____send (/b/gateway/_compiled__mypyc.so)
+\t         e3 CPyDef_worker___MediaWorker____on_tick (/b/gateway/_compiled__mypyc.so)
+
+\t         a1 dgemm_kernel_HASWELL (/v/numpy.libs/libscipy_openblas64_-32a4b2a6.so)
+\t         a2 _PyEval_EvalFrameDefault (/lib/libpython3.11.so.1.0)
+\t         a3 CPyDef_tick___TickEngine____inbound_g711 (/b/gateway/_compiled__mypyc.so)
+
+\t         b1 _Py_dict_lookup (/lib/libpython3.11.so.1.0)
+\t         b2 CPyDef_session___CallSession___pull_outbound (/b/gateway/_compiled__mypyc.so)
+\t         b3 CPyDef_worker___MediaWorker____on_tick (/b/gateway/_compiled__mypyc.so)
+
+\t         c1 _PyEval_EvalFrameDefault (/lib/libpython3.11.so.1.0)
+\t         c2 __pyx_f_6uvloop_4loop_6Handle__run (/v/uvloop/loop.cpython-311-x86_64-linux-gnu.so)
+
+\t         d1 __pyx_f_6uvloop_4loop___on_uvpoll_event (/v/uvloop/loop.cpython-311-x86_64-linux-gnu.so)
+
+\t    ffffffff83 handle_softirqs ([kernel.kallsyms])
+\t    ffffffff84 asm_sysvec_apic_timer_interrupt ([kernel.kallsyms])
+\t         f1 CPyDef_jitter___JitterBuffer___pop (inlined) (/b/gateway/_compiled__mypyc.so)
+
+\t    ffffffff85 tcp_sendmsg ([kernel.kallsyms])
+\t    ffffffff86 ksys_write ([kernel.kallsyms])
+\t         g1 CPyDef__link___ProviderLink___send_nowait (/b/gateway/_compiled__mypyc.so)
+"""
+
+
+def test_perf_samples_go_to_their_system_call_or_their_innermost_compiled_module() -> None:
+    from gateway.bench._profile import INTERPRETED, categorize_perf, perf_samples
+
+    samples = perf_samples(PERF_SCRIPT)
+    assert [len(s) for s in samples] == [5, 3, 3, 2, 1, 3, 3]
+    assert samples[5][2] == ("CPyDef_jitter___JitterBuffer___pop", "/b/gateway/_compiled__mypyc.so")
+    assert categorize_perf(samples) == {
+        "RTP I/O: UDP system calls": 1,
+        "DSP and arrays (numpy/BLAS)": 1,  # BLAS under the tick: the library doing the work
+        "session and provider adapter": 1,  # the interpreter's dict lookup is the compiled caller's cost
+        INTERPRETED: 1,  # Python code the loop called is not the loop's time
+        "event loop": 1,
+        "kernel, other (interrupts, scheduler, page faults)": 1,
+        "provider socket: TCP system calls": 1,
+    }
+
+
 def test_steal_time_is_read_per_core_and_an_unknown_core_reads_as_unknown() -> None:
     import os
 
