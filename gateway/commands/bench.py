@@ -109,5 +109,8 @@ def main(args: argparse.Namespace) -> int:
         )
         if args.against_source and not args.compiled:
             raise SystemExit("gateway bench calls: --against-source needs --compiled DIR")
+        if args.engine == "percall" and args.compiled:
+            # Its engine subclasses TickEngine, and an interpreted class cannot subclass a compiled one.
+            raise SystemExit("gateway bench calls: --engine percall runs from source only; leave out --compiled")
         return run_calls(config, json_path=args.json)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

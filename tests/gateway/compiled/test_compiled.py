@@ -141,3 +141,11 @@ def test_against_source_without_a_build_is_refused_with_a_reason() -> None:
 
     with pytest.raises(SystemExit, match="--against-source needs --compiled DIR"):
         main(["bench", "calls", "--steps", "50", "--against-source"])
+
+
+def test_the_per_call_design_on_a_build_is_refused_with_a_reason() -> None:
+    from gateway.cli import main
+
+    # Its engine subclasses the compiled TickEngine, which an interpreted class cannot do.
+    with pytest.raises(SystemExit, match="--engine percall runs from source only"):
+        main(["bench", "calls", "--steps", "50", "--engine", "percall", "--compiled", "/nonexistent/build"])
