@@ -13,6 +13,10 @@ envelope. Base64: the stdlib's ``base64`` against ``pybase64`` (SIMD), encoding 
 decoding a 100 ms delta of the provider's (strictly, as the adapters do). CPU time of the process, so other
 load on a shared machine inflates neither side. The socket write itself is the same for both ways and is not
 timed. See docs/adr/0009-provider-text-frames.md.
+
+One case is per frame rather than per message: building the ``Frame`` of a tick row (20 ms of 24 kHz PCM and
+the caller's 160 G.711 codes), checked by ``Frame(...)`` against :func:`telcodecs.frames.unchecked_frame`,
+which the tick and the session use for arrays that meet the frame contract by construction.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pybase64
 from websockets.client import ClientProtocol
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from gateway.providers._frames import TextFrames
+from telcodecs.frames import FRAME_SAMPLES, G711_FRAME_BYTES, Frame, unchecked_frame
 
 MESSAGES = {
     "pcm 24 kHz, 20 ms": 960,
@@ -68,6 +74,19 @@ def _b64_decode(library: bool) -> Callable[[str], object]:
     return lambda text: pybase64.b64decode(text, validate=True)
 
 
+def _frame_of_row(library: bool) -> Callable[[tuple[Any, bytes]], object]:
+    if library:
+        return lambda row: Frame(index=7, pcm=row[0], g711=row[1], g711_law="pcmu")
+    return lambda row: unchecked_frame(7, row[0], row[1], "pcmu")
+
+
+def tick_row() -> tuple[Any, bytes]:
+    """Row 3 of a tick's int16[150, 480] batch and its call's codes."""
+    batch = np.zeros((150, FRAME_SAMPLES), dtype=np.int16)
+    batch.flags.writeable = False
+    return batch[3], b"\xff" * G711_FRAME_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     """One piece of per-message work, done the obvious way (``baseline``) and the gateway's way (``ours``)."""
@@ -75,7 +94,7 @@ class Case:
     what: str
     baseline: str
     ours: str
-    payload: bytes | str
+    payload: Any
     build: Callable[[bool], Callable[[Any], object]]  # build(True): the baseline; build(False): ours
 
 
@@ -90,6 +109,7 @@ def cases() -> list[Case]:
         *framing,
         Case("base64 encode, 20 ms pcm", "base64", "pybase64", pcm_20ms, _b64_encode),
         Case("base64 decode, 100 ms delta", "base64", "pybase64", delta_100ms, _b64_decode),
+        Case("frame of a tick row", "Frame()", "unchecked_frame", tick_row(), _frame_of_row),
     ]
 
 
@@ -113,7 +133,7 @@ def measure(*, repeats: int, count: int) -> list[dict[str, Any]]:
         rows.append(
             {
                 "what": case.what,
-                "bytes": len(case.payload),
+                "bytes": len(case.payload) if isinstance(case.payload, (bytes, str)) else FRAME_SAMPLES * 2,
                 "baseline": case.baseline,
                 "ours": case.ours,
                 "runs_us": runs,
@@ -129,7 +149,7 @@ def run(*, json_output: bool, repeats: int, count: int) -> int:
     if json_output:
         print(json.dumps({"repeats": repeats, "count": count, "results": rows}, indent=2))
         return 0
-    print(f"µs of CPU per message, median of {repeats} interleaved runs of {count} messages")
+    print(f"µs of CPU per message (per frame: the frame row), median of {repeats} interleaved runs of {count} each")
     print(f"{'work':<32} {'bytes':>6} {'obvious way':>22} {'gateway':>20} {'ratio':>7}")
     for row in rows:
         median = row["median_us"]

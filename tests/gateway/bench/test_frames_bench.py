@@ -33,6 +33,7 @@ def test_json_has_both_framers_for_every_message() -> None:
         *((f"frame append, {label}", "websockets", "TextFrames") for label in MESSAGES),
         ("base64 encode, 20 ms pcm", "base64", "pybase64"),
         ("base64 decode, 100 ms delta", "base64", "pybase64"),
+        ("frame of a tick row", "Frame()", "unchecked_frame"),
     ]
     for row in report["results"]:
         assert set(row["median_us"]) == {"baseline", "ours"}
@@ -62,3 +63,10 @@ def test_zero_repeats_is_refused_with_a_reason() -> None:
     done = bench("--repeats", "0")
     assert done.returncode != 0
     assert "--repeats and --count must be at least 1" in done.stderr
+
+
+def test_both_ways_of_building_a_frame_give_the_same_frame() -> None:
+    case = next(c for c in cases() if c.what == "frame of a tick row")
+    checked, unchecked = case.build(True)(case.payload), case.build(False)(case.payload)
+    assert repr(checked) == repr(unchecked)
+    assert checked.pcm.base is unchecked.pcm.base  # type: ignore[attr-defined]  # the same batch, no copy
