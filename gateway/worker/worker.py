@@ -329,7 +329,7 @@ class MediaWorker:
         if self.rtp_drain is not None:
             self.rtp_drain.drain()  # caller audio since the last tick, into the jitter buffers before they pop
         inbound = engine.tick_inbound(now)
-        sample_level = self._tick_no % LEVEL_EVERY_TICKS == 0
+        level_phase = self._tick_no % LEVEL_EVERY_TICKS  # the calls whose turn it is to have their level sampled
         probes = inbound.probes  # one packet per call per second: arrival -> its frame handed to the provider
         loop_time = asyncio.get_running_loop().time
         for call_id, frame in inbound.frames.items():
@@ -340,7 +340,7 @@ class MediaWorker:
             session.push_inbound(frame)  # written to the provider now when the connection takes it at once
             if probes and (arrived := probes.get(call_id)) is not None:
                 self._caller_audio_wait.observe(loop_time() - arrived)
-            if sample_level:
+            if leg.level_phase == level_phase:  # type: ignore[union-attr]
                 level = dbfs(frame.pcm)
                 leg.last_level = max(level, -100.0)  # type: ignore[union-attr]
                 leg.levels.append(leg.last_level)  # type: ignore[union-attr]

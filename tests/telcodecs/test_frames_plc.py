@@ -52,6 +52,17 @@ def test_an_unchecked_frame_is_the_frame_the_checked_constructor_builds() -> Non
         frames.Frame(index=0, pcm=batch[0].astype(np.int32))  # type: ignore[arg-type]
 
 
+def test_dbfs_is_the_rms_level_against_full_scale() -> None:
+    rng = np.random.default_rng(7)
+    for scale in (1.0, 300.0, 9000.0):
+        pcm = np.clip(rng.normal(0, scale, 480), -32768, 32767).astype(np.int16)
+        rms = float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
+        assert frames.dbfs(pcm) == pytest.approx(20 * np.log10(rms / 32768), abs=1e-9)
+    assert frames.dbfs(np.full(480, -32768, dtype=np.int16)) == 0.0
+    assert frames.dbfs(np.zeros(480, dtype=np.int16)) == float("-inf")
+    assert frames.dbfs(np.zeros(0, dtype=np.int16)) == float("-inf")
+
+
 def test_concealer_repeats_the_pitch_period_at_8khz() -> None:
     rate, period = 8000, 64  # 125 Hz voice
     t = np.arange(rate) // 1

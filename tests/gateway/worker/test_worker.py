@@ -166,6 +166,40 @@ async def test_a_tick_sends_every_callers_packet_before_its_inbound_half(
     assert all(order == ["send"] * 3 + ["push"] * 3 for order in full), full
 
 
+async def test_calls_take_turns_to_have_their_level_sampled(
+    worker: MediaWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each call's level (the dashboard's sparkline) is sampled once per LEVEL_EVERY_TICKS, on a tick of its own:
+    # sampling every call on one tick made that tick 8 ms longer at 200 calls, and it overran.
+    import collections
+    import inspect
+
+    import gateway.worker.worker as worker_module
+
+    if not inspect.isfunction(MediaWorker._on_tick):
+        pytest.skip("the probe patches a Python global; the compiled build runs the same tick, checked from source")
+    sampled: list[int] = []
+    level = worker_module.dbfs
+
+    def probe(pcm: np.ndarray) -> float:  # type: ignore[type-arg]
+        sampled.append(worker._tick_no)
+        return level(pcm)
+
+    monkeypatch.setattr(worker_module, "dbfs", probe)
+    async with SipPeer() as peer:
+        calls = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}") for _ in range(3)]
+        for call in calls:
+            await _answered(peer, call)
+        await asyncio.gather(*(peer.stream(call, speechlike(1.2)) for call in calls))
+        legs = list(worker.legs.values())
+        for call in calls:
+            peer.hang_up(call)
+    assert len({leg.level_phase for leg in legs}) == 3
+    assert len(sampled) >= 6
+    assert max(collections.Counter(sampled).values()) == 1, sampled  # never two calls on one tick
+    assert all(leg.levels and max(leg.levels) > -50 for leg in legs)
+
+
 async def test_a_stall_past_the_clocks_catch_up_leaves_a_timestamp_gap_not_a_lasting_delay(
     worker: MediaWorker,
 ) -> None:
