@@ -14,6 +14,7 @@ from gateway.fleet.errors import CallNotFoundError
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.sip.events import CallEnded, OutboundCallAnswered, OutboundCallFailed
 from gateway.transport.rtp_socket import RtpDrain
+from gateway.worker.legs import CallLeg
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import SipPeer
@@ -126,6 +127,19 @@ async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) 
         peer.hang_up(call)
 
 
+async def _calls_talking(worker: MediaWorker, *, calls: int, seconds: float) -> list[CallLeg]:
+    """Answer ``calls`` calls, stream ``seconds`` of speech on each at once, hang up; the legs they had."""
+    async with SipPeer() as peer:
+        placed = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}") for _ in range(calls)]
+        for call in placed:
+            await _answered(peer, call)
+        await asyncio.gather(*(peer.stream(call, speechlike(seconds)) for call in placed))
+        legs = list(worker.legs.values())
+        for call in placed:
+            peer.hang_up(call)
+    return legs
+
+
 async def test_a_tick_sends_every_callers_packet_before_its_inbound_half(
     worker: MediaWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,13 +165,7 @@ async def test_a_tick_sends_every_callers_packet_before_its_inbound_half(
 
     monkeypatch.setattr(RtpEndpoint, "send_rtp", sent)
     monkeypatch.setattr(CallSession, "push_inbound", pushed)
-    async with SipPeer() as peer:
-        calls = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}") for _ in range(3)]
-        for call in calls:
-            await _answered(peer, call)
-        await asyncio.gather(*(peer.stream(call, speechlike(0.4)) for call in calls))
-        for call in calls:
-            peer.hang_up(call)
+    await _calls_talking(worker, calls=3, seconds=0.4)
     ticks: dict[int, list[str]] = {}
     for tick, what in log:
         ticks.setdefault(tick, []).append(what)
@@ -186,14 +194,7 @@ async def test_calls_take_turns_to_have_their_level_sampled(
         return level(pcm)
 
     monkeypatch.setattr(worker_module, "dbfs", probe)
-    async with SipPeer() as peer:
-        calls = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}") for _ in range(3)]
-        for call in calls:
-            await _answered(peer, call)
-        await asyncio.gather(*(peer.stream(call, speechlike(1.2)) for call in calls))
-        legs = list(worker.legs.values())
-        for call in calls:
-            peer.hang_up(call)
+    legs = await _calls_talking(worker, calls=3, seconds=1.2)
     assert len({leg.level_phase for leg in legs}) == 3
     assert len(sampled) >= 6
     assert max(collections.Counter(sampled).values()) == 1, sampled  # never two calls on one tick
