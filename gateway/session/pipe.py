@@ -140,8 +140,8 @@ class ProviderPipe:
     def queued_frames(self) -> int:
         return len(self._inbound)
 
-    def push(self, frame: Frame, *, holding: bool, send: bool = True) -> None:
-        """Queue one caller frame (held while ``holding``) and, with ``send``, :meth:`send_queued`. O(1)."""
+    def push(self, frame: Frame, *, holding: bool) -> None:
+        """Queue one caller frame (held while ``holding``, else :meth:`send_queued`). O(1)."""
         queue = self._inbound
         if len(queue) >= self._hold_frames:
             queue.popleft()
@@ -157,7 +157,7 @@ class ProviderPipe:
                 self._chunk = self._loud_chunk
         if holding:
             self.frames_held += 1
-        elif send:
+        else:
             self.send_queued()
 
     def send_queued(self) -> None:

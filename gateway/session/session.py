@@ -10,8 +10,8 @@ becomes an ErrorOccurred event; CancelledError is never swallowed. States: :mod:
 
 Media tick contract (synchronous, O(1)): :meth:`push_inbound` once per tick with the caller frame,
 :meth:`pull_outbound` exactly once per tick (the frame returned is what the caller hears; agent audio is counted
-as sent here), :meth:`dtmf_received` per digit. A tick that has RTP to get out first pushes with ``send=False``
-and calls :meth:`send_inbound` once the packets are gone, so provider writes never delay the caller's audio.
+as sent here), :meth:`dtmf_received` per digit. The tick sends its RTP before it pushes, so the provider writes
+that a push makes never delay the caller's audio.
 """
 
 from __future__ import annotations
@@ -311,10 +311,8 @@ class CallSession:
 
     # ------------------------------------------------------------------------------------ media tick
 
-    def push_inbound(self, frame: Frame, *, send: bool = True) -> None:
-        """One caller frame (24 kHz, 20 ms): to the provider while ACTIVE, held in order while (re)connecting.
-
-        ``send=False`` only queues it; the tick then calls :meth:`send_inbound` later in the same tick."""
+    def push_inbound(self, frame: Frame) -> None:
+        """One caller frame (24 kHz, 20 ms): to the provider while ACTIVE, held in order while (re)connecting."""
         self._counts["frames_in"] += 1
         state = self._state
         if state is CallState.ENDING or state is CallState.ENDED:
@@ -326,12 +324,7 @@ class CallSession:
                 self._caller_started("local_vad", item_id="")
             elif change == "stopped":
                 self._turns.caller_stopped()
-        self._pipe.push(frame, holding=state is not CallState.ACTIVE, send=send)
-
-    def send_inbound(self) -> None:
-        """Send the caller audio queued by ``push_inbound(send=False)`` (a complete chunk, if the session may)."""
-        if self._state is CallState.ACTIVE:
-            self._pipe.send_queued()
+        self._pipe.push(frame, holding=state is not CallState.ACTIVE)
 
     @overload
     def pull_outbound(self) -> Frame | None: ...

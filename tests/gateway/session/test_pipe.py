@@ -107,20 +107,6 @@ def test_complete_chunks_are_written_from_push_without_a_task() -> None:
     assert (pipe.frames_sent, pipe.audio_sends, failures) == (6, 2, [])
 
 
-def test_a_tick_can_queue_first_and_send_after_its_rtp() -> None:
-    pipe, _ = make_pipe(chunk=2)
-    session = ScriptedSession()
-    install(pipe, session)
-    for i in range(4):
-        pipe.push(frame(i), holding=False, send=False)
-    assert session.sent == [] and pipe.queued_frames == 4
-    pipe.send_queued()
-    assert session.sent == [("nowait", [0, 1, 2, 3])]  # what queued up goes as one batch of whole chunks
-    pipe.push(frame(4), holding=False, send=False)
-    pipe.send_queued()
-    assert pipe.queued_frames == 1 and pipe.frames_sent == 4  # half a chunk waits
-
-
 async def test_a_chunk_the_connection_cannot_take_goes_to_the_sender_without_being_overtaken() -> None:
     pipe, _ = make_pipe()
     session = ScriptedSession([True, True, False])
