@@ -185,7 +185,8 @@ def align_and_correlate(
     With `max_slip_seconds=0` the correlation is the Pearson correlation of the whole aligned overlap.
     Otherwise (the default) a real receiver's jitter buffer may have dropped or inserted a frame or two
     mid-call, so the sent signal is cut into `window_seconds` windows, each window is re-aligned within
-    +-`max_slip_seconds` of the global lag, and the result is the energy-weighted mean of the windows'
+    +-`max_slip_seconds` of where the window before it was found (the first within a window of the global
+    lag), so slips that add up over a call are followed, and the result is the energy-weighted mean of the windows'
     Pearson correlations; a window whose counterpart is missing from `received` counts as 0.
 
     `use_envelope` compares amplitude envelopes instead of waveforms: for codecs that keep loudness
@@ -223,20 +224,24 @@ def _windowed_correlation(s: FloatArray, r: FloatArray, lag: int, window: int, s
     quiet = 0.05 * float(np.sqrt(np.mean(s**2)))
     total_weight = 0.0
     total = 0.0
+    followed = False
     for start in range(0, s.size - window + 1, window):
         piece = s[start : start + window]
         energy = float(np.sum(piece**2))
         if np.sqrt(energy / window) <= quiet:
             continue  # silence in what was sent says nothing about the path
         total_weight += energy
-        low = max(0, start + lag - slip)
-        high = min(r.size, start + lag + window + slip)
+        reach = slip if followed else window  # the global lag may sit between slips: the first looks wider
+        low = max(0, start + lag - reach)
+        high = min(r.size, start + lag + window + reach)
         if high - low < window:
             continue  # the receiver does not have this part at all: counts as 0
         region = r[low:high]
         local = signal.correlate(region, piece, mode="valid", method="fft")
         offset = int(np.argmax(local))
         total += energy * _pearson(piece, region[offset : offset + window])
+        lag = low + offset - start  # slips add up: the next window is looked for where this one was found
+        followed = True
     return total / total_weight if total_weight > 0 else 0.0
 
 

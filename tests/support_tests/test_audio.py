@@ -73,6 +73,21 @@ def test_a_jitter_buffer_slip_is_tolerated_but_a_missing_half_is_not() -> None:
     assert truncated < 0.6
 
 
+def test_slips_that_add_up_beyond_one_slip_are_followed() -> None:
+    sent = _voice_like(4.0, 11)
+    # Five 20 ms frames inserted, one every 0.6 s: 100 ms in all, far beyond one window's +-30 ms.
+    pieces, gap = [], np.zeros(160, dtype=np.int16)
+    for k, start in enumerate(range(0, sent.size, 4800)):
+        pieces += [sent[start : start + 4800], gap] if k < 5 else [sent[start : start + 4800]]
+    drifted = np.concatenate(pieces)
+    correlation, lag = align_and_correlate(sent, drifted, RATE)
+    assert correlation > 0.9, correlation
+    assert 0 <= lag <= 5 * 160  # somewhere along the drift
+    # The same drift with the audio after it replaced by other audio still fails.
+    replaced = np.concatenate([drifted[: drifted.size // 2], _voice_like(2.5, 12)])
+    assert align_and_correlate(sent, replaced, RATE)[0] < 0.7
+
+
 def test_chirp_marker_and_levels() -> None:
     marker = chirp_marker(RATE)
     assert marker.size == RATE // 4
