@@ -222,11 +222,10 @@ class CallsBench:
         argv_worker_extra: list[str] = []
         if c.provider == "openai":
             fake_port = _free_port()
-            self.fake = _Proc(
-                "fake-provider",
-                [sys.executable, "-m", "gateway", "fake-provider", "--port", str(fake_port), "--record", "none"],
-                self.directory,
-            )
+            fake_argv = [sys.executable, "-m", "gateway", "fake-provider", "--port", str(fake_port), "--record", "none"]
+            if not c.uvloop:
+                fake_argv.append("--no-uvloop")
+            self.fake = _Proc("fake-provider", fake_argv, self.directory)
             url = self.fake.wait_for(r"listening (\S+)", 30).group(1)
             argv_worker_extra = ["--openai-url", url]
             _pin(self.fake.popen.pid, c.load_core)

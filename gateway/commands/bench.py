@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Read them with python -m gateway.bench._profile",
     )
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
-    calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker and generator")
+    calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker, generator and fake")
     calls.add_argument(
         "--compiled", metavar="DIR", help="run the worker on the `gateway compile` build in DIR (GATEWAY_COMPILED)"
     )

@@ -45,9 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="all",
         help="what to keep per connection: all events and audio, types and sizes only (load), nothing",
     )
+    parser.add_argument("--no-uvloop", action="store_true", help="use the stdlib asyncio loop")
 
 
 def main(args: argparse.Namespace) -> int:
+    from gateway.commands._serve import run_loop
     from gateway.providers.fake_server import FakeOptions, run_fake_server
 
     try:
@@ -78,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"listening {url}", flush=True)
 
-    async def serve() -> None:
+    async def serve() -> int:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -87,10 +89,11 @@ def main(args: argparse.Namespace) -> int:
         # SIGINT/SIGTERM cancel this top-level task: that cancellation is the normal way out.
         with contextlib.suppress(asyncio.CancelledError):
             await run_fake_server(options, host=args.host, port=args.port, ready=ready)
+        return 0
 
     try:
-        asyncio.run(serve())
+        # uvloop, as the worker and the load generator: under load the fake should cost less than what it loads.
+        return run_loop(serve, use_uvloop=not args.no_uvloop)
     except OSError as exc:
         print(f"gateway fake-provider: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
-    return 0

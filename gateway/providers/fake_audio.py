@@ -14,6 +14,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from telcodecs.frames import dbfs
+
 AudioFormat = Literal["audio/pcm", "audio/pcmu", "audio/pcma"]
 SAMPLE_RATE = 24_000
 
@@ -122,12 +124,14 @@ class EnergyVad:
         return self._speaking
 
     def feed(self, data: bytes) -> list[VadDecision]:
-        self._pending += data
+        # An append of whole frames with nothing pending (the usual case) is read in place.
+        audio = bytes(self._pending) + data if self._pending else data
+        n = self._frame_bytes
+        whole = len(audio) - len(audio) % n
+        self._pending = bytearray(audio[whole:])
         decisions: list[VadDecision] = []
-        while len(self._pending) >= self._frame_bytes:
-            frame = bytes(self._pending[: self._frame_bytes])
-            del self._pending[: self._frame_bytes]
-            loud = self._level_dbfs(frame) > self.threshold_dbfs
+        for offset in range(0, whole, n):
+            loud = self._level_dbfs(audio[offset : offset + n]) > self.threshold_dbfs
             start_ms = self._position_ms
             self._position_ms += self.FRAME_MS
             if not self._speaking and loud:
@@ -142,6 +146,4 @@ class EnergyVad:
         return decisions
 
     def _level_dbfs(self, frame: bytes) -> float:
-        pcm = decode(self.fmt, frame).astype(np.float64)
-        rms = float(np.sqrt(np.mean(pcm * pcm)))
-        return 20.0 * float(np.log10(rms / 32768.0)) if rms > 0 else float("-inf")
+        return dbfs(decode(self.fmt, frame))

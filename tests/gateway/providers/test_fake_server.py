@@ -121,7 +121,30 @@ async def test_vad_positions_follow_the_audio() -> None:
         del fake
 
 
-def test_cli_runs_and_stops_on_sigterm() -> None:
+@given(cuts=st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=30))
+def test_the_vad_decides_the_same_however_the_audio_is_cut(cuts: list[int]) -> None:
+    audio = b"".join(silent_frames(7) + noise_frames(3, seed=4) + silent_frames(30) + noise_frames(2, seed=5))
+    whole = fake_audio.EnergyVad("audio/pcm").feed(audio)
+    assert [(d.kind, d.ms) for d in whole] == [("started", 140), ("stopped", 700), ("started", 800)]
+    vad = fake_audio.EnergyVad("audio/pcm")
+    pieces, start = [], 0
+    for cut in cuts:
+        pieces.append(audio[start : start + cut])
+        start += cut
+    pieces.append(audio[start:])
+    assert [d for piece in pieces for d in vad.feed(piece)] == whole
+
+
+def test_the_vad_level_is_the_rms_in_dbfs() -> None:
+    pcm = (np.sin(np.arange(480) * 0.1) * 3000).astype("<i2")
+    vad = fake_audio.EnergyVad("audio/pcm")
+    rms = float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
+    assert vad._level_dbfs(pcm.tobytes()) == pytest.approx(20 * np.log10(rms / 32768), abs=1e-9)
+    assert vad._level_dbfs(bytes(960)) == float("-inf")
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_cli_runs_and_stops_on_sigterm(loop: str) -> None:
     async def scenario() -> None:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -134,6 +157,7 @@ def test_cli_runs_and_stops_on_sigterm() -> None:
             "tone",
             "--reply-ms",
             "200",
+            *(["--no-uvloop"] if loop == "asyncio" else []),
             stdout=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.getcwd()},
         )
