@@ -31,6 +31,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -586,6 +587,26 @@ def _variants(config: CallsBenchConfig) -> list[tuple[str, CallsBenchConfig]]:
     return [("source", replace(config, compiled=None, against_source=False)), compiled]
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _measure(config: CallsBenchConfig) -> dict[str, list[_Outcome]]:
+    """Every run of every variant (the source and the compiled worker, or one of them)."""
+    variants = _variants(config)
+    outcomes: dict[str, list[_Outcome]] = {label: [] for label, _ in variants}
+    if len(variants) == 1:
+        label, only = variants[0]
+        outcomes[label].append(_run_bench(only))
+        return outcomes
+    everything = len(config.steps) + 1
+    for _ in range(config.repeats):
+        for label, variant in variants:
+            print(f"-- {label} worker", file=sys.stderr, flush=True)
+            outcomes[label].append(_run_bench(replace(variant, repeats=1, stop_after_failures=everything)))
+    return outcomes
+
+
 def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
     """Run the benchmark, print the table and the headline; returns the process exit status.
 
@@ -593,17 +614,16 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
     step in both (no early stop), and the tables are followed by the ratio of their CPU per call-frame."""
     logging.basicConfig(level="WARNING")
     load_before = os.getloadavg()
-    variants = _variants(config)
-    outcomes: dict[str, list[_Outcome]] = {label: [] for label, _ in variants}
-    if len(variants) == 1:
-        label, only = variants[0]
-        outcomes[label].append(_run_bench(only))
-    else:
-        everything = len(config.steps) + 1
-        for _ in range(config.repeats):
-            for label, variant in variants:
-                print(f"-- {label} worker", file=sys.stderr, flush=True)
-                outcomes[label].append(_run_bench(replace(variant, repeats=1, stop_after_failures=everything)))
+    # SIGTERM stops the run as Ctrl-C does: each worker and fake provider is stopped by the `finally` that
+    # started it, not left running without its benchmark.
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        outcomes = _measure(config)
+    except KeyboardInterrupt:
+        print("gateway bench calls: interrupted; the worker and the fake provider are stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     rows_of: dict[str, list[dict[str, Any]]] = {}
     for label, runs in outcomes.items():
         if len(runs) == 1:

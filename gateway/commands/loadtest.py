@@ -132,7 +132,9 @@ def main(args: argparse.Namespace) -> int:
             sys.stderr.flush()
 
     try:
-        result = multi.run(config, workers=args.workers, progress=show, use_uvloop=not args.no_uvloop)
+        result = multi.run(
+            config, workers=args.workers, progress=show, use_uvloop=not args.no_uvloop, stop_on_signals=True
+        )
     except LoadConfigError as exc:
         print(f"gateway loadtest: {exc}", file=sys.stderr)
         return 2
@@ -161,6 +163,8 @@ def main(args: argparse.Namespace) -> int:
         from gateway.loadtest.plot import plot
 
         plot(result, args.plot, title=f"gateway loadtest -> {args.target} ({config.codec}, {args.calls} calls)")
+    if summary["interrupted"]:
+        return 130  # stopped by Ctrl-C or SIGTERM: the report covers what ran
     if args.check and not passed(summary):
         return 1
     return 0

@@ -104,6 +104,14 @@ def histogram_percentile(hist: np.ndarray, q: float) -> float:
     return (index + 1) * PACING_BIN_MS
 
 
+def _spurts_lived(plan: CallAudio, samples_sent: int | None) -> int:
+    """How many of the plan's spurts the call lived through with their reply time (up to the next spurt)."""
+    if samples_sent is None:
+        return len(plan.spurts)
+    ends = [start for start, _ in plan.spurts[1:]] + [plan.pcm.size]
+    return sum(1 for end in ends if end <= samples_sent)
+
+
 def analyze_call(
     plan: CallAudio,
     receiver: CallReceiver,
@@ -112,17 +120,21 @@ def analyze_call(
     frame_sent: Callable[[int], float],
     codec_delay: int = 0,
     check_audio: bool = True,
+    frames_sent: int | None = None,
 ) -> CallAnalysis:
     """Measure one finished call.
 
     ``frame_sent(k)``: when the call's frame *k* left (the clock its arrivals were stamped with).
     ``codec_delay``: samples our own encoder delays the marker by (Opus look-ahead); not the target's doing.
+    ``frames_sent``: a call stopped before its plan ended (the run was interrupted) is judged on the spurts
+    whose reply time (up to the next spurt) it lived through; None: the whole plan.
     """
     rate = plan.rate
     n = _codec.samples_per_frame(codec)
+    judged = _spurts_lived(plan, None if frames_sent is None else frames_sent * n)
     empty = np.zeros(PACING_BINS, dtype=np.int64)
     if not receiver.seqs:
-        expected = len(plan.markers)
+        expected = judged
         return CallAnalysis(
             rtt_ms=(),
             rtt_at=(),
@@ -192,7 +204,7 @@ def analyze_call(
     missing: list[int] = []
     send_t0 = frame_sent(0)
     sent_times = [frame_sent(m // n) + (m % n) / rate for m in plan.markers]
-    for j, (_, end) in enumerate(plan.spurts):
+    for j, (_, end) in enumerate(plan.spurts[:judged]):
         if plan.barged[j]:
             continue  # its reply is planned to be cut off by the caller talking over it
         expected += 1
@@ -237,7 +249,7 @@ def analyze_call(
         markers_found=len(rtts),
         missing=tuple(missing),
         correlations=tuple(correlations),
-        audio_ok=ok,
+        audio_ok=ok if expected or frames_sent is None else None,  # a call cut before any reply: unchecked
         pacing_hist=hist,
         read_delay_hist=read_hist,
         pacing_p99_ms=p99,

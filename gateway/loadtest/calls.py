@@ -24,7 +24,7 @@ from gateway.sip.events import CallEnded, CallHandle, OutboundCallAnswered, Outb
 from gateway.sip.sdp import LocalMedia, NegotiatedMedia, NoCommonCodec, SdpError, build_offer, negotiate, parse_sdp
 
 CallPhase = Literal["inviting", "up", "ending", "done"]
-Outcome = Literal["completed", "failed", "timeout", "dropped", "bad_answer", "pending"]
+Outcome = Literal["completed", "failed", "timeout", "dropped", "bad_answer", "interrupted", "pending"]
 
 
 @dataclass(slots=True)
@@ -167,7 +167,8 @@ class LoadCalls:
 
     def hang_up_all(self, now: float, *, outcome: Outcome = "completed") -> None:
         for call in list(self.calls.values()):
-            self.hang_up(call, now, outcome=outcome if call.answered_at is not None else "timeout")
+            unanswered = call.answered_at is None and outcome != "interrupted"
+            self.hang_up(call, now, outcome="timeout" if unanswered else outcome)
 
     def _end(self, call: LoadCall, now: float, *, by: str) -> None:
         if call.phase == "done":

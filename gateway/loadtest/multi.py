@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import queue
+import signal
 import time
 import traceback
 from collections.abc import Callable, Coroutine
@@ -44,15 +46,37 @@ def run_coroutine(coro: Coroutine[Any, Any, RunResult], *, use_uvloop: bool = Tr
     return asyncio.run(coro)
 
 
-def _worker_main(config: LoadConfig, index: int, channel: Any, use_uvloop: bool) -> None:
+def _worker_main(config: LoadConfig, index: int, channel: Any, use_uvloop: bool, stop_on_signals: bool) -> None:
     try:
         result = run_coroutine(
-            run_load(config, worker=index, progress=lambda p: channel.put(("progress", index, p))),
+            run_load(
+                config,
+                worker=index,
+                progress=lambda p: channel.put(("progress", index, p)),
+                stop_on_signals=stop_on_signals,
+            ),
             use_uvloop=use_uvloop,
         )
         channel.put(("result", index, result))
     except BaseException:
         channel.put(("error", index, traceback.format_exc()))
+
+
+def _forward_signals(processes: list[Any]) -> dict[int, Any]:
+    """SIGTERM/SIGINT to this process become SIGTERM to each worker still running, which ends its run early; this
+    process goes on collecting their results. Returns the handlers to put back. (A terminal's Ctrl-C reaches the
+    workers too, as the same process group; a second signal to a worker that is already stopping changes nothing.)"""
+
+    def forward(signum: int, frame: object) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    restore: dict[int, Any] = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            restore[signum] = signal.signal(signum, forward)
+    return restore
 
 
 def run(
@@ -61,7 +85,10 @@ def run(
     workers: int = 1,
     progress: Callable[[list[Progress]], None] | None = None,
     use_uvloop: bool = True,
+    stop_on_signals: bool = False,
 ) -> RunResult:
+    """``stop_on_signals``: SIGTERM (and SIGINT, unless ignored) ends the run early in every worker, each hanging
+    up its calls, and the merged result of what ran is returned (``RunResult.interrupted``)."""
     if workers < 1:
         raise LoadConfigError("workers must be >= 1")
     if workers > config.total_calls or workers > config.calls:
@@ -72,14 +99,14 @@ def run(
             if progress is not None:
                 progress([p])
 
-        return run_coroutine(run_load(config, progress=relay), use_uvloop=use_uvloop)
+        return run_coroutine(run_load(config, progress=relay, stop_on_signals=stop_on_signals), use_uvloop=use_uvloop)
 
     context = multiprocessing.get_context("spawn")
     channel = context.Queue()
     processes = [
         context.Process(
             target=_worker_main,
-            args=(config.share(i, workers), i, channel, use_uvloop),
+            args=(config.share(i, workers), i, channel, use_uvloop, stop_on_signals),
             name=f"loadtest-{i}",
             daemon=True,
         )
@@ -87,6 +114,7 @@ def run(
     ]
     for process in processes:
         process.start()
+    restore = _forward_signals(processes) if stop_on_signals else {}
     latest: dict[int, Progress] = {}
     results: dict[int, RunResult] = {}
     errors: dict[int, str] = {}
@@ -112,6 +140,8 @@ def run(
             else:
                 errors[index] = payload
     finally:
+        for signum, handler in restore.items():
+            signal.signal(signum, handler)
         for process in processes:
             process.join(timeout=5.0)
             if process.is_alive():

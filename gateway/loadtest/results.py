@@ -89,6 +89,7 @@ class RunResult:
     read_delay_hist: np.ndarray = field(default_factory=lambda: np.zeros(PACING_BINS, dtype=np.int64))
     generator: GeneratorStats = field(default_factory=GeneratorStats)
     stopped_by_deadline: bool = False
+    interrupted: bool = False  # stopped early by a signal (Ctrl-C, SIGTERM); the calls up were hung up
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +141,7 @@ def merge(runs: list[RunResult]) -> RunResult:
         read_delay_hist=read_hist,
         generator=generator,
         stopped_by_deadline=any(r.stopped_by_deadline for r in runs),
+        interrupted=any(r.interrupted for r in runs),
     )
 
 
@@ -202,6 +204,7 @@ def aggregate(run: RunResult) -> dict[str, Any]:
         "max_concurrent": max_up,
         "elapsed_s": run.elapsed_s,
         "stopped_by_deadline": run.stopped_by_deadline,
+        "interrupted": run.interrupted,
         "setup_ms": summarize(_finite([c.setup_ms for c in answered])).as_dict(),
         "packets_sent": sum(c.packets_sent for c in calls),
         "packets_received": sum(c.packets_received for c in calls),
@@ -247,6 +250,8 @@ def _fmt(value: float, digits: int = 1) -> str:
 def table(summary: dict[str, Any]) -> str:
     """The final human-readable table."""
     rows: list[tuple[str, str]] = []
+    if summary.get("interrupted"):
+        rows.append(("interrupted", f"after {_fmt(summary['elapsed_s'])} s; the calls up were hung up"))
     rate = summary["success_rate"]
     rows.append(("calls answered", f"{summary['answered']}/{summary['calls']} ({_fmt(100 * rate)} %)"))
     failures = {k: v for k, v in summary["statuses"].items() if k != "200"}

@@ -19,6 +19,7 @@ import contextlib
 import gc
 import logging
 import random
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -97,6 +98,7 @@ class LoadRunner:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._stopped_by_deadline = False
+        self._interrupted = False
         self._placing_done = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t_start = 0.0
@@ -121,6 +123,12 @@ class LoadRunner:
         return plan
 
     # ------------------------------------------------------------------------------------- run
+
+    def stop(self) -> None:
+        """End the run now, as its deadline would: no more calls are placed and the calls up are hung up (BYE,
+        or CANCEL before the answer), so the target is not left holding them; :meth:`run` returns what ran."""
+        self._interrupted = True
+        self._all_done.set()
 
     async def run(self) -> RunResult:
         config = self.config
@@ -189,7 +197,7 @@ class LoadRunner:
             placer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await placer
-            self.calls.hang_up_all(time.monotonic(), outcome="completed")
+            self.calls.hang_up_all(time.monotonic(), outcome="interrupted" if self._interrupted else "completed")
             self._pump()
             await self._await_byes()
             sampler.cancel()
@@ -225,6 +233,7 @@ class LoadRunner:
             read_delay_hist=read_hist,
             generator=generator,
             stopped_by_deadline=self._stopped_by_deadline,
+            interrupted=self._interrupted,
         )
 
     async def _await_byes(self) -> None:
@@ -463,6 +472,7 @@ class LoadRunner:
                 frame_sent=frame_sent,
                 codec_delay=own_delay,
                 check_audio=self.config.analyze,
+                frames_sent=sender.sent if call.outcome == "interrupted" else None,
             )
             hist += analysis.pacing_hist
             if analysis.read_delay_hist is not None:
@@ -495,9 +505,28 @@ class LoadRunner:
 
 
 async def run_load(
-    config: LoadConfig, *, worker: int = 0, progress: Callable[[Progress], None] | None = None
+    config: LoadConfig,
+    *,
+    worker: int = 0,
+    progress: Callable[[Progress], None] | None = None,
+    stop_on_signals: bool = False,
 ) -> RunResult:
-    return await LoadRunner(config, worker=worker, progress=progress).run()
+    """One load run. ``stop_on_signals``: SIGTERM, and SIGINT unless this process ignores it (a background job),
+    stop the run early (:meth:`LoadRunner.stop`) instead of killing the process with its calls still up."""
+    runner = LoadRunner(config, worker=worker, progress=progress)
+    if not stop_on_signals:
+        return await runner.run()
+    loop = asyncio.get_running_loop()
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signals.append(signal.SIGINT)
+    for signum in signals:
+        loop.add_signal_handler(signum, runner.stop)
+    try:
+        return await runner.run()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
 
 
 def _own_delay(plan: CallAudio, payloads: list[bytes], codec: str) -> int:

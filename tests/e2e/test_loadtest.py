@@ -7,9 +7,14 @@ installed (cached), else the built-in speech-like signal, so the test does not n
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +76,45 @@ async def test_over_a_bursty_network_every_calls_audio_still_comes_back_right(tm
     assert underruns <= 10 * 3, underruns
     assert summary["markers_found"] == summary["markers_expected"] == 20
     assert summary["audio_checked"] == 10 and summary["audio_ok"] == 10
+
+
+async def _calls_in_state(
+    gateway: GatewayProcess, state: str, count: int, *, within: float, packets_in: int = 0
+) -> list[dict[str, Any]]:
+    """The gateway's calls in ``state`` once there are ``count`` of them, each with ``packets_in`` RTP packets
+    received (polled until ``within`` s pass)."""
+    deadline = time.monotonic() + within
+    while True:
+        page = await gateway.api("GET", "/v1/calls", params={"state": state, "limit": 100})
+        if len(page["items"]) == count and all(c["stats"]["rtp_packets_in"] >= packets_in for c in page["items"]):
+            return list(page["items"])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(page['items'])} calls {state}, not {count}, after {within:.0f} s")
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_sigterm_mid_run_hangs_up_every_call_and_still_reports(tmp_path: Path, workers: int) -> None:
+    """Stopped halfway through 60 s calls, the load tester hangs them up (BYE) and reports what ran."""
+    report = tmp_path / "loadtest.json"
+    async with ProcessGroup(tmp_path / "logs") as procs:
+        gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
+        rtp = f"{gateway.rtp_range[1] + 1000}-{gateway.rtp_range[1] + 1199}"
+        argv = [sys.executable, "-m", "gateway", "loadtest", "--target", f"127.0.0.1:{gateway.sip_port}"]
+        argv += ["--rtp-ports", rtp, "--json", str(report), "--calls", "6", "--cps", "20", "--duration", "60"]
+        load = await procs.start("loadtest", [*argv, "--workers", str(workers)], lifetime=90)
+        # 6 s into every call: the first talk spurt (1 s lead-in, 1.2 s of talk) and its reply (3 s pause) are over.
+        await _calls_in_state(gateway, "active", 6, within=30, packets_in=6 * 50)
+        os.kill(load.pid, signal.SIGTERM)
+        assert await load.wait(within=30) == 130, load.output
+        # Ended by the callers' BYE, not left to the gateway's RTP timeout.
+        ended = await _calls_in_state(gateway, "ended", 6, within=10)
+    assert {call["end_reason"] for call in ended} == {"caller_hangup"}
+    summary = json.loads(report.read_text())
+    assert summary["interrupted"] is True and summary["elapsed_s"] < 45
+    assert summary["calls"] == summary["answered"] == 6
+    assert summary["outcomes"] == {"interrupted": 6}
+    # Judged on the spurts each call lived through with their reply, not on the 60 s it was planned for.
+    assert summary["markers_expected"] == summary["markers_found"] >= 6
+    assert summary["packets_lost"] == 0 and summary["audio_ok"] == summary["audio_checked"] == 6
+    assert "interrupted" in load.output
