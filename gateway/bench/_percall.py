@@ -121,6 +121,12 @@ class PerCallEngine(TickEngine):
             task.cancel()  # the task only sleeps and computes: nothing to await for cleanup
         return super().remove_call(call_id)
 
+    @property
+    def takes_g711(self) -> list[tuple[str, bool]]:
+        """No call: each call's own task pulls its outbound frame, so the worker's tick must not pull one too
+        (it would take every other frame of the agent's audio away from the caller)."""
+        return []
+
     def tick_inbound(self, now: float) -> InboundTick:
         events: list[DtmfReceived] = []
         for call in self._calls.values():

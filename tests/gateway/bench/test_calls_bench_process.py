@@ -1,7 +1,8 @@
-"""``gateway bench calls`` as a process: Ctrl-C or SIGTERM in the middle of a step stops it and what it started."""
+"""``gateway bench calls`` as a process: both designs carry calls right; Ctrl-C or SIGTERM mid-step stops it all."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -63,3 +64,19 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     assert "sustained by one worker core" not in out  # no table of a run that did not finish
     # Stopped by the bench before it exited, not left to run on without it.
     assert [child.pid for child in children if child.is_running()] == []
+
+
+@pytest.mark.parametrize("engine", ["percall", "batched"])
+def test_each_design_under_comparison_brings_every_calls_audio_back(engine: str, tmp_path: Path) -> None:
+    """The two designs the benchmark compares carry the same calls correctly at a light load, so the figures
+    compare cost, not a broken comparator (the per-call design once lost every other frame of agent audio)."""
+    report = tmp_path / "bench.json"
+    argv = ["gateway", "bench", "calls", "--engine", engine, "--provider", "echo", "--steps", "3", "--window", "5"]
+    argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report)]
+    done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [row] = json.loads(report.read_text())["rows"]
+    assert row["calls"] == row["answered"] == 3
+    assert row["audio_checked"] == row["audio_ok"] == 3, row["audio_failures"]
+    found, expected = (int(part) for part in row["markers"].split("/"))
+    assert found == expected >= 3 and row["lost"] == 0
