@@ -23,7 +23,7 @@ class CallResult:
     index: int
     worker: int
     placed_s: float  # since the run started
-    outcome: str  # completed | failed | timeout | dropped | bad_answer
+    outcome: str  # completed | failed | timeout | dropped | bad_answer | interrupted
     status: int | None
     reason: str = ""
     setup_ms: float | None = None
