@@ -164,13 +164,19 @@ class BlockMatch:
     slips: int  # blocks whose best lag moved from the previous block's (jitter-buffer slips, in samples)
 
 
-def blockwise_match(sent: Pcm, received: Pcm, *, start: int, end: int, lag: int, block: int, search: int) -> BlockMatch:
+def blockwise_match(
+    sent: Pcm, received: Pcm, *, start: int, end: int, lag: int, block: int, search: int, min_slip: int = 1
+) -> BlockMatch:
     """How well ``sent[start:end]`` came back in ``received`` near ``lag``, tolerating slips.
 
     An adaptive jitter buffer may insert or drop a frame in the middle of a talk spurt; one global alignment
     would then call the rest of the spurt wrong. Instead each ``block`` of the sent segment is matched (the
     normalized matched filter of :func:`find_marker`) within ``search`` samples of where the previous block
     was found, and the score is the median of the blocks' best correlations.
+
+    A move of the best lag by at least ``min_slip`` samples counts as a slip. A lossy codec (Opus) keeps the
+    sound but not the waveform, and its blocks' best lags wobble by a few samples with no audio lost or added;
+    a jitter buffer slips by whole packets (10-20 ms).
     """
     scores: list[float] = []
     slips = 0
@@ -188,9 +194,9 @@ def blockwise_match(sent: Pcm, received: Pcm, *, start: int, end: int, lag: int,
             scores.append(0.0)
             continue
         found_lag = lo + found.offset - b0
-        if found_lag != current:
+        if abs(found_lag - current) >= min_slip:
             slips += 1
-            current = found_lag
+        current = found_lag
         scores.append(found.score)
     if not scores:
         return BlockMatch(score=0.0, slips=0)

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from gateway.loadtest.analysis import chirp, echo_correlation, find_marker, summarize
-from gateway.loadtest.audio import speech_like
+from gateway.loadtest import _codec
+from gateway.loadtest.analysis import blockwise_match, chirp, echo_correlation, find_marker, summarize
+from gateway.loadtest.audio import source_audio, speech_like
 
 
 def _noise(n: int, seed: int = 1, level: float = 2000.0) -> np.ndarray:
@@ -84,3 +85,29 @@ def test_summary_percentiles() -> None:
     assert s.p50 == pytest.approx(50.5)
     assert s.max == 100.0
     assert summarize([]).count == 0
+
+
+def _opus_round_trip(pcm: np.ndarray) -> np.ndarray:
+    return np.asarray(_codec.decode(list(_codec.encode(pcm, "opus")), "opus"))
+
+
+def _lag_of(sent: np.ndarray, received: np.ndarray) -> int:
+    full = np.correlate(received[: sent.size + 2000].astype(float), sent[:9600].astype(float), mode="valid")
+    return int(np.argmax(full))
+
+
+def test_an_opus_round_trip_wobbles_but_does_not_slip_and_a_lost_frame_does() -> None:
+    sent = source_audio("speech", 48000)[: 4 * 48000]  # espeak-ng's speech, as the load tester sends it
+    decoded = _opus_round_trip(sent)
+    lag = _lag_of(sent, decoded)
+    kept = blockwise_match(sent, decoded, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120, min_slip=48)
+    assert kept.slips == 0 and kept.score > 0.9
+    # Counting every move of the best lag would count the codec's phase wobble as slips: no audio was lost.
+    wobbly = blockwise_match(sent, decoded, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120)
+    assert wobbly.score == kept.score
+    # A jitter buffer dropping one 20 ms frame mid-way is counted (twice when the block over the cut lands between
+    # the two alignments).
+    cut = decoded.size // 2
+    dropped = np.concatenate([decoded[:cut], decoded[cut + 960 :], np.zeros(960, np.int16)])
+    lost = blockwise_match(sent, dropped, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120, min_slip=48)
+    assert 1 <= lost.slips <= 2 and lost.score > 0.9
