@@ -68,9 +68,10 @@ async def test_over_a_bursty_network_every_calls_audio_still_comes_back_right(tm
             metrics = (await client.get("/metrics")).text
     summary = json.loads(report.read_text())
     assert summary["answered"] == 10 and summary["generator"]["impair_delayed"] >= 10 * 4 * 4
-    # the bursts reached the gateway: every call's first one outlasted its jitter buffer ...
+    # the bursts reached the gateway: a call's first one outlasts its jitter buffer (unless the 0-10 ms jitter
+    # before it had already grown that buffer enough: one call of ten did so in a CI run) ...
     underruns = _counter(metrics, "gateway_playout_events_total", 'event="underrun"')
-    assert underruns >= 10, underruns
+    assert underruns >= 8, underruns
     # ... and the buffers kept the delay it needed instead of giving it back and underrunning on each of the
     # five bursts (about 2 a call with the hold, 5 without it)
     assert underruns <= 10 * 3, underruns
