@@ -8,18 +8,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+T = TypeVar("T")
 
 
-def _wait(what: str, check: object, within: float) -> object:
+def _wait(what: str, check: Callable[[], T | None], within: float) -> T:
+    """What ``check`` finds, polled until ``within`` seconds pass."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        found = check() if callable(check) else check
+        found = check()
         if found:
             return found
         time.sleep(0.1)
@@ -51,7 +55,6 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     try:
         bench = psutil.Process(proc.pid)
         children = _wait("the worker carrying the step's calls", lambda: _worker_with_calls(bench), 60)
-        assert isinstance(children, list)
         os.kill(proc.pid, signum)
         out, err = proc.communicate(timeout=45)
     finally:
