@@ -16,6 +16,11 @@ from typing import Any
 
 log = logging.getLogger("gateway")
 
+# Idle keep-alive connections are closed after this long. uvicorn's default (5 s) equals the idle expiry of
+# httpx's and many clients' pools, so a client could reuse a connection in the instant the server closed it
+# and get "Server disconnected without sending a response"; the server must keep them longer than clients do.
+KEEP_ALIVE_S = 30
+
 
 def run_loop(main: Callable[[], Awaitable[int]], *, use_uvloop: bool = True) -> int:
     """asyncio.run with uvloop when it is installed and wanted."""
@@ -42,7 +47,14 @@ async def serve(
     import uvicorn
 
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5, lifespan="on", proxy_headers=False
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        lifespan="on",
+        proxy_headers=False,
     )
     stopping: list[asyncio.Task[None]] = []
 

@@ -30,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from gateway.commands._serve import KEEP_ALIVE_S
     from gateway.control.app import create_app
     from gateway.control.config import ConfigError
     from gateway.control.settings import ControlSettings, InsecureBindError, check_bind
@@ -60,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
         port=settings.http_port,
         log_level=args.log_level,
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_S,
         lifespan="on",
         proxy_headers=False,
     )
