@@ -145,9 +145,9 @@ class PerCallEngine(TickEngine):
         deadline = loop.time()
         while True:
             deadline += 0.02
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Always through the loop, as aiortc's tracks do (a late timer sleeps 0): a call that fell behind
+            # reads the caller's packets between its catch-up ticks instead of popping an empty jitter buffer.
+            await asyncio.sleep(max(deadline - loop.time(), 0.0))
             with contextlib.suppress(Exception):  # one call's DSP error must not end its timer
                 self._call_tick(call, call_id, dsp, loop.time())
 
