@@ -134,7 +134,7 @@ def analyze_call(
     judged = _spurts_lived(plan, None if frames_sent is None else frames_sent * n)
     empty = np.zeros(PACING_BINS, dtype=np.int64)
     if not receiver.seqs:
-        expected = judged
+        expected = sum(1 for barged in plan.barged[:judged] if not barged)  # the replies the main path expects
         return CallAnalysis(
             rtt_ms=(),
             rtt_at=(),

@@ -237,6 +237,18 @@ def test_analysis_counts_a_frame_dropped_inside_a_marker_as_a_slip_not_a_lost_ma
     assert result.audio_ok and min(result.correlations) > 0.98
 
 
+def test_a_call_that_heard_nothing_expects_the_replies_a_heard_call_would() -> None:
+    """The replies to spurts the caller barges in on are not expected, whether or not any packet came back."""
+    pattern = TalkPattern(talk_ms=400, pause_ms=600, barge_in_ms=200)
+    plan = plan_call_audio(speech_like(8000, 3.0), 8000, seconds=4.0, pattern=pattern)
+    unbarged = sum(1 for barged in plan.barged if not barged)
+    assert 0 < unbarged < len(plan.barged)
+    silent = analyze_call(plan, CallReceiver(audio_pt=0, clock_rate=8000), codec="PCMU", frame_sent=_frame_sent)
+    heard = analyze_call(plan, _receiver_for(plan.pcm, delay_frames=3), codec="PCMU", frame_sent=_frame_sent)
+    assert silent.markers_expected == heard.markers_expected == unbarged
+    assert silent.markers_found == 0 and silent.audio_ok is False
+
+
 def test_pacing_histogram_percentiles() -> None:
     errors = np.concatenate([np.zeros(980), np.full(20, 0.012)])
     hist = pacing_histogram(errors)
