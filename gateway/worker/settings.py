@@ -27,7 +27,9 @@ class WorkerSettings(BaseSettings):
     rtp_host: str | None = None  # defaults to sip_host
     rtp_ports: str = "20000-29999"
     codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
-    capacity: int = Field(default=400, ge=1)
+    # What one worker core carries with the AI leg active: 150 G.711 calls (docs/performance.md). Opus callers
+    # cost about 8x as much; size a worker that takes them with `gateway bench calls --codec opus`.
+    capacity: int = Field(default=150, ge=1)
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Symmetric RTP: latch only to packets from the IP the SDP named (False: latch to any source).
     rtp_strict_source: bool = True
