@@ -403,6 +403,52 @@ class WindowMatch:
     slipped_correlation: float  # the best of the same window one 20 ms frame earlier or later
 
 
+@dataclass(frozen=True)
+class FollowedWindow:
+    start_s: float  # where the window starts in the reference
+    lag: int  # where it was found: received[n + lag] matches reference[n]
+    correlation: float  # there
+
+
+def followed_windows(
+    reference: npt.NDArray[np.float64],
+    received: npt.NDArray[np.float64],
+    rate: int,
+    *,
+    lag: int,
+    window_s: float = 0.4,
+    quiet: float = 0.1,
+    reach_frames: int = 3,
+) -> list[FollowedWindow]:
+    """Each audible window of ``reference`` found in ``received`` at whole 20 ms frames (up to ``reach_frames``)
+    from where the window before it was found, the first at ``lag``: a jitter buffer that concealed or discarded
+    a frame moves everything after it by a frame, and the windows follow. Where the lag changes, a frame was
+    inserted or lost between the two windows (the one straddling it matches at neither lag as well)."""
+    window = round(window_s * rate)
+    frame = rate // 50
+    floor = quiet * float(np.sqrt(np.mean(reference**2)))
+
+    def pearson(piece: npt.NDArray[np.float64], at: int) -> float:
+        if at < 0 or at + piece.size > received.size:
+            return 0.0
+        other = received[at : at + piece.size]
+        return float(np.corrcoef(piece, other)[0, 1]) if np.std(other) > 0 else 0.0
+
+    found: list[FollowedWindow] = []
+    for start in range(0, reference.size - window + 1, window):
+        piece = reference[start : start + window]
+        if float(np.sqrt(np.mean(piece**2))) <= floor:
+            continue
+        scored = [
+            (pearson(piece, start + lag + k * frame), -abs(k), lag + k * frame)
+            for k in range(-reach_frames, reach_frames + 1)
+        ]
+        correlation, _, at = max(scored)  # the best; the nearest of equals
+        found.append(FollowedWindow(start_s=start / rate, lag=at, correlation=correlation))
+        lag = at
+    return found
+
+
 def window_matches(
     reference: npt.NDArray[np.float64],
     received: npt.NDArray[np.float64],

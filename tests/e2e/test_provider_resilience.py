@@ -15,6 +15,7 @@ Every client event the gateway sent in these calls is validated against the open
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.e2e.provider_harness import (
     barge_in_lines,
     bursts,
     caller_wav,
+    followed_windows,
     only_call,
     resume_lines,
     session_counters,
@@ -114,7 +116,10 @@ async def test_provider_drop_mid_call_loses_no_caller_frame(peer_procs: ProcessG
 
     # Every frame the session handed the provider arrived once: connection 1 + connection 2 == frames sent.
     audio = [await fake.audio(1), await fake.audio(2)]
-    assert first["audio_bytes"] == 330 * FRAME_BYTES
+    # Dropped after the append that reached 330 frames: more when that append carried a backlog the session
+    # wrote at once (after the gateway was descheduled for a moment).
+    first_frames = first["audio_bytes"] // FRAME_BYTES
+    assert first["audio_bytes"] % FRAME_BYTES == 0 and 330 <= first_frames <= 340
     assert len(audio[0]) + len(audio[1]) == counters["frames_to_provider"] * FRAME_BYTES
     assert 0 <= int(counters["frames_in"]) - int(counters["frames_to_provider"]) <= 5  # only the hang-up tail
     received = np.frombuffer(audio[0] + audio[1], dtype="<i2").astype(np.float64) / 32768.0
@@ -122,24 +127,43 @@ async def test_provider_drop_mid_call_loses_no_caller_frame(peer_procs: ProcessG
     # ... and in order with no gap or repeat: the concatenation is the phone's speech at one constant lag.
     sent = read_wav(phone.last_recording().encoded)
     reference = resample(sent.samples, sent.rate, 24_000)
-    correlation, lag = align_and_correlate(reference, received, 24_000, max_slip_seconds=0)
     # A jitter-buffer slip on the caller's leg (a late packet concealed, a frame dropped) also shifts the audio;
     # the caller leg's playout counters say whether the network side or the reconnect moved it.
     playout = {key: call["stats"][key] for key in ("rtp_lost", "late", "concealed", "underruns", "discarded")}
+    caller_leg_slipped = playout["concealed"] + playout["discarded"]  # frames its jitter buffer moved
+    # One lag for the whole call, unless the caller's leg says it slipped: then windows may follow its slips, as
+    # far as the frames it counted.
+    reach = min(caller_leg_slipped, 10)
+    slip_s = 0.02 * reach + 0.005 if reach else 0.0
+    correlation, lag = align_and_correlate(reference, received, 24_000, max_slip_seconds=slip_s)
     assert correlation >= 0.9, (
         f"caller audio at the provider correlates {correlation:.3f} with what was sent; caller playout {playout}"
     )
     matches = window_matches(reference, received, 24_000, lag=lag)
     assert len(matches) >= 15
-    drop_at_s = 330 * 0.02 - lag / 24_000  # where connection 1 ended, on the phone's timeline
+    drop_at_s = first_frames * 0.02 - lag / 24_000  # where connection 1 ended, on the phone's timeline
     assert any(m.start_s > drop_at_s + 0.5 for m in matches), "no speech after the drop to check"
     misplaced = [m for m in matches if m.correlation < 0.9]
+    if misplaced and caller_leg_slipped:
+        # The caller leg's own jitter buffer moved the audio (a late packet concealed, a frame discarded in a
+        # pause: its counters say so), which is not the reconnect's doing. Follow its slips: they may move no
+        # more frames, and spoil no more windows (the one each falls in), than the caller leg counted, and
+        # neither may fall across the drop.
+        followed = followed_windows(reference, received, 24_000, lag=lag, reach_frames=reach)
+        slips = [(a, b) for a, b in itertools.pairwise(followed) if a.lag != b.lag]
+        spoiled = [w for w in followed if w.correlation < 0.9]
+        moved = sum(abs(b.lag - a.lag) for a, b in slips) // (FRAME_BYTES // 2)
+        assert moved <= caller_leg_slipped and len(spoiled) <= caller_leg_slipped, (slips, spoiled, playout)
+        across = [(a, b) for a, b in slips if a.start_s <= drop_at_s <= b.start_s + 0.4]
+        across += [(w, w) for w in spoiled if w.start_s <= drop_at_s <= w.start_s + 0.4]
+        assert not across, f"a frame lost or repeated across the reconnect: {across}; caller playout {playout}"
+        misplaced = []
     assert not misplaced, (
         f"windows not at the global lag {lag} (a frame lost or repeated before them): {misplaced}; "
         f"caller playout {playout}"
     )
     # The measuring stick resolves one frame: this audio shifted by 20 ms correlates far worse.
-    assert np.mean([m.slipped_correlation for m in matches]) < 0.6
+    assert np.mean([m.slipped_correlation for m in matches if m.correlation >= 0.9]) < 0.6
 
     # The new connection was configured and re-seeded with the conversation before any audio.
     kinds = _types(second)

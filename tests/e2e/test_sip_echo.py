@@ -44,7 +44,9 @@ async def test_baresip_hears_its_own_speech(
         await phone.wait_closed(within=40)
     sent = read_wav(source)
     heard = read_wav(phone.last_recording().decoded)
-    correlation, lag = align_and_correlate(sent.samples, heard.samples, rate)
+    # Each 250 ms window is looked for up to 250 ms from the one before: a phone descheduled for a moment
+    # sends late or skips its source and its playout slips by as much, and everything after moves with it.
+    correlation, lag = align_and_correlate(sent.samples, heard.samples, rate, max_slip_seconds=0.25)
     assert correlation >= 0.9, f"echo correlation {correlation:.3f} (lag {lag})"
 
     call = await _ended_call(gateway)
