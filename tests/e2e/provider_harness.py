@@ -22,7 +22,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -410,6 +410,26 @@ class FollowedWindow:
     correlation: float  # there
 
 
+def _audible_windows(
+    reference: npt.NDArray[np.float64], window_s: float, quiet: float, rate: int
+) -> Iterator[tuple[int, npt.NDArray[np.float64]]]:
+    """(start, samples) of each ``window_s`` window louder than ``quiet`` x the reference's RMS."""
+    window = round(window_s * rate)
+    floor = quiet * float(np.sqrt(np.mean(reference**2)))
+    for start in range(0, reference.size - window + 1, window):
+        piece = reference[start : start + window]
+        if float(np.sqrt(np.mean(piece**2))) > floor:
+            yield start, piece
+
+
+def _pearson_at(received: npt.NDArray[np.float64], piece: npt.NDArray[np.float64], at: int) -> float:
+    """``piece`` against ``received[at:]``; 0 where ``received`` does not hold it."""
+    if at < 0 or at + piece.size > received.size:
+        return 0.0
+    other = received[at : at + piece.size]
+    return float(np.corrcoef(piece, other)[0, 1]) if np.std(other) > 0 else 0.0
+
+
 def followed_windows(
     reference: npt.NDArray[np.float64],
     received: npt.NDArray[np.float64],
@@ -424,23 +444,11 @@ def followed_windows(
     from where the window before it was found, the first at ``lag``: a jitter buffer that concealed or discarded
     a frame moves everything after it by a frame, and the windows follow. Where the lag changes, a frame was
     inserted or lost between the two windows (the one straddling it matches at neither lag as well)."""
-    window = round(window_s * rate)
     frame = rate // 50
-    floor = quiet * float(np.sqrt(np.mean(reference**2)))
-
-    def pearson(piece: npt.NDArray[np.float64], at: int) -> float:
-        if at < 0 or at + piece.size > received.size:
-            return 0.0
-        other = received[at : at + piece.size]
-        return float(np.corrcoef(piece, other)[0, 1]) if np.std(other) > 0 else 0.0
-
     found: list[FollowedWindow] = []
-    for start in range(0, reference.size - window + 1, window):
-        piece = reference[start : start + window]
-        if float(np.sqrt(np.mean(piece**2))) <= floor:
-            continue
+    for start, piece in _audible_windows(reference, window_s, quiet, rate):
         scored = [
-            (pearson(piece, start + lag + k * frame), -abs(k), lag + k * frame)
+            (_pearson_at(received, piece, start + lag + k * frame), -abs(k), lag + k * frame)
             for k in range(-reach_frames, reach_frames + 1)
         ]
         correlation, _, at = max(scored)  # the best; the nearest of equals
@@ -466,22 +474,11 @@ def window_matches(
     measuring stick's resolution). A window missing from ``received`` scores 0; windows quieter than ``quiet``
     x the reference's RMS are skipped (silence has no position).
     """
-    window = round(window_s * rate)
     frame = rate // 50
-    floor = quiet * float(np.sqrt(np.mean(reference**2)))
-
-    def pearson(piece: npt.NDArray[np.float64], at: int) -> float:
-        if at < 0 or at + piece.size > received.size:
-            return 0.0
-        other = received[at : at + piece.size]
-        return float(np.corrcoef(piece, other)[0, 1]) if np.std(other) > 0 else 0.0
-
     matches = []
-    for start in range(0, reference.size - window + 1, window):
-        piece = reference[start : start + window]
-        if float(np.sqrt(np.mean(piece**2))) <= floor:
-            continue
+    for start, piece in _audible_windows(reference, window_s, quiet, rate):
         at = start + lag
-        slipped = max(pearson(piece, at - frame), pearson(piece, at + frame))
-        matches.append(WindowMatch(start_s=start / rate, correlation=pearson(piece, at), slipped_correlation=slipped))
+        slipped = max(_pearson_at(received, piece, at - frame), _pearson_at(received, piece, at + frame))
+        correlation = _pearson_at(received, piece, at)
+        matches.append(WindowMatch(start_s=start / rate, correlation=correlation, slipped_correlation=slipped))
     return matches
