@@ -405,7 +405,9 @@ async def test_a_g711_profile_talks_g711_to_the_provider(peer_procs: ProcessGrou
     assert len(at_provider) == counters["frames_to_provider"] * 160
     decoded = ulaw_decode(at_provider).astype(np.float64) / 32768.0
     sent = read_wav(phone.last_recording().encoded)
-    correlation, _ = align_and_correlate(sent.samples, decoded, 8000, max_slip_seconds=0)
+    # Content and format here (the length above counts the frames): windows follow the caller leg's jitter-buffer
+    # slips, which a phone descheduled for a moment makes.
+    correlation, _ = align_and_correlate(sent.samples, decoded, 8000, max_slip_seconds=0.25)
     assert correlation >= 0.9, f"mu-law at the provider correlates {correlation:.3f} with the phone's speech"
 
     # The agent's mu-law tone reached the phone as a 440 Hz tone, cut where the caller spoke again, and the
