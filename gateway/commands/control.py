@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 import sys
-from collections.abc import Iterator
 
 log = logging.getLogger("gateway.control")
 
@@ -27,10 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
-    from gateway.commands._serve import KEEP_ALIVE_S
+    from gateway.commands._serve import serve
     from gateway.control.app import create_app
     from gateway.control.config import ConfigError
     from gateway.control.settings import ControlSettings, InsecureBindError, check_bind
@@ -55,42 +51,14 @@ def main(args: argparse.Namespace) -> int:
     log.info("control plane on http://%s:%d (dashboard: /dashboard)", settings.http_host, settings.http_port)
 
     plane = app.state.plane
-    config = uvicorn.Config(
-        app,
-        host=settings.http_host,
-        port=settings.http_port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=5,
-        timeout_keep_alive=KEEP_ALIVE_S,
-        lifespan="on",
-        proxy_headers=False,
+
+    async def stop_streams() -> None:
+        plane.shutting_down.set()  # ends the SSE streams so the connections can close
+
+    started = asyncio.run(
+        serve(app, host=settings.http_host, port=settings.http_port, log_level=args.log_level, on_stop=stop_streams)
     )
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            # loop signal handlers instead of uvicorn's (which re-raise the signal after shutdown, so
-            # the process would die by SIGTERM instead of exiting 0).
-            loop = asyncio.get_running_loop()
-
-            def stop(sig: signal.Signals) -> None:
-                log.info("%s: shutting down", sig.name)
-                plane.shutting_down.set()  # ends the SSE streams so the connections can close
-                if self.should_exit:
-                    self.force_exit = True
-                self.should_exit = True
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop, sig)
-            try:
-                yield
-            finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
-
-    server = Server(config)
-    asyncio.run(server.serve())
-    if not server.started:
+    if not started:
         return 1
     log.info("control plane stopped")
     return 0
