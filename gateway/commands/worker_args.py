@@ -17,7 +17,10 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertised-host", help="address written in Contact/Via/SDP (behind NAT)")
     parser.add_argument("--rtp-ports", help="RTP port range, e.g. 20000-29999")
     parser.add_argument("--codecs", help="codec preference, e.g. PCMU,PCMA,opus")
-    parser.add_argument("--capacity", type=int, help="concurrent calls this worker accepts")
+    parser.add_argument("--capacity", type=int, help="what this worker carries, in G.711 calls")
+    parser.add_argument(
+        "--opus-call-cost", type=float, help="how many G.711 calls' worth of capacity an Opus or browser call takes"
+    )
     parser.add_argument("--worker-id", help="worker id (default: <hostname>-w1)")
     parser.add_argument("--provider", help="default provider: echo, openai, gemini (default: GATEWAY_PROVIDER)")
     parser.add_argument("--no-uvloop", action="store_true", help="use the stdlib asyncio loop")
@@ -37,6 +40,7 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         ("rtp_ports", "rtp_ports"),
         ("codecs", "codecs"),
         ("capacity", "capacity"),
+        ("opus_call_cost", "opus_call_cost"),
         ("worker_id", "worker_id"),
     ):
         value = getattr(args, flag, None)

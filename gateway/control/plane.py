@@ -27,6 +27,7 @@ from gateway.control.store import Reservation, StateStore
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, WorkerNotFoundError
 from gateway.fleet.http import HttpWorkerCommands
 from gateway.fleet.models import (
+    CAPACITY_SLACK,
     AdmissionDecision,
     AdmissionRequest,
     CallSnapshot,
@@ -66,7 +67,10 @@ class ControlPlane:
     # ------------------------------------------------------------------------------ worker registry
 
     def _stamp(self, info: WorkerInfo, *, status: str | None = None) -> WorkerInfo:
-        load = info.active_calls / info.capacity if info.capacity else 1.0
+        # Every call takes at least 1 of the capacity, so a worker that does not report what they take is no
+        # less loaded than its call count.
+        used = max(info.used, float(info.active_calls))
+        load = used / info.capacity if info.capacity else 1.0
         if status is None:
             status = "draining" if info.draining else "up"
         return info.model_copy(update={"status": status, "last_heartbeat": self._clock(), "load": round(load, 4)})
@@ -178,14 +182,16 @@ class ControlPlane:
                 return self._reject(503, f"worker {request.worker!r} is not taking calls", "no_worker", retry=True)
         if not candidates:
             return self._reject(503, "no worker is up", "no_worker", retry=True)
-        held_by: dict[str, int] = {}
+        held_by: dict[str, float] = {}
         for held in await self.store.reservations():
-            held_by[held.worker] = held_by.get(held.worker, 0) + 1
-        candidates.sort(key=lambda w: (held_by.get(w.id, 0) / w.capacity, held_by.get(w.id, 0), w.id))
+            held_by[held.worker] = held_by.get(held.worker, 0.0) + held.cost
+        candidates.sort(key=lambda w: (held_by.get(w.id, 0.0) / w.capacity, held_by.get(w.id, 0.0), w.id))
 
         call_id = request.call_id or f"c-{uuid.uuid4().hex[:16]}"
         for worker in candidates:
-            reservation = Reservation(call_id=call_id, route=route.name, worker=worker.id, admitted_at=self._clock())
+            reservation = Reservation(
+                call_id=call_id, route=route.name, worker=worker.id, admitted_at=self._clock(), cost=request.cost
+            )
             outcome = await self.store.reserve(
                 reservation,
                 max_calls=self.config.limits.max_calls,
@@ -246,15 +252,22 @@ class ControlPlane:
             if previous is None or previous.state != "ended":
                 await self._publish("call.ended", _event_view(call))
             return
-        if await self.store.get_reservation(call.id) is None:
+        held = await self.store.get_reservation(call.id)
+        if held is None:
             # A live call the plane holds no slot for (reported after a restart, or never admitted here):
             # count it so the limits see it; it never fails, the call is already up.
             await self.store.reserve(
-                Reservation(call_id=call.id, route=call.route, worker=call.worker, admitted_at=self._clock()),
+                Reservation(
+                    call_id=call.id, route=call.route, worker=call.worker, admitted_at=self._clock(), cost=call.cost
+                ),
                 max_calls=1 << 62,
                 route_max=None,
                 worker_capacity=1 << 62,
             )
+        elif abs(held.cost - call.cost) > CAPACITY_SLACK:
+            # Admitted before its codec was known (an outbound call, an INVITE without SDP): it now takes what
+            # its codec costs, even past the worker's capacity, since it is up already.
+            await self.store.set_cost(call.id, call.cost)
         kind: EventType = "call.started" if previous is None or previous.state == "ended" else "call.updated"
         await self._publish(kind, _event_view(call))
 

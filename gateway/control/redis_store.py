@@ -8,6 +8,7 @@ Keys (all under a prefix, default ``gateway:``)::
     admitted           hash  call id -> Reservation JSON
     admitted:route:R   set   call ids holding a slot of route R
     admitted:worker:W  set   call ids holding a slot of worker W
+    admitted:cost      hash  worker id -> capacity its held calls take (the sum of their costs)
     events:seq         int   last event id
     events             stream, entry id "<event id>-0", field "e" = {type, time, data} JSON, MAXLEN ring
     lock:<name>        string, SET NX PX lease
@@ -26,17 +27,19 @@ import orjson
 import redis.asyncio as aioredis
 
 from gateway.control.store import Reservation, ReserveOutcome
-from gateway.fleet.models import CallSnapshot, EventType, FleetEvent, WorkerInfo
+from gateway.fleet.models import CAPACITY_SLACK, CallSnapshot, EventType, FleetEvent, WorkerInfo
 
 _RESERVE = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 'exists' end
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 'global' end
 local route_max = tonumber(ARGV[3])
 if route_max >= 0 and redis.call('SCARD', KEYS[2]) >= route_max then return 'route' end
-if redis.call('SCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 'worker' end
+local used = tonumber(redis.call('HGET', KEYS[4], ARGV[7]) or '0')
+if used + tonumber(ARGV[6]) > tonumber(ARGV[4]) + tonumber(ARGV[8]) then return 'worker' end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[5])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('HINCRBYFLOAT', KEYS[4], ARGV[7], ARGV[6])
 return 'ok'
 """
 
@@ -47,7 +50,23 @@ local r = cjson.decode(held)
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('SREM', ARGV[2] .. r['route'], ARGV[1])
 redis.call('SREM', ARGV[3] .. r['worker'], ARGV[1])
+if redis.call('SCARD', ARGV[3] .. r['worker']) == 0 then
+  redis.call('HDEL', KEYS[2], r['worker'])  -- nothing held: exactly zero, whatever rounding the sums had
+else
+  redis.call('HINCRBYFLOAT', KEYS[2], r['worker'], -(tonumber(r['cost']) or 1))
+end
 return held
+"""
+
+# The new reservation JSON comes from the caller (only its cost differs), so this script never re-encodes
+# the stored one (cjson would round admitted_at to 14 digits).
+_SET_COST = """
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held then return false end
+local r = cjson.decode(held)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HINCRBYFLOAT', KEYS[2], r['worker'], tonumber(ARGV[3]) - (tonumber(r['cost']) or 1))
+return ARGV[2]
 """
 
 _APPEND = """
@@ -76,6 +95,7 @@ class RedisStore:
         self._ended_retention = ended_retention
         self._reserve = self._redis.register_script(_RESERVE)
         self._release = self._redis.register_script(_RELEASE)
+        self._set_cost = self._redis.register_script(_SET_COST)
         self._append = self._redis.register_script(_APPEND)
         self._lock_owner = uuid.uuid4().hex
 
@@ -102,19 +122,23 @@ class RedisStore:
 
     # admission
     async def reserve(
-        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: int
+        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: float
     ) -> ReserveOutcome:
         keys = [
             self._k("admitted"),
             self._k("admitted:route:" + reservation.route),
             self._k("admitted:worker:" + reservation.worker),
+            self._k("admitted:cost"),
         ]
-        args: list[str | int] = [
+        args: list[str | int | float] = [
             reservation.call_id,
             max_calls,
             -1 if route_max is None else route_max,
-            worker_capacity,
+            repr(float(worker_capacity)),
             reservation.model_dump_json(),
+            repr(float(reservation.cost)),
+            reservation.worker,
+            repr(CAPACITY_SLACK),
         ]
         outcome = await self._reserve(keys=keys, args=args)
         text = outcome.decode() if isinstance(outcome, bytes) else str(outcome)
@@ -126,9 +150,20 @@ class RedisStore:
         raw = await self._redis.hget(self._k("admitted"), call_id)
         return Reservation.model_validate_json(raw) if raw else None
 
+    async def set_cost(self, call_id: str, cost: float) -> Reservation | None:
+        held = await self.get_reservation(call_id)
+        if held is None:
+            return None
+        updated = held.model_copy(update={"cost": cost})
+        raw = await self._set_cost(
+            keys=[self._k("admitted"), self._k("admitted:cost")],
+            args=[call_id, updated.model_dump_json(), repr(float(cost))],
+        )
+        return Reservation.model_validate_json(raw) if raw else None
+
     async def release(self, call_id: str) -> Reservation | None:
         raw = await self._release(
-            keys=[self._k("admitted")],
+            keys=[self._k("admitted"), self._k("admitted:cost")],
             args=[call_id, self._k("admitted:route:"), self._k("admitted:worker:")],
         )
         return Reservation.model_validate_json(raw) if raw else None

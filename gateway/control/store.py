@@ -4,8 +4,9 @@
 :class:`gateway.control.redis_store.RedisStore` shares the same picture between several control-plane
 processes (``GATEWAY_REDIS_URL``). Both keep these invariants:
 
-* ``reserve`` is atomic: the global, per-route and per-worker counts are checked and the slot taken in
-  one step, so two admissions can never both take the last slot.
+* ``reserve`` is atomic: the global and per-route call counts and the worker's capacity are checked and
+  the slot taken in one step, so two admissions can never both take the last slot. A call takes its
+  ``cost`` of its worker's capacity (1 for G.711, more for Opus), one slot of the other limits.
 * Event ids are contiguous integers (1, 2, 3, ...): a reader that gets first id > last seen + 1 knows
   it missed events (the ring dropped them) and says so.
 * Ended calls are kept (newest ``ended_retention``) so ``GET /v1/calls/{id}`` still answers after hang-up.
@@ -19,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from gateway.fleet.models import CallSnapshot, EventType, FleetEvent, WorkerInfo
+from gateway.fleet.models import CAPACITY_SLACK, CallSnapshot, EventType, FleetEvent, WorkerInfo
 
 ReserveOutcome = Literal["ok", "exists", "global", "route", "worker"]
 
@@ -33,6 +34,7 @@ class Reservation(BaseModel):
     route: str
     worker: str
     admitted_at: float
+    cost: float = 1.0  # of the worker's capacity
 
 
 class StateStore(Protocol):
@@ -42,8 +44,12 @@ class StateStore(Protocol):
     async def delete_worker(self, worker_id: str) -> None: ...
 
     async def reserve(
-        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: int
+        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: float
     ) -> ReserveOutcome: ...
+    async def set_cost(self, call_id: str, cost: float) -> Reservation | None:
+        """Change what a held call takes of its worker's capacity (its codec became known); None if not held."""
+        ...
+
     async def get_reservation(self, call_id: str) -> Reservation | None: ...
     async def release(self, call_id: str) -> Reservation | None: ...
     async def reservations(self) -> list[Reservation]: ...
@@ -93,7 +99,7 @@ class MemoryStore:
 
     # admission
     async def reserve(
-        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: int
+        self, reservation: Reservation, *, max_calls: int, route_max: int | None, worker_capacity: float
     ) -> ReserveOutcome:
         if reservation.call_id in self._reservations:
             return "exists"
@@ -102,10 +108,18 @@ class MemoryStore:
         held = self._reservations.values()
         if route_max is not None and sum(1 for r in held if r.route == reservation.route) >= route_max:
             return "route"
-        if sum(1 for r in held if r.worker == reservation.worker) >= worker_capacity:
+        used = sum(r.cost for r in held if r.worker == reservation.worker)
+        if used + reservation.cost > worker_capacity + CAPACITY_SLACK:
             return "worker"
         self._reservations[reservation.call_id] = reservation
         return "ok"
+
+    async def set_cost(self, call_id: str, cost: float) -> Reservation | None:
+        held = self._reservations.get(call_id)
+        if held is None:
+            return None
+        self._reservations[call_id] = updated = held.model_copy(update={"cost": cost})
+        return updated
 
     async def get_reservation(self, call_id: str) -> Reservation | None:
         return self._reservations.get(call_id)

@@ -43,6 +43,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Capacity and what calls take of it are sums of floats such as 1.0 and 8.0: a hair over is still within.
+CAPACITY_SLACK = 1e-6
+
 # ------------------------------------------------------------------------------------------ workers
 
 
@@ -59,7 +62,8 @@ class WorkerInfo(_Model):
                     "url": "http://10.0.0.5:8081",
                     "capacity": 200,
                     "active_calls": 12,
-                    "load": 0.06,
+                    "used": 19.0,
+                    "load": 0.095,
                     "draining": False,
                     "status": "up",
                     "last_heartbeat": 1767225600.0,
@@ -71,9 +75,14 @@ class WorkerInfo(_Model):
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
     url: str = Field(default="", max_length=512, description="Base URL of the worker's internal command API")
-    capacity: int = Field(default=100, ge=0, le=100_000, description="Concurrent calls the worker accepts")
+    capacity: int = Field(
+        default=100, ge=0, le=100_000, description="What the worker carries, in G.711 calls (an Opus call takes more)"
+    )
     active_calls: int = Field(default=0, ge=0)
-    load: float = Field(default=0.0, ge=0.0, description="active_calls / capacity (1.0 = full)")
+    used: float = Field(
+        default=0.0, ge=0.0, description="Capacity its live calls take: 1 per G.711 call, the Opus cost per Opus call"
+    )
+    load: float = Field(default=0.0, ge=0.0, description="used / capacity (1.0 = full)")
     draining: bool = False
     status: WorkerStatus = "up"
     last_heartbeat: float = Field(default=0.0, description="Control-plane clock, epoch seconds")
@@ -158,6 +167,9 @@ class CallSnapshot(_Model):
     state: CallState = "admitted"
     worker: str = ""
     codec: str = ""
+    cost: float = Field(
+        default=1.0, ge=1.0, le=1000.0, description="Capacity the call takes on its worker (1 = a G.711 call)"
+    )
     started: float | None = None
     answered: float | None = None
     ended: float | None = None
@@ -284,6 +296,12 @@ class AdmissionRequest(_Model):
     worker: str | None = Field(default=None, description="The worker the call arrived on, if any")
     call_id: str | None = Field(default=None, max_length=128)
     public: bool = False
+    cost: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=1000.0,
+        description="Capacity the call takes on its worker: 1 for G.711, the worker's Opus cost for Opus",
+    )
 
 
 class AdmissionDecision(_Model):

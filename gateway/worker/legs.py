@@ -68,6 +68,7 @@ class CallLeg:
     level_phase: int = field(default_factory=lambda: next(_level_phases))  # tick_no % LEVEL_EVERY_TICKS to sample on
     tick_count: int = 0
     session_version: int = 1
+    cost: float = 1.0  # of the worker's capacity: 1 for G.711 (WorkerSettings.call_cost)
 
     @property
     def live(self) -> bool:

@@ -27,9 +27,11 @@ class WorkerSettings(BaseSettings):
     rtp_host: str | None = None  # defaults to sip_host
     rtp_ports: str = "20000-29999"
     codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
-    # What one worker core carries with the AI leg active: 150 G.711 calls (docs/performance.md). Opus callers
-    # cost about 8x as much; size a worker that takes them with `gateway bench calls --codec opus`.
+    # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
+    # takes 1 of it with PCMU/PCMA and opus_call_cost with Opus (a SIP Opus caller or a browser), which is about
+    # 8x the CPU (`gateway bench calls --codec opus`); admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)
+    opus_call_cost: float = Field(default=8.0, ge=1.0, le=1000.0)
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Symmetric RTP: latch only to packets from the IP the SDP named (False: latch to any source).
     rtp_strict_source: bool = True
@@ -135,6 +137,14 @@ class WorkerSettings(BaseSettings):
             horizon_ms=max(default.horizon_ms, 2 * high),
             shrink_hold_frames=round(self.jitter_hold_s * 50),
         )
+
+    def call_cost(self, codec: str) -> float:
+        """How much of ``capacity`` a call with this codec takes (the names of ``codecs``)."""
+        return self.opus_call_cost if codec.lower() == "opus" else 1.0
+
+    def offer_cost(self) -> float:
+        """What a call takes before its codec is known (our own offer): the dearest codec we offer."""
+        return max(self.call_cost(codec) for codec in self.codecs)
 
     @property
     def rtp_port_bounds(self) -> tuple[int, int]:

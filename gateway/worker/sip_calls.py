@@ -183,7 +183,7 @@ class SipCalls:
             return AdmissionDecision(
                 accepted=False, status=503, code="draining", reason="worker draining", retry_after_s=5
             )
-        if sum(1 for other in self._worker.legs.values() if other.live) > self._worker.settings.capacity:
+        if self._worker.over_capacity():
             return AdmissionDecision(
                 accepted=False, status=503, code="over_capacity", reason="worker full", retry_after_s=5
             )
@@ -203,6 +203,7 @@ class SipCalls:
             direction=leg.direction,
             worker=self._worker.id,
             call_id=leg.id,
+            cost=leg.cost,
         )
         try:
             return await self._worker.link.admit(request)
@@ -214,6 +215,10 @@ class SipCalls:
 
     async def _run_inbound(self, leg: CallLeg, event: CallOffered) -> None:
         try:
+            # The offer first: its codec is what the call takes of the worker's capacity, and an offer the
+            # worker cannot take is answered 488 without holding an admission slot.
+            if not self._negotiate_offer(leg, event.body):
+                return
             decision = await self._admit(leg, called=user_part(event.to_uri), caller=user_part(event.from_uri))
             if leg.state != "admitted":  # cancelled or hung up while the control plane decided
                 return
@@ -231,7 +236,7 @@ class SipCalls:
                 return
             leg.route = decision.route
             leg.profile = decision.profile or self._worker.default_profile
-            if not self._prepare_media(leg, event.body):
+            if not self._prepare_media(leg):
                 return
             assert leg.sip is not None and leg.local_sdp is not None
             self._make_session(leg)  # holds caller frames from the first one on, while it connects
@@ -259,29 +264,17 @@ class SipCalls:
         finally:
             await self._finish(leg, leg.end_reason or "ended")
 
-    def _prepare_media(self, leg: CallLeg, offer_body: bytes) -> bool:
-        """Negotiate the offer (or prepare our offer for a late-offer INVITE), open RTP, add media state."""
-        try:
-            rtp = self._worker.ports.allocate()
-        except PortsExhaustedError:
-            self._reject(leg, 503, "no media ports", end_reason="no_media_ports", retry_after=5)
-            self._begin_finish(leg, "no_media_ports")
-            return False
-        leg.rtp = rtp
-        session_id = random.getrandbits(31)
-        public = self._worker.settings.advertised_host or rtp.host
+    def _negotiate_offer(self, leg: CallLeg, offer_body: bytes) -> bool:
+        """Pick the codec of the INVITE's offer and set what the call takes of the capacity; False when it was
+        refused (488). An INVITE without an offer takes what the dearest codec of ours costs (the caller picks
+        from our offer in its ACK)."""
+        settings = self._worker.settings
         if not offer_body:
-            leg.local_sdp = build_offer(
-                local_address=public,
-                local_port=rtp.port,
-                session_id=session_id,
-                session_version=1,
-                preferences=self._worker.settings.codecs,
-            )
-            return True  # media starts when the ACK brings the answer
+            leg.cost = settings.offer_cost()
+            return True
         try:
             offer = parse_sdp(offer_body)
-            negotiated = _negotiate(offer, self._worker.settings.codecs)
+            negotiated = _negotiate(offer, settings.codecs)
         except NoCommonCodec as exc:
             self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
             self._begin_finish(leg, "no_common_codec")
@@ -294,8 +287,36 @@ class SipCalls:
             return False
         leg.remote_sdp = offer
         leg.negotiated = negotiated
+        leg.cost = settings.call_cost(negotiated.codec_name)
+        return True
+
+    def _prepare_media(self, leg: CallLeg) -> bool:
+        """Open RTP and answer the negotiated offer (or make our offer for a late-offer INVITE)."""
+        try:
+            rtp = self._worker.ports.allocate()
+        except PortsExhaustedError:
+            self._reject(leg, 503, "no media ports", end_reason="no_media_ports", retry_after=5)
+            self._begin_finish(leg, "no_media_ports")
+            return False
+        leg.rtp = rtp
+        session_id = random.getrandbits(31)
+        public = self._worker.settings.advertised_host or rtp.host
+        if leg.negotiated is None or leg.remote_sdp is None:
+            leg.local_sdp = build_offer(
+                local_address=public,
+                local_port=rtp.port,
+                session_id=session_id,
+                session_version=1,
+                preferences=self._worker.settings.codecs,
+            )
+            return True  # media starts when the ACK brings the answer
         leg.local_sdp = build_answer(
-            offer, negotiated, local_address=public, local_port=rtp.port, session_id=session_id, session_version=1
+            leg.remote_sdp,
+            leg.negotiated,
+            local_address=public,
+            local_port=rtp.port,
+            session_id=session_id,
+            session_version=1,
         )
         self._start_media(leg)
         return True
@@ -303,6 +324,7 @@ class SipCalls:
     def _start_media(self, leg: CallLeg) -> None:
         negotiated = leg.negotiated
         assert negotiated is not None and leg.rtp is not None
+        leg.cost = self._worker.settings.call_cost(negotiated.codec_name)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -628,6 +650,7 @@ class SipCalls:
             state=leg.state,
             worker=self._worker.id,
             codec=self._codec(leg),
+            cost=leg.cost,
             started=leg.started_wall,
             answered=leg.answered_wall,
             ended=leg.ended_wall,
@@ -667,6 +690,7 @@ class SipCalls:
             to_uri=request.to,
             route=admission.route,
             profile=admission.profile or self._worker.default_profile,
+            cost=self._worker.settings.offer_cost(),  # until the answer names the codec
         )
         rtp = self._worker.ports.allocate()
         leg.rtp = rtp

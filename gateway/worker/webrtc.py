@@ -78,6 +78,10 @@ class WebRtcWorker(Protocol):
 
     def model_for(self, provider: str) -> RealtimeModel: ...
 
+    def over_capacity(self) -> bool:
+        """Whether the worker's live calls (this one included) take more than its capacity."""
+        ...
+
 
 class WebRtcSettings(BaseSettings):
     """``GATEWAY_WEBRTC_*``: limits, ICE servers and addresses of the worker's browser calls."""
@@ -146,6 +150,7 @@ class WebRtcLeg:
     frames_in: int = 0
     dtmf_in: int = 0
     page_told: bool = False  # the page got {"type": "ended"}
+    cost: float = 1.0  # of the worker's capacity: an Opus call's (WorkerSettings.opus_call_cost)
 
     @property
     def live(self) -> bool:
@@ -194,6 +199,10 @@ class WebRtcCalls:
     def live_count(self) -> int:
         return sum(1 for leg in self.legs.values() if leg.live)
 
+    @property
+    def capacity_used(self) -> float:
+        return sum(leg.cost for leg in self.legs.values() if leg.live)
+
     def owns(self, call_id: str) -> bool:
         return call_id in self.legs
 
@@ -215,7 +224,7 @@ class WebRtcCalls:
                 retry_after_s=5,
             )
         check_offer(sdp)
-        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client)
+        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, cost=worker.settings.opus_call_cost)
         self.legs[leg.id] = leg  # counts against the limit from now on
         try:
             await self._admit(leg, route=route, public=public)
@@ -246,6 +255,8 @@ class WebRtcCalls:
 
     async def _admit(self, leg: WebRtcLeg, *, route: str | None, public: bool) -> None:
         worker = self._worker
+        if worker.over_capacity():
+            raise CallRefusedError(503, "over_capacity", "the worker is full", retry_after_s=5)
         if worker.link is None:  # a worker without a control plane (tests, embedding): the default echo route
             leg.route, leg.profile = route or "default", _DEFAULT_PROFILE
             return
@@ -258,6 +269,7 @@ class WebRtcCalls:
             worker=worker.id,
             call_id=leg.id,
             public=public,
+            cost=leg.cost,
         )
         try:
             decision = await worker.link.admit(request)
@@ -482,6 +494,7 @@ class WebRtcCalls:
             state=leg.state,
             worker=self._worker.id,
             codec="opus",
+            cost=leg.cost,
             started=leg.started_wall,
             answered=leg.answered_wall,
             ended=leg.ended_wall,

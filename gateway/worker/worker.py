@@ -25,6 +25,7 @@ from typing import Any
 from gateway import __version__
 from gateway.compiled import status as compiled_status
 from gateway.fleet.models import (
+    CAPACITY_SLACK,
     AdmissionDecision,
     CallSnapshot,
     OriginateRequest,
@@ -246,14 +247,24 @@ class MediaWorker:
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return self._tasks.spawn(coro, name)
 
+    def capacity_used(self) -> float:
+        """What the live calls (SIP and browser) take of ``settings.capacity``: 1 per G.711 call and
+        ``settings.opus_call_cost`` per Opus one (``settings.call_cost``)."""
+        return sum(leg.cost for leg in self.legs.values() if leg.live) + self.webrtc.capacity_used
+
+    def over_capacity(self) -> bool:
+        return self.capacity_used() > self.settings.capacity + CAPACITY_SLACK
+
     def info(self) -> WorkerInfo:
         active = sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count  # + browser calls
+        used = self.capacity_used()
         return WorkerInfo(
             id=self.id,
             url=self.url,
             capacity=self.settings.capacity,
             active_calls=active,
-            load=active / self.settings.capacity,
+            used=used,
+            load=used / self.settings.capacity,
             draining=self.draining,
             status="draining" if self.draining else "up",
             version=__version__,

@@ -376,7 +376,12 @@
     bar.append(fill);
     card.append(bar);
     const foot = el("div", "worker-foot");
-    foot.append(el("span", "", `${worker.active_calls} / ${worker.capacity} calls`));
+    // Capacity counts G.711 calls; an Opus or browser call takes more of it (GATEWAY_OPUS_CALL_COST).
+    const used = worker.used || 0;
+    const usage = used > worker.active_calls + 1e-6
+      ? `${worker.active_calls} calls · ${Number(used.toFixed(1))} / ${worker.capacity} capacity`
+      : `${worker.active_calls} / ${worker.capacity} calls`;
+    foot.append(el("span", "", usage));
     if (worker.status === "up") foot.append(drainButton(worker));
     card.append(foot);
     return card;

@@ -70,6 +70,41 @@ async def test_worker_choice_prefers_the_lower_load_ratio(env: Env) -> None:
     assert decision.worker == big.worker_id
 
 
+async def test_a_worker_fills_by_what_its_calls_cost(env: Env) -> None:
+    # worker-a carries 10 G.711 calls; an Opus call takes 8 of them.
+    opus = await env.worker.place_call("+15550201", codec="opus", cost=8.0)
+    assert opus.accepted
+    refused = await env.worker.place_call("+15550201", codec="opus", cost=8.0)
+    assert (refused.accepted, refused.status, refused.code) == (False, 503, "over_capacity")
+    assert [(await env.worker.place_call("+15550201")).accepted for _ in range(3)] == [True, True, False]
+    stamped = await env.worker.heartbeat()
+    assert (stamped.active_calls, stamped.used, stamped.load) == (3, 10.0, 1.0)
+    await env.worker.end_call(opus.call_id)
+    assert (await env.worker.place_call("+15550201", codec="opus", cost=8.0)).accepted
+
+
+async def test_worker_choice_weighs_calls_by_cost(env: Env) -> None:
+    other = await env.add_worker("worker-b", capacity=10)
+    assert (await env.worker.place_call("+15550201", codec="opus", cost=8.0)).accepted  # worker-a: 8/10
+    for _ in range(3):
+        assert (await other.place_call("+15550201")).accepted  # worker-b: 3/10, more calls but less load
+    decision = await env.plane.admit(AdmissionRequest(called="+15550201"))
+    assert decision.worker == "worker-b"
+
+
+async def test_a_call_whose_codec_turns_out_dearer_takes_its_cost(env: Env) -> None:
+    # An outbound call is admitted before the callee picks the codec: at 1, until the worker reports Opus.
+    call = await env.worker.place_call("+15550201")
+    held = await env.plane.store.get_reservation(call.call_id)
+    assert held is not None and held.cost == 1.0
+    await env.worker.update_call(call.call_id, codec="opus", cost=8.0)
+    held = await env.plane.store.get_reservation(call.call_id)
+    assert held is not None and held.cost == 8.0
+    refused = await env.worker.place_call("+15550201", codec="opus", cost=8.0)  # 8 + 8 > 10
+    assert refused.code == "over_capacity"
+    assert (await env.worker.place_call("+15550201", codec="PCMA")).accepted  # 8 + 1
+
+
 async def test_same_call_id_is_idempotent(env: Env) -> None:
     request = AdmissionRequest(called="+15550199", call_id="c-fixed")
     first = await env.plane.admit(request)

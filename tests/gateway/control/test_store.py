@@ -83,8 +83,8 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
     await made.aclose()
 
 
-def _reservation(call_id: str, route: str = "r", worker: str = "w") -> Reservation:
-    return Reservation(call_id=call_id, route=route, worker=worker, admitted_at=1.0)
+def _reservation(call_id: str, route: str = "r", worker: str = "w", cost: float = 1.0) -> Reservation:
+    return Reservation(call_id=call_id, route=route, worker=worker, admitted_at=1.0, cost=cost)
 
 
 async def test_workers_roundtrip(store: StateStore) -> None:
@@ -110,6 +110,36 @@ async def test_reserve_checks_every_limit_atomically(store: StateStore) -> None:
     assert await store.release("c1") is None
     assert await store.reserve(_reservation("c4"), **limits) == "ok"
     assert sorted(r.call_id for r in await store.reservations()) == ["c2", "c3", "c4"]
+
+
+async def test_a_worker_holds_calls_by_what_they_cost(store: StateStore) -> None:
+    limits = {"max_calls": 100, "route_max": None, "worker_capacity": 10}
+    assert await store.reserve(_reservation("opus1", cost=8.0), **limits) == "ok"
+    assert await store.reserve(_reservation("opus2", cost=8.0), **limits) == "worker"  # 16 > 10
+    assert await store.reserve(_reservation("g1"), **limits) == "ok"
+    assert await store.reserve(_reservation("g2"), **limits) == "ok"  # 10 of 10: full, not over
+    assert await store.reserve(_reservation("g3"), **limits) == "worker"
+    assert await store.reserve(_reservation("g3", worker="v"), **limits) == "ok"  # another worker's own capacity
+    # A call admitted at one cost that turned out dearer (its codec became known) takes the new cost.
+    assert await store.set_cost("g1", 2.0) == _reservation("g1", cost=2.0)
+    assert await store.get_reservation("g1") == _reservation("g1", cost=2.0)
+    assert await store.set_cost("missing", 2.0) is None
+    assert await store.release("opus1") == _reservation("opus1", cost=8.0)
+    # 2 + 1 held: a 7 fits, an 8 does not.
+    assert await store.reserve(_reservation("opus3", cost=8.0), **limits) == "worker"
+    assert await store.reserve(_reservation("opus3", cost=7.0), **limits) == "ok"
+    for call_id in ("g1", "g2", "opus3"):
+        await store.release(call_id)
+    # Nothing held: the whole capacity again, whatever the sums were.
+    assert await store.reserve(_reservation("big", cost=10.0), **limits) == "ok"
+    assert {r.call_id: r.cost for r in await store.reservations()} == {"big": 10.0, "g3": 1.0}
+
+
+async def test_costs_that_do_not_add_up_exactly_still_fill_a_worker(store: StateStore) -> None:
+    limits = {"max_calls": 100, "route_max": None, "worker_capacity": 3}
+    outcomes = [await store.reserve(_reservation(f"c{i}", cost=1.1), **limits) for i in range(3)]
+    assert outcomes == ["ok", "ok", "worker"]  # 2.2 held; 3.3 would be over
+    assert await store.reserve(_reservation("fill", cost=0.8), **limits) == "ok"  # 3.0000000000000004 is full
 
 
 async def test_concurrent_reservations_never_exceed_the_limit(store: StateStore) -> None:

@@ -100,12 +100,13 @@ class FakeWorker:
 
     # ---------------------------------------------------------------------------- driving
     def info(self) -> WorkerInfo:
-        active = sum(1 for call in self.calls.values() if call.state != "ended")
+        live = [call for call in self.calls.values() if call.state != "ended"]
         return WorkerInfo(
             id=self.worker_id,
             url=self.url,
             capacity=self.capacity,
-            active_calls=active,
+            active_calls=len(live),
+            used=sum(call.cost for call in live),
             draining=self.draining,
             version="test",
         )
@@ -143,6 +144,7 @@ class FakeWorker:
                     "state": "active",
                     "worker": self.worker_id,
                     "codec": codec,
+                    "cost": extra.get("cost", 1.0),
                     "started": now,
                     "answered": now,
                 }

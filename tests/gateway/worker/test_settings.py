@@ -66,3 +66,19 @@ def test_a_quiet_callers_chunk_comes_from_the_environment(monkeypatch: pytest.Mo
     monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_CHUNK_MS", "50")
     with pytest.raises(ValidationError, match="provider_quiet_chunk_ms"):
         WorkerSettings()
+
+
+def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = WorkerSettings()
+    assert (defaults.capacity, defaults.opus_call_cost) == (150, 8.0)
+    assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus")] == [1.0, 1.0, 8.0]
+    assert defaults.offer_cost() == 8.0  # our offer lists Opus: the callee may pick it
+    assert WorkerSettings(codecs=("PCMU", "PCMA")).offer_cost() == 1.0
+    monkeypatch.setenv("GATEWAY_OPUS_CALL_COST", "5.5")
+    assert WorkerSettings().call_cost("opus") == 5.5
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -1, 1001])
+def test_an_opus_cost_below_a_g711_calls_or_absurd_is_refused(bad: float) -> None:
+    with pytest.raises(ValidationError, match="opus_call_cost"):
+        WorkerSettings(opus_call_cost=bad)

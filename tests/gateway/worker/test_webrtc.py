@@ -93,9 +93,14 @@ class Host:
     models: dict[str, RealtimeModel] = field(default_factory=dict)
     counters: CounterExporter = field(default_factory=lambda: CounterExporter("w-test"))
 
+    full: bool = False
+
     def model_for(self, provider: str) -> RealtimeModel:
         assert provider == "echo"
         return self.models.setdefault(provider, EchoModel())
+
+    def over_capacity(self) -> bool:
+        return self.full
 
 
 @pytest.fixture
@@ -154,6 +159,7 @@ async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: Fa
     assert link.kinds(answer.call_id) == ["call.started", "call.updated", "call.ended"]
     [request] = link.requests
     assert (request.kind, request.route, request.public, request.call_id) == ("webrtc", "web", True, answer.call_id)
+    assert request.cost == 8.0  # an Opus call's share of the worker's capacity (opus_call_cost)
     assert answer.call_id not in calls.legs
     assert _leftover_tasks() == []
     with pytest.raises(CallNotFoundError):
@@ -231,6 +237,13 @@ async def test_bad_sdp_and_refused_admission_leave_nothing_behind(calls: WebRtcC
     with pytest.raises(CallRefusedError) as draining:
         await calls_host.answer(offer, route="web", public=False)
     assert draining.value.code == "draining"
+
+    asked = len(link.requests)
+    full = WebRtcCalls(Host(link=link, full=True))
+    with pytest.raises(CallRefusedError) as over:
+        await full.answer(offer, route="web", public=False)
+    assert (over.value.status, over.value.code) == (503, "over_capacity")
+    assert not full.legs and len(link.requests) == asked  # refused by the worker, before asking the plane
 
 
 async def test_an_offer_aiortc_cannot_apply_is_refused_after_admission_and_releases_the_slot(

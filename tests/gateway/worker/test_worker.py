@@ -247,6 +247,32 @@ async def test_no_common_codec_gets_488(worker: MediaWorker) -> None:
     assert worker.ports.in_use == frozenset()
 
 
+async def test_a_worker_admits_calls_by_what_their_codec_costs(worker: MediaWorker) -> None:
+    # capacity 8 G.711 calls; an Opus call takes opus_call_cost = 8 of them: the whole worker.
+    assert (worker.settings.capacity, worker.settings.opus_call_cost) == (8, 8.0)
+    target = f"sip:agent@127.0.0.1:{worker.settings.sip_port}"
+    async with SipPeer() as peer:
+        opus = peer.invite(target, codecs=("opus",))
+        await _answered(peer, opus)
+        assert opus.codec == "opus"
+        [leg] = list(worker.legs.values())
+        assert worker.snapshot_of(leg).cost == 8.0
+        assert (worker.info().active_calls, worker.info().used, worker.info().load) == (1, 8.0, 1.0)
+        refused = peer.invite(target, codecs=("PCMU",))
+        failed = await peer.wait_for(OutboundCallFailed, call=refused.handle)
+        assert failed.status == 503  # type: ignore[attr-defined]
+        peer.hang_up(opus)
+        await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+        g711 = [peer.invite(target, codecs=("PCMU", "opus")) for _ in range(2)]  # G.711 first: it is chosen
+        for call in g711:
+            await _answered(peer, call)
+            assert call.codec == "PCMU"
+        assert (worker.info().active_calls, worker.info().used) == (2, 2.0)
+        for call in g711:
+            peer.hang_up(call)
+        await _until(lambda: not worker.legs)
+
+
 async def test_a_draining_worker_refuses_new_calls_with_503(worker: MediaWorker) -> None:
     await worker.drain(exit_when_empty=False)
     async with SipPeer() as peer:
