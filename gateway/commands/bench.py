@@ -1,5 +1,5 @@
 """``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker; ``frames``
-the per-message work of the provider path (websocket framing, base64)."""
+the per-message work of the provider path (websocket framing, base64); ``webrtc`` what a browser call costs."""
 
 from __future__ import annotations
 
@@ -67,6 +67,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --compiled: also run the source worker, interleaved, and report the CPU ratio",
     )
     calls.add_argument("--nice", type=int, default=0, help="niceness of the bench processes (negative: root only)")
+    webrtc = sub.add_parser(
+        "webrtc", help="worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"
+    )
+    webrtc.add_argument("--calls", type=int, default=8, help="concurrent browser calls")
+    webrtc.add_argument("--g711-calls", type=int, default=100, help="concurrent PCMU calls to compare with (0: none)")
+    webrtc.add_argument("--window", type=float, default=10.0, help="measurement window, seconds")
+    webrtc.add_argument("--repeats", type=int, default=3, help="runs (medians are reported)")
+    webrtc.add_argument(
+        "--encoder",
+        choices=["both", "gateway", "aiortc"],
+        default="both",
+        help="who encodes the agent's Opus: the gateway's track, aiortc's sender, or both interleaved",
+    )
+    webrtc.add_argument("--worker-core", type=int, default=0, help="CPU `gateway run` is pinned to (-1: none)")
+    webrtc.add_argument("--load-core", type=int, default=1, help="CPU for the browsers and loadtest (-1: none)")
+    webrtc.add_argument("--json", metavar="FILE", help="write every run as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -113,4 +129,21 @@ def main(args: argparse.Namespace) -> int:
             # Its engine subclasses TickEngine, and an interpreted class cannot subclass a compiled one.
             raise SystemExit("gateway bench calls: --engine percall runs from source only; leave out --compiled")
         return run_calls(config, json_path=args.json)
+    if args.bench == "webrtc":
+        from gateway.bench.webrtc import WebRtcBenchConfig
+        from gateway.bench.webrtc import run as run_webrtc
+
+        try:
+            webrtc_config = WebRtcBenchConfig(
+                calls=args.calls,
+                g711_calls=args.g711_calls,
+                window_s=args.window,
+                repeats=args.repeats,
+                encoders=("gateway", "aiortc") if args.encoder == "both" else (args.encoder,),
+                worker_core=None if args.worker_core < 0 else args.worker_core,
+                load_core=None if args.load_core < 0 else args.load_core,
+            )
+        except ValueError as exc:
+            raise SystemExit(f"gateway bench webrtc: {exc}") from None
+        return run_webrtc(webrtc_config, json_path=args.json)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

@@ -19,7 +19,10 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codecs", help="codec preference, e.g. PCMU,PCMA,opus")
     parser.add_argument("--capacity", type=int, help="what this worker carries, in G.711 calls")
     parser.add_argument(
-        "--opus-call-cost", type=float, help="how many G.711 calls' worth of capacity an Opus or browser call takes"
+        "--opus-call-cost", type=float, help="how many G.711 calls' worth of capacity an Opus SIP call takes"
+    )
+    parser.add_argument(
+        "--webrtc-call-cost", type=float, help="how many G.711 calls' worth of capacity a browser call takes"
     )
     parser.add_argument("--worker-id", help="worker id (default: <hostname>-w1)")
     parser.add_argument("--provider", help="default provider: echo, openai, gemini (default: GATEWAY_PROVIDER)")
@@ -41,6 +44,7 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         ("codecs", "codecs"),
         ("capacity", "capacity"),
         ("opus_call_cost", "opus_call_cost"),
+        ("webrtc_call_cost", "webrtc_call_cost"),
         ("worker_id", "worker_id"),
     ):
         value = getattr(args, flag, None)

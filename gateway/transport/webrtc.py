@@ -7,13 +7,17 @@ DTMF and hang-up from the page, and clean-up. The session core is not known here
 ``on_frame`` (one 24 kHz :class:`~telcodecs.frames.Frame` per 20 ms of caller audio) and ``pull_frame`` (the
 frame the caller hears next, None for silence).
 
-Audio paths (aiortc encodes and decodes Opus itself):
+Audio paths:
 
-* inbound — aiortc hands us ``av.AudioFrame`` s16 48 kHz, usually stereo (packed) for Opus; they are
+* inbound — aiortc decodes Opus and hands us ``av.AudioFrame`` s16 48 kHz, usually stereo (packed); they are
   downmixed, cut into 960-sample pieces and resampled 48k -> 24k (:class:`InboundAudio`).
 * outbound — :class:`AgentAudioTrack.recv` is awaited by aiortc's RTP sender; it is paced by absolute
   deadlines ``t0 + k * 20 ms`` on the loop clock (a ``sleep(0.02)`` loop drifts by the work done per frame),
-  calls ``pull_frame`` exactly once per 20 ms of media time and upsamples 24k -> 48k (:class:`OutboundAudio`).
+  calls ``pull_frame`` exactly once per 20 ms of media time, upsamples 24k -> 48k and encodes the Opus packet
+  itself (:class:`OutboundAudio`), which aiortc only packs into RTP. Handed a raw frame, aiortc's sender
+  measures its level and encodes it in a thread-pool job per packet, with its own encoder: stereo at
+  96 kbit/s and libopus' top complexity, for a mono voice. A browser call cost the worker about 2 ms of CPU
+  per 20 ms that way, and 1.0 ms encoded here (docs/performance.md, "Browser calls").
 
 ICE host candidates: aioice binds one socket per interface address and never uses 127.0.0.1. A gateway bound
 to loopback (the default of ``gateway run``) must offer 127.0.0.1 or a browser on the same machine cannot
@@ -42,7 +46,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 import av
 import numpy as np
@@ -57,6 +61,7 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.opus import OpusEncoder
 from telcodecs.resample import StreamResampler
 
 log = logging.getLogger(__name__)
@@ -156,6 +161,9 @@ class WebRtcConfig:
     connect_timeout_s: float = 15.0
     media_timeout_s: float = 10.0
     gather_timeout_s: float = 10.0
+    # "gateway": the agent track hands aiortc Opus packets it encoded (OutboundAudio); "aiortc": raw frames, which
+    # aiortc's sender encodes itself (kept to measure against: `gateway bench webrtc`).
+    encoder: Literal["gateway", "aiortc"] = "gateway"
 
     def __post_init__(self) -> None:
         for address in self.host_addresses or ():
@@ -309,17 +317,29 @@ class InboundAudio:
 
 
 class OutboundAudio:
-    """24 kHz agent frames (None: silence) -> av.AudioFrame s16 mono 48 kHz with consecutive pts."""
+    """24 kHz agent frames (None: silence) -> one mono Opus packet per 20 ms (``av.Packet``, pts on the 48 kHz
+    RTP clock), encoded as the SIP path encodes (:class:`telcodecs.opus.OpusEncoder`: voip, 32 kbit/s, in-band
+    FEC). The browser's decoder takes mono packets whatever channel count the SDP names (RFC 7587 §7)."""
 
     def __init__(self) -> None:
         self._resampler = StreamResampler(24_000, OPUS_RATE)
+        self._encoder = OpusEncoder(channels=1)
         self._silence = np.zeros(FRAME_SAMPLES, dtype=np.int16)
         self._time_base = Fraction(1, OPUS_RATE)
 
-    def encode(self, frame: Frame | None, *, sequence: int) -> av.AudioFrame:
-        # Silence goes through the resampler too, so its filter state stays continuous across gaps.
-        pcm48 = self._resampler.process(self._silence if frame is None else frame.pcm)
-        out = av.AudioFrame.from_ndarray(pcm48.reshape(1, -1), format="s16", layout="mono")
+    def _pcm48(self, frame: Frame | None) -> npt.NDArray[np.int16]:
+        # Silence goes through the resampler (and the encoder) too, so their state stays continuous across gaps.
+        return self._resampler.process(self._silence if frame is None else frame.pcm)
+
+    def encode(self, frame: Frame | None, *, sequence: int) -> av.Packet:
+        out = av.Packet(self._encoder.encode(self._pcm48(frame)))
+        out.pts = sequence * WIRE_SAMPLES
+        out.time_base = self._time_base
+        return out
+
+    def raw(self, frame: Frame | None, *, sequence: int) -> av.AudioFrame:
+        """The same audio as an s16 mono 48 kHz frame, for aiortc's sender to encode (``encoder="aiortc"``)."""
+        out = av.AudioFrame.from_ndarray(self._pcm48(frame).reshape(1, -1), format="s16", layout="mono")
         out.sample_rate = OPUS_RATE
         out.pts = sequence * WIRE_SAMPLES
         out.time_base = self._time_base
@@ -331,16 +351,17 @@ class AgentAudioTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, pull_frame: Callable[[], Frame | None]) -> None:
+    def __init__(self, pull_frame: Callable[[], Frame | None], *, encode: bool = True) -> None:
         super().__init__()
         self._pull = pull_frame
         self._audio = OutboundAudio()
+        self._encode = encode
         self._t0: float | None = None
         self._k = 0  # frames handed to aiortc
         self.skipped = 0  # 20 ms slots dropped after a stall (re-anchoring)
         self.pull_errors = 0
 
-    async def recv(self) -> av.AudioFrame:
+    async def recv(self) -> av.Packet | av.AudioFrame:  # aiortc's sender packs an encoded packet as it is
         if self.readyState != "live":
             raise MediaStreamError
         loop = asyncio.get_running_loop()
@@ -365,9 +386,11 @@ class AgentAudioTrack(MediaStreamTrack):
             frame = None
         # The slots a stall skipped count in the pts: the browser sees a gap in the RTP timestamps and plays what
         # follows on time, instead of every later packet arriving that much late.
-        out = self._audio.encode(frame, sequence=self._k + self.skipped)
+        sequence = self._k + self.skipped
         self._k += 1
-        return out
+        if self._encode:
+            return self._audio.encode(frame, sequence=sequence)
+        return self._audio.raw(frame, sequence=sequence)
 
 
 # -------------------------------------------------------------------------------------------- stats
@@ -433,7 +456,7 @@ class WebRtcPeer:
         self._on_frame = on_frame
         self._on_message = on_message
         self.name = name
-        self.track = AgentAudioTrack(pull_frame)
+        self.track = AgentAudioTrack(pull_frame, encode=config.encoder == "gateway")
         self._pc = RTCPeerConnection(config.rtc_configuration())
         self._inbound = InboundAudio()
         self._inbound_task: asyncio.Task[None] | None = None

@@ -96,6 +96,11 @@ class WebRtcSettings(BaseSettings):
     host_addresses: Annotated[tuple[str, ...], NoDecode] = ()
     connect_timeout_s: float = Field(default=15.0, gt=0)
     media_timeout_s: float = Field(default=10.0, gt=0)
+    encoder: Literal["gateway", "aiortc"] = Field(
+        default="gateway",
+        description="Who encodes the agent's Opus: the gateway (mono, 32 kbit/s, in the track) or aiortc's sender "
+        "(stereo, 96 kbit/s, in a thread-pool job per packet: more CPU, kept to measure against)",
+    )
 
     @field_validator("host_addresses", mode="before")
     @classmethod
@@ -123,6 +128,7 @@ class WebRtcSettings(BaseSettings):
             advertised_host=self.advertised_host,
             connect_timeout_s=self.connect_timeout_s,
             media_timeout_s=self.media_timeout_s,
+            encoder=self.encoder,
         )
 
 
@@ -150,7 +156,7 @@ class WebRtcLeg:
     frames_in: int = 0
     dtmf_in: int = 0
     page_told: bool = False  # the page got {"type": "ended"}
-    cost: float = 1.0  # of the worker's capacity: an Opus call's (WorkerSettings.opus_call_cost)
+    cost: float = 1.0  # of the worker's capacity: WorkerSettings.webrtc_call_cost
 
     @property
     def live(self) -> bool:
@@ -224,7 +230,7 @@ class WebRtcCalls:
                 retry_after_s=5,
             )
         check_offer(sdp)
-        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, cost=worker.settings.opus_call_cost)
+        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, cost=worker.settings.webrtc_call_cost)
         self.legs[leg.id] = leg  # counts against the limit from now on
         try:
             await self._admit(leg, route=route, public=public)

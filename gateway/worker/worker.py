@@ -248,8 +248,8 @@ class MediaWorker:
         return self._tasks.spawn(coro, name)
 
     def capacity_used(self) -> float:
-        """What the live calls (SIP and browser) take of ``settings.capacity``: 1 per G.711 call and
-        ``settings.opus_call_cost`` per Opus one (``settings.call_cost``)."""
+        """What the live calls take of ``settings.capacity``: 1 per G.711 call, ``settings.opus_call_cost`` per
+        Opus SIP call (``settings.call_cost``) and ``settings.webrtc_call_cost`` per browser call."""
         return sum(leg.cost for leg in self.legs.values() if leg.live) + self.webrtc.capacity_used
 
     def over_capacity(self) -> bool:

@@ -376,7 +376,7 @@
     bar.append(fill);
     card.append(bar);
     const foot = el("div", "worker-foot");
-    // Capacity counts G.711 calls; an Opus or browser call takes more of it (GATEWAY_OPUS_CALL_COST).
+    // Capacity counts G.711 calls; Opus and browser calls take more of it (GATEWAY_OPUS_CALL_COST, _WEBRTC_CALL_COST).
     const used = worker.used || 0;
     const usage = used > worker.active_calls + 1e-6
       ? `${worker.active_calls} calls · ${Number(used.toFixed(1))} / ${worker.capacity} capacity`

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 import av
 import numpy as np
@@ -40,6 +40,7 @@ from gateway.transport.webrtc import (
     stats_from_report,
 )
 from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.opus import OpusDecoder
 from tests.support.audio import align_and_correlate
 
 RATE = 48_000
@@ -272,17 +273,39 @@ def test_inbound_other_rates_go_through_the_fallback_resampler() -> None:
     assert abs(dominant_hz(np.concatenate([f.pcm for f in frames])[960:], 24_000) - 440) < 30
 
 
-def test_outbound_upsamples_to_48k_with_consecutive_pts_and_silence_for_none() -> None:
+def _decoded(packets: list[av.Packet]) -> npt.NDArray[np.int16]:
+    decoder = OpusDecoder(channels_out=1)
+    return np.concatenate([decoder.decode(bytes(packet)) for packet in packets])
+
+
+def test_outbound_encodes_one_mono_opus_packet_per_frame_with_consecutive_pts() -> None:
     outbound = OutboundAudio()
+    pcm = tone(800, FRAME_SAMPLES * 10, 24_000)
+    packets = [outbound.encode(Frame(index=i, pcm=pcm[i * 480 : (i + 1) * 480]), sequence=i) for i in range(10)]
+    for i, packet in enumerate(packets):
+        assert packet.pts == i * 960 and packet.time_base == Fraction(1, RATE)
+        assert 0 < packet.size < 200  # 20 ms at 32 kbit/s (+ FEC) is about 80 bytes
+        assert bytes(packet)[0] & 0x04 == 0  # TOC byte: mono (RFC 6716 §3.1)
+    wire = _decoded(packets)
+    assert wire.size == 10 * 960
+    assert abs(dominant_hz(wire[1920:], RATE) - 800) < 30
+    quiet = [outbound.encode(None, sequence=10 + i) for i in range(10)]
+    assert [p.pts for p in quiet] == [(10 + i) * 960 for i in range(10)]
+    assert np.abs(_decoded(packets + quiet)[-960:]).max() < 50  # silence, after the codec's tail
+
+
+def test_outbound_raw_frames_for_aiortc_to_encode_are_the_same_audio_at_48k() -> None:
+    encoded, raw = OutboundAudio(), OutboundAudio()
     pcm = tone(800, FRAME_SAMPLES * 5, 24_000)
-    frames = [outbound.encode(Frame(index=i, pcm=pcm[i * 480 : (i + 1) * 480]), sequence=i) for i in range(5)]
+    frames = [raw.raw(Frame(index=i, pcm=pcm[i * 480 : (i + 1) * 480]), sequence=i) for i in range(5)]
     for i, frame in enumerate(frames):
         assert (frame.sample_rate, frame.format.name, frame.layout.name, frame.samples) == (RATE, "s16", "mono", 960)
         assert frame.pts == i * 960
     wire = np.concatenate([f.to_ndarray().reshape(-1) for f in frames])
+    assert np.array_equal(
+        wire, np.concatenate([encoded._pcm48(Frame(index=i, pcm=pcm[i * 480 : (i + 1) * 480])) for i in range(5)])
+    )
     assert abs(dominant_hz(wire[960:], RATE) - 800) < 30
-    quiet = [outbound.encode(None, sequence=5 + i) for i in range(3)]
-    assert not np.any(quiet[-1].to_ndarray())
 
 
 async def test_agent_track_pulls_once_per_20ms_at_absolute_deadlines() -> None:
@@ -325,10 +348,9 @@ async def test_agent_track_survives_a_failing_pull() -> None:
         raise RuntimeError("boom")
 
     track = AgentAudioTrack(pull)
-    frame = await track.recv()
-    frame = await track.recv()
-    assert calls == 2 and track.pull_errors == 2
-    assert not np.any(frame.to_ndarray())
+    packets = [await track.recv() for _ in range(5)]
+    assert calls == 5 and track.pull_errors == 5
+    assert np.abs(_decoded(packets)).max() < 50  # silence goes out in place of what could not be pulled
     track.stop()
 
 
@@ -412,8 +434,10 @@ def test_stats_from_an_aiortc_report() -> None:
     assert stats.loss_pct == pytest.approx(10.0)
 
 
-async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge() -> None:
-    """Opus in -> 24 kHz frames -> (looped back) -> paced track -> Opus out: the client hears itself."""
+@pytest.mark.parametrize("encoder", ["gateway", "aiortc"])
+async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(encoder: Literal["gateway", "aiortc"]) -> None:
+    """Opus in -> 24 kHz frames -> (looped back) -> paced track -> Opus out: the client hears itself, with the
+    agent's Opus encoded by the track or by aiortc's sender."""
     sent = speech_like(4.0)
     looped: deque[Frame] = deque(maxlen=50)
     received: list[Frame] = []
@@ -424,7 +448,7 @@ async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge() -> None:
         looped.append(frame)
 
     peer = WebRtcPeer(
-        WebRtcConfig(connect_timeout_s=10),
+        WebRtcConfig(connect_timeout_s=10, encoder=encoder),
         on_frame=on_frame,
         pull_frame=lambda: looped.popleft() if looped else None,
         on_message=messages.put_nowait,

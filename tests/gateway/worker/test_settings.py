@@ -70,7 +70,7 @@ def test_a_quiet_callers_chunk_comes_from_the_environment(monkeypatch: pytest.Mo
 
 def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults = WorkerSettings()
-    assert (defaults.capacity, defaults.opus_call_cost) == (150, 8.0)
+    assert (defaults.capacity, defaults.opus_call_cost, defaults.webrtc_call_cost) == (150, 8.0, 18.0)
     assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus")] == [1.0, 1.0, 8.0]
     assert defaults.offer_cost() == 8.0  # our offer lists Opus: the callee may pick it
     assert WorkerSettings(codecs=("PCMU", "PCMA")).offer_cost() == 1.0
@@ -78,7 +78,8 @@ def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> 
     assert WorkerSettings().call_cost("opus") == 5.5
 
 
+@pytest.mark.parametrize("name", ["opus_call_cost", "webrtc_call_cost"])
 @pytest.mark.parametrize("bad", [0.5, 0, -1, 1001])
-def test_an_opus_cost_below_a_g711_calls_or_absurd_is_refused(bad: float) -> None:
-    with pytest.raises(ValidationError, match="opus_call_cost"):
-        WorkerSettings(opus_call_cost=bad)
+def test_a_call_cost_below_a_g711_calls_or_absurd_is_refused(name: str, bad: float) -> None:
+    with pytest.raises(ValidationError, match=name):
+        WorkerSettings(**{name: bad})

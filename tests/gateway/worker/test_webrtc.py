@@ -159,7 +159,7 @@ async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: Fa
     assert link.kinds(answer.call_id) == ["call.started", "call.updated", "call.ended"]
     [request] = link.requests
     assert (request.kind, request.route, request.public, request.call_id) == ("webrtc", "web", True, answer.call_id)
-    assert request.cost == 8.0  # an Opus call's share of the worker's capacity (opus_call_cost)
+    assert request.cost == 18.0  # a browser call's share of the worker's capacity (webrtc_call_cost)
     assert answer.call_id not in calls.legs
     assert _leftover_tasks() == []
     with pytest.raises(CallNotFoundError):

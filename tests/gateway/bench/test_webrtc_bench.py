@@ -1,0 +1,58 @@
+"""`gateway bench webrtc`: browser calls and G.711 calls measured on one `gateway run`, with their audio checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gateway.bench.webrtc import _AUDIO_OK, RATE, _Browser, _speech
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "webrtc", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_the_echo_check_tells_the_speech_sent_from_other_speech() -> None:
+    sent = _speech(8.0, 0)
+    late = np.zeros(RATE * 3 // 10, np.int16)  # 300 ms
+    assert _Browser(sent=sent, heard=[late, sent]).match() > 0.95
+    # The same speech, where another call would be in it (each starts 1.3 s further), or backwards: same
+    # level and spectrum, not the same audio.
+    assert _Browser(sent=sent, heard=[late, _speech(8.0, 1)]).match() < _AUDIO_OK
+    assert _Browser(sent=sent, heard=[late, sent[::-1].copy()]).match() < _AUDIO_OK
+    assert _Browser(sent=sent, heard=[np.zeros(RATE * 8, np.int16)]).match() == 0.0
+
+
+def test_a_small_run_measures_both_encoders_and_g711_with_every_calls_audio_right(tmp_path: Path) -> None:
+    report = tmp_path / "webrtc.json"
+    argv = ["--repeats", "1", "--calls", "2", "--g711-calls", "4", "--window", "3", "--json", str(report)]
+    done = bench(*argv, "--worker-core", "-1", "--load-core", "-1", timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(report.read_text())["rows"]
+    assert set(rows) == {"browser, gateway encodes", "browser, aiortc encodes", "G.711 SIP (PCMU)"}
+    assert rows["browser, gateway encodes"]["audio_right"] == [2]
+    assert rows["browser, aiortc encodes"]["audio_right"] == [2]
+    assert rows["G.711 SIP (PCMU)"]["audio_right"] == [4]
+    # A browser call (aiortc: Opus both ways, SRTP, a decoder thread) costs the worker far more than a G.711 one.
+    browser, g711 = rows["browser, gateway encodes"], rows["G.711 SIP (PCMU)"]
+    assert browser["us_per_call_frame"] > 3 * g711["us_per_call_frame"] > 0
+    assert "a browser call / a G.711 call:" in done.stdout
+
+
+def test_nonsense_is_refused_with_a_reason() -> None:
+    done = bench("--calls", "0")
+    assert done.returncode != 0
+    assert "need calls >= 1" in done.stderr
