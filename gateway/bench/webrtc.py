@@ -63,7 +63,7 @@ class WebRtcBenchConfig:
             raise ValueError("encoders: gateway and/or aiortc")
 
 
-class _Speaker(MediaStreamTrack):
+class PlaybackTrack(MediaStreamTrack):
     """A microphone that plays ``samples`` (mono 48 kHz) in 20 ms frames at absolute deadlines, then silence."""
 
     kind = "audio"
@@ -104,7 +104,8 @@ def _speech(seconds: float, index: int) -> npt.NDArray[np.int16]:
     return np.ascontiguousarray(looped[start : start + needed])
 
 
-def _mono(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
+def to_mono48k(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
+    """Decoded Opus as aiortc hands it (48 kHz, packed or planar, mono or stereo) as mono int16."""
     data = frame.to_ndarray()
     channels = len(frame.layout.channels)
     if channels == 1:
@@ -123,7 +124,7 @@ class _Browser:
     reader: asyncio.Task[None] | None = None
 
     async def call(self, client: httpx.AsyncClient) -> None:
-        self.pc.addTrack(_Speaker(self.sent))
+        self.pc.addTrack(PlaybackTrack(self.sent))
         self.pc.createDataChannel("control")
         self.pc.on("track", self._on_track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
@@ -145,7 +146,7 @@ class _Browser:
             while True:
                 frame = await track.recv()
                 assert isinstance(frame, av.AudioFrame)
-                self.heard.append(_mono(frame))
+                self.heard.append(to_mono48k(frame))
 
     def heard_seconds(self) -> float:
         return sum(piece.size for piece in self.heard) / RATE
@@ -260,15 +261,24 @@ async def _g711_run(config: WebRtcBenchConfig, gateway: _Gateway, directory: Pat
     finally:
         load.stop()
     summary = json.loads(report.read_text()) if report.is_file() else {}
-    summary = summary.get("summary", summary)
-    return {
+    generator = summary.get("generator", {})
+    row = {
         "calls": config.g711_calls,
         "core_pct": 100 * busy,
         "idle_pct": 100 * idle,
         "us_per_call_frame": (busy - idle) / (config.g711_calls * 50) * 1e6,
         "audio_right": summary.get("audio_ok"),
         "answered": summary.get("answered"),
+        # what the load tester saw, to tell a call the worker got wrong from one its own core got wrong
+        "packets_lost": summary.get("packets_lost"),
+        "markers": f"{summary.get('markers_found')}/{summary.get('markers_expected')}",
+        "slips": summary.get("slips"),
+        "generator_overruns": generator.get("overruns"),
+        "generator_max_lag_ms": generator.get("max_lag_ms"),
     }
+    if row["audio_right"] != config.g711_calls:
+        print(f"   G.711 calls not all right: {row}", file=sys.stderr, flush=True)
+    return row
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:

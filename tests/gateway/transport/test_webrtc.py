@@ -24,6 +24,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from gateway.bench.webrtc import PlaybackTrack, to_mono48k
 from gateway.transport.webrtc import (
     AgentAudioTrack,
     IceServer,
@@ -75,46 +76,6 @@ def dominant_hz(pcm: npt.NDArray[np.int16], rate: int) -> float:
 
 
 # ------------------------------------------------------------------------------- browser stand-in
-
-
-class PlaybackTrack(MediaStreamTrack):
-    """A microphone that plays `samples` (mono 48 kHz) in 20 ms frames at absolute deadlines, then silence."""
-
-    kind = "audio"
-
-    def __init__(self, samples: npt.NDArray[np.int16]) -> None:
-        super().__init__()
-        self.samples = samples
-        self._k = 0
-        self._t0: float | None = None
-
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        loop = asyncio.get_running_loop()
-        if self._t0 is None:
-            self._t0 = loop.time()
-        delay = self._t0 + self._k * 0.02 - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        piece = self.samples[self._k * 960 : (self._k + 1) * 960]
-        if piece.size < 960:
-            piece = np.concatenate((piece, np.zeros(960 - piece.size, dtype=np.int16)))
-        frame = av.AudioFrame.from_ndarray(piece.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = RATE
-        frame.pts = self._k * 960
-        frame.time_base = Fraction(1, RATE)
-        self._k += 1
-        return frame
-
-
-def to_mono48k(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
-    data = frame.to_ndarray()
-    channels = len(frame.layout.channels)
-    if channels == 1:
-        return data.reshape(-1).astype(np.int16)
-    per_channel = data.reshape(channels, -1) if frame.format.is_planar else data.reshape(-1, channels).T
-    return (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
 
 
 @dataclass
