@@ -12,6 +12,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 ACTIVE_CALLS = Gauge("gateway_active_calls", "Calls currently up on this process", ["worker"], registry=REGISTRY)
+CAPACITY = Gauge(
+    "gateway_capacity", "What the worker carries, in G.711 calls (GATEWAY_CAPACITY)", ["worker"], registry=REGISTRY
+)
+CAPACITY_USED = Gauge(
+    "gateway_capacity_used",
+    "What the worker's live calls take of its capacity: 1 per G.711 call, the Opus and browser costs per such call",
+    ["worker"],
+    registry=REGISTRY,
+)
 CALLS_TOTAL = Counter("gateway_calls_total", "Calls ended, by end reason", ["worker", "end_reason"], registry=REGISTRY)
 CALL_SETUP_SECONDS = Histogram(
     "gateway_call_setup_seconds",

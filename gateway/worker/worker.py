@@ -38,6 +38,8 @@ from gateway.heap import CollectorPolicy, PacedCollector, freeze_startup_heap
 from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
     CALLER_AUDIO_WAIT_SECONDS,
+    CAPACITY,
+    CAPACITY_USED,
     GC_PAUSE_SECONDS,
     LOOP_LAG_SECONDS,
     TICK_OVERRUNS_TOTAL,
@@ -305,6 +307,8 @@ class MediaWorker:
                 per_call.append(session_figures(browser.id, agent_audio_gaps=browser.session.agent_audio_gaps))
         self.counters.rtp_packets(received, sent)
         self.counters.calls(per_call)
+        CAPACITY.labels(self._metric_worker).set(self.settings.capacity)
+        CAPACITY_USED.labels(self._metric_worker).set(self.capacity_used())
 
     def model_for(self, provider: str) -> RealtimeModel:
         model = self._models.get(provider)

@@ -258,6 +258,9 @@ async def test_a_worker_admits_calls_by_what_their_codec_costs(worker: MediaWork
         [leg] = list(worker.legs.values())
         assert worker.snapshot_of(leg).cost == 8.0
         assert (worker.info().active_calls, worker.info().used, worker.info().load) == (1, 8.0, 1.0)
+        worker.export_counters()
+        labels = {"worker": worker.settings.worker_id}
+        assert (_sample("gateway_capacity", **labels), _sample("gateway_capacity_used", **labels)) == (8.0, 8.0)
         refused = peer.invite(target, codecs=("PCMU",))
         failed = await peer.wait_for(OutboundCallFailed, call=refused.handle)
         assert failed.status == 503  # type: ignore[attr-defined]
@@ -268,6 +271,8 @@ async def test_a_worker_admits_calls_by_what_their_codec_costs(worker: MediaWork
             await _answered(peer, call)
             assert call.codec == "PCMU"
         assert (worker.info().active_calls, worker.info().used) == (2, 2.0)
+        worker.export_counters()
+        assert _sample("gateway_capacity_used", **labels) == 2.0
         for call in g711:
             peer.hang_up(call)
         await _until(lambda: not worker.legs)
