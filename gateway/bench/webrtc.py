@@ -40,6 +40,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from gateway.bench.calls import _free_port, _pin, _Proc
 from gateway.loadtest.analysis import blockwise_match, echo_correlation
 from gateway.loadtest.audio import source_audio
+from gateway.transport.webrtc import downmix_s16
 
 RATE = 48_000
 _TOKEN = "bench-webrtc-token-0123456789"
@@ -104,16 +105,6 @@ def _speech(seconds: float, index: int) -> npt.NDArray[np.int16]:
     return np.ascontiguousarray(looped[start : start + needed])
 
 
-def to_mono48k(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
-    """Decoded Opus as aiortc hands it (48 kHz, packed or planar, mono or stereo) as mono int16."""
-    data = frame.to_ndarray()
-    channels = len(frame.layout.channels)
-    if channels == 1:
-        return data.reshape(-1).astype(np.int16)
-    per_channel = data.reshape(channels, -1) if frame.format.is_planar else data.reshape(-1, channels).T
-    return (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
-
-
 @dataclass(slots=True)
 class _Browser:
     """One browser caller: an aiortc peer that speaks ``sent`` and keeps what it hears (mono 48 kHz)."""
@@ -146,7 +137,7 @@ class _Browser:
             while True:
                 frame = await track.recv()
                 assert isinstance(frame, av.AudioFrame)
-                self.heard.append(to_mono48k(frame))
+                self.heard.append(downmix_s16(frame))
 
     def heard_seconds(self) -> float:
         return sum(piece.size for piece in self.heard) / RATE
@@ -242,9 +233,7 @@ async def _browser_run(config: WebRtcBenchConfig, gateway: _Gateway) -> dict[str
 
 
 async def _g711_run(config: WebRtcBenchConfig, gateway: _Gateway, directory: Path) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.http_port}", timeout=30) as client:
-        await _ready(client, 30)
-        idle = await gateway.cpu_per_s(3.0)
+    idle = await gateway.cpu_per_s(3.0)  # the browser run before it waited for the gateway to answer
     cps = 40.0
     ramp = config.g711_calls / cps + 3
     report = directory / "loadtest.json"

@@ -274,6 +274,17 @@ def rewrite_host_candidates(sdp: str, advertised_host: str) -> str:
 # ------------------------------------------------------------------------------------------- audio
 
 
+def downmix_s16(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
+    """An s16 or s16p frame (packed or planar, any channel count) as mono int16: the channels' mean."""
+    data = frame.to_ndarray()
+    channels = len(frame.layout.channels)
+    if channels == 1:
+        return data.reshape(-1).astype(np.int16, copy=False)
+    per_channel = data.reshape(channels, -1) if frame.format.is_planar else data.reshape(-1, channels).T
+    mono: npt.NDArray[np.int16] = (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
+    return mono
+
+
 class InboundAudio:
     """Decoded caller audio (av.AudioFrame, s16/s16p, 48 kHz, mono or stereo) -> 24 kHz 20 ms frames."""
 
@@ -290,16 +301,7 @@ class InboundAudio:
                 self._fallback = av.AudioResampler(format="s16", layout="mono", rate=OPUS_RATE)
             parts = [f.to_ndarray().reshape(-1) for f in self._fallback.resample(frame)]
             return np.concatenate(parts).astype(np.int16) if parts else np.zeros(0, dtype=np.int16)
-        data = frame.to_ndarray()
-        channels = len(frame.layout.channels)
-        if channels == 1:
-            return data.reshape(-1).astype(np.int16, copy=False)
-        if frame.format.is_planar:
-            per_channel = data.reshape(channels, -1)
-        else:
-            per_channel = data.reshape(-1, channels).T
-        mono: npt.NDArray[np.int16] = (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
-        return mono
+        return downmix_s16(frame)
 
     def feed(self, frame: av.AudioFrame) -> list[Frame]:
         """The whole 24 kHz frames this piece of audio completes (usually exactly one per 20 ms packet)."""

@@ -24,7 +24,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from gateway.bench.webrtc import PlaybackTrack, to_mono48k
+from gateway.bench.webrtc import PlaybackTrack
 from gateway.transport.webrtc import (
     AgentAudioTrack,
     IceServer,
@@ -35,6 +35,7 @@ from gateway.transport.webrtc import (
     WebRtcConfig,
     WebRtcPeer,
     check_offer,
+    downmix_s16,
     ice_host_addresses,
     parse_ice_servers,
     rewrite_host_candidates,
@@ -146,7 +147,7 @@ async def browser_stand_in(samples: npt.NDArray[np.int16]) -> AsyncIterator[Brow
     async def read(remote: MediaStreamTrack) -> None:
         with contextlib.suppress(MediaStreamError):
             while True:
-                client.heard.append(to_mono48k(await remote.recv()))
+                client.heard.append(downmix_s16(await remote.recv()))
                 client.got_audio.set()
 
     def on_track(remote: MediaStreamTrack) -> None:
