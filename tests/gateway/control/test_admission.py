@@ -117,3 +117,17 @@ async def test_no_worker_up_is_503(env: Env) -> None:
     await env.plane.drain("worker-a", exit_when_empty=False)
     decision = await env.plane.admit(AdmissionRequest(called="+15550199"))
     assert (decision.status, decision.code, decision.retry_after_s) == (503, "no_worker", 7)
+
+
+async def test_a_cost_that_cannot_be_is_refused_with_its_reason_and_takes_nothing(env: Env) -> None:
+    for cost in (0, 0.5, 1001, "lots"):
+        response = await env.client.post(
+            "/internal/v1/admit", headers=AUTH, json={"called": "+15550201", "worker": "worker-a", "cost": cost}
+        )
+        assert response.status_code == 422, (cost, response.text)
+        error = response.json()["error"]
+        assert error["code"] == "validation_error" and "cost" in error["message"], error
+    assert await env.plane.store.reservations() == []
+    heartbeat = {"info": {"id": "worker-a", "capacity": 10, "used": -1.0}, "calls": []}
+    response = await env.client.post("/internal/v1/workers/worker-a/heartbeat", headers=AUTH, json=heartbeat)
+    assert response.status_code == 422 and "used" in response.json()["error"]["message"]
