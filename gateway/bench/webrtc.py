@@ -4,8 +4,10 @@ Each run starts ``gateway run`` (echo agent; control plane, worker and the WebRT
 pinned to one core) and measures that process's CPU over a window while it carries:
 
 - ``--calls`` browser calls: aiortc peers in this process (on the other core) that post their offer to
-  ``/v1/webrtc/offer``, play speech, and record what they hear; once with the agent's Opus encoded by the
-  gateway's track (the default) and once by aiortc's sender (``GATEWAY_WEBRTC_ENCODER=aiortc``), interleaved;
+  ``/v1/webrtc/offer``, play speech, and record what they hear; once per media path asked for, interleaved:
+  the agent's Opus encoded by the gateway's track or by aiortc's sender (``--encoder``,
+  ``GATEWAY_WEBRTC_ENCODER``), the caller's decoded on the loop or by aiortc's decoder thread (``--decoder``,
+  ``GATEWAY_WEBRTC_DECODER``);
 - ``--g711-calls`` PCMU calls from ``gateway loadtest`` (its own process, on the other core), the unit the
   worker's capacity is counted in.
 
@@ -40,7 +42,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from gateway.bench.calls import _free_port, _pin, _Proc
 from gateway.loadtest.analysis import blockwise_match, echo_correlation
 from gateway.loadtest.audio import source_audio
-from gateway.transport.webrtc import downmix_s16
+from gateway.transport.webrtc_receive import downmix_s16
 
 RATE = 48_000
 _TOKEN = "bench-webrtc-token-0123456789"
@@ -53,15 +55,22 @@ class WebRtcBenchConfig:
     g711_calls: int = 100
     window_s: float = 10.0
     repeats: int = 3
-    encoders: tuple[str, ...] = ("gateway", "aiortc")
+    encoders: tuple[str, ...] = ("gateway",)
+    decoders: tuple[str, ...] = ("gateway", "aiortc")
     worker_core: int | None = 0
     load_core: int | None = 1
 
     def __post_init__(self) -> None:
         if self.calls < 1 or self.g711_calls < 0 or self.repeats < 1 or self.window_s < 2:
             raise ValueError("need calls >= 1, g711_calls >= 0, repeats >= 1 and a window of 2 s or more")
-        if not self.encoders or set(self.encoders) - {"gateway", "aiortc"}:
-            raise ValueError("encoders: gateway and/or aiortc")
+        for name, values in (("encoders", self.encoders), ("decoders", self.decoders)):
+            if not values or set(values) - {"gateway", "aiortc"}:
+                raise ValueError(f"{name}: gateway and/or aiortc")
+
+    @property
+    def paths(self) -> list[tuple[str, str]]:
+        """(encoder, decoder) of each browser run, the gateway's own first."""
+        return [(encoder, decoder) for encoder in self.encoders for decoder in self.decoders]
 
 
 class PlaybackTrack(MediaStreamTrack):
@@ -164,7 +173,7 @@ class _Browser:
 class _Gateway:
     """``gateway run`` with the echo agent, its HTTP and SIP ports free ones, pinned to the worker core."""
 
-    def __init__(self, config: WebRtcBenchConfig, directory: Path, encoder: str) -> None:
+    def __init__(self, config: WebRtcBenchConfig, directory: Path, encoder: str, decoder: str) -> None:
         self.http_port, self.sip_port = _free_port(), _free_port()
         env = {
             **os.environ,
@@ -176,10 +185,11 @@ class _Gateway:
             "GATEWAY_CAPACITY": "100000",
             "GATEWAY_WEBRTC_MAX_CALLS": str(config.calls),
             "GATEWAY_WEBRTC_ENCODER": encoder,
+            "GATEWAY_WEBRTC_DECODER": decoder,
             "GATEWAY_SIP_RATE_LIMIT_PER_S": "1000",
             "PYTHONUNBUFFERED": "1",
         }
-        self.proc = _Proc(f"gateway-{encoder}", [sys.executable, "-m", "gateway", "run"], directory, env=env)
+        self.proc = _Proc(f"gateway-{encoder}-{decoder}", [sys.executable, "-m", "gateway", "run"], directory, env=env)
         self.pinned = _pin(self.proc.popen.pid, config.worker_core)
         self.proc.wait_for(r"gateway: SIP", within=60)
 
@@ -270,6 +280,10 @@ async def _g711_run(config: WebRtcBenchConfig, gateway: _Gateway, directory: Pat
     return row
 
 
+def _label(encoder: str, decoder: str) -> str:
+    return f"browser, {encoder} encodes, {decoder} decodes"
+
+
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "calls": runs[0]["calls"],
@@ -288,15 +302,14 @@ def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-webrtc-") as work:
         directory = Path(work)
         for repeat in range(config.repeats):
-            for encoder in config.encoders:
-                print(f"-- run {repeat + 1}: browser calls, Opus encoded by {encoder}", file=sys.stderr, flush=True)
-                gateway = _Gateway(config, directory, encoder)
+            for encoder, decoder in config.paths:
+                label = _label(encoder, decoder)
+                print(f"-- run {repeat + 1}: {label}", file=sys.stderr, flush=True)
+                gateway = _Gateway(config, directory, encoder, decoder)
                 try:
                     pinned = gateway.pinned
-                    runs.setdefault(f"browser, {encoder} encodes", []).append(
-                        asyncio.run(_browser_run(config, gateway))
-                    )
-                    if config.g711_calls and encoder == config.encoders[0]:
+                    runs.setdefault(label, []).append(asyncio.run(_browser_run(config, gateway)))
+                    if config.g711_calls and (encoder, decoder) == config.paths[0]:
                         print(f"-- run {repeat + 1}: G.711 SIP calls", file=sys.stderr, flush=True)
                         runs.setdefault("G.711 SIP (PCMU)", []).append(
                             asyncio.run(_g711_run(config, gateway, directory))
@@ -315,12 +328,15 @@ def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
             f"{', '.join(str(v) for v in row['core_pct'])} | {right} of {row['calls']} |"
         )
     g711 = rows.get("G.711 SIP (PCMU)")
-    ours = rows.get("browser, gateway encodes")
-    theirs = rows.get("browser, aiortc encodes")
-    if ours and theirs:
-        print(f"aiortc encoding / gateway encoding: {theirs['us_per_call_frame'] / ours['us_per_call_frame']:.2f}x")
-    if ours and g711:
-        print(f"a browser call / a G.711 call: {ours['us_per_call_frame'] / g711['us_per_call_frame']:.1f}x")
+    first = rows[_label(*config.paths[0])]
+    for encoder, decoder in config.paths[1:]:
+        other = rows[_label(encoder, decoder)]
+        print(
+            f"{_label(encoder, decoder)} / {_label(*config.paths[0])}: "
+            f"{other['us_per_call_frame'] / first['us_per_call_frame']:.2f}x"
+        )
+    if g711:
+        print(f"a browser call / a G.711 call: {first['us_per_call_frame'] / g711['us_per_call_frame']:.1f}x")
     if json_path:
         Path(json_path).write_text(json.dumps({"runs": runs, "rows": rows, "pinned": pinned}, indent=2))
     wrong = [

@@ -77,8 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     webrtc.add_argument(
         "--encoder",
         choices=["both", "gateway", "aiortc"],
-        default="both",
+        default="gateway",
         help="who encodes the agent's Opus: the gateway's track, aiortc's sender, or both interleaved",
+    )
+    webrtc.add_argument(
+        "--decoder",
+        choices=["both", "gateway", "aiortc"],
+        default="both",
+        help="who decodes the caller's Opus: the gateway on its loop, aiortc's decoder thread, or both interleaved",
     )
     webrtc.add_argument("--worker-core", type=int, default=0, help="CPU `gateway run` is pinned to (-1: none)")
     webrtc.add_argument("--load-core", type=int, default=1, help="CPU for the browsers and loadtest (-1: none)")
@@ -140,6 +146,7 @@ def main(args: argparse.Namespace) -> int:
                 window_s=args.window,
                 repeats=args.repeats,
                 encoders=("gateway", "aiortc") if args.encoder == "both" else (args.encoder,),
+                decoders=("gateway", "aiortc") if args.decoder == "both" else (args.decoder,),
                 worker_core=None if args.worker_core < 0 else args.worker_core,
                 load_core=None if args.load_core < 0 else args.load_core,
             )

@@ -9,8 +9,11 @@ frame the caller hears next, None for silence).
 
 Audio paths:
 
-* inbound — aiortc decodes Opus and hands us ``av.AudioFrame`` s16 48 kHz, usually stereo (packed); they are
-  downmixed, cut into 960-sample pieces and resampled 48k -> 24k (:class:`InboundAudio`).
+* inbound — aiortc's receiver (SRTP, RTP, its jitter buffer) hands each encoded Opus frame to
+  :class:`~gateway.transport.webrtc_receive.OpusReceiveSink`, which decodes it on the loop, mono at 48 kHz,
+  instead of aiortc's decoder thread; :class:`~gateway.transport.webrtc_receive.InboundAudio` resamples it to
+  24 kHz frames. With ``decoder="aiortc"`` (or an aiortc whose receiver the sink cannot take) the remote
+  track's decoded ``av.AudioFrame`` s (s16 48 kHz, usually stereo) are read by a task and downmixed instead.
 * outbound — :class:`AgentAudioTrack.recv` is awaited by aiortc's RTP sender; it is paced by absolute
   deadlines ``t0 + k * 20 ms`` on the loop clock (a ``sleep(0.02)`` loop drifts by the work done per frame),
   calls ``pull_frame`` exactly once per 20 ms of media time, upsamples 24k -> 48k and encodes the Opus packet
@@ -64,10 +67,11 @@ from telcodecs.frames import FRAME_SAMPLES, Frame
 from telcodecs.opus import OpusEncoder
 from telcodecs.resample import StreamResampler
 
+from . import webrtc_receive
+from .webrtc_receive import OPUS_RATE, WIRE_SAMPLES, InboundAudio, OpusReceiveSink
+
 log = logging.getLogger(__name__)
 
-OPUS_RATE = 48_000
-WIRE_SAMPLES = OPUS_RATE // 50  # 960: 20 ms at 48 kHz
 FRAME_S = 0.020
 MAX_OFFER_BYTES = 64 * 1024
 MAX_MESSAGE_BYTES = 1024
@@ -164,6 +168,9 @@ class WebRtcConfig:
     # "gateway": the agent track hands aiortc Opus packets it encoded (OutboundAudio); "aiortc": raw frames, which
     # aiortc's sender encodes itself (kept to measure against: `gateway bench webrtc`).
     encoder: Literal["gateway", "aiortc"] = "gateway"
+    # "gateway": the caller's Opus is decoded on the loop as aiortc's receiver hands it over (OpusReceiveSink);
+    # "aiortc": by the receiver's own decoder thread, read from its remote track (kept to measure against).
+    decoder: Literal["gateway", "aiortc"] = "gateway"
 
     def __post_init__(self) -> None:
         for address in self.host_addresses or ():
@@ -272,50 +279,6 @@ def rewrite_host_candidates(sdp: str, advertised_host: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- audio
-
-
-def downmix_s16(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
-    """An s16 or s16p frame (packed or planar, any channel count) as mono int16: the channels' mean."""
-    data = frame.to_ndarray()
-    channels = len(frame.layout.channels)
-    if channels == 1:
-        return data.reshape(-1).astype(np.int16, copy=False)
-    per_channel = data.reshape(channels, -1) if frame.format.is_planar else data.reshape(-1, channels).T
-    mono: npt.NDArray[np.int16] = (per_channel.astype(np.int32).sum(axis=0) // channels).astype(np.int16)
-    return mono
-
-
-class InboundAudio:
-    """Decoded caller audio (av.AudioFrame, s16/s16p, 48 kHz, mono or stereo) -> 24 kHz 20 ms frames."""
-
-    def __init__(self) -> None:
-        self._resampler = StreamResampler(OPUS_RATE, 24_000)
-        self._pending = np.zeros(0, dtype=np.int16)
-        self._index = 0
-        self._fallback: av.AudioResampler | None = None
-
-    def _mono48k(self, frame: av.AudioFrame) -> npt.NDArray[np.int16]:
-        if frame.sample_rate != OPUS_RATE or frame.format.name not in ("s16", "s16p"):
-            # Not what aiortc's Opus decoder produces; let libswresample convert it.
-            if self._fallback is None:
-                self._fallback = av.AudioResampler(format="s16", layout="mono", rate=OPUS_RATE)
-            parts = [f.to_ndarray().reshape(-1) for f in self._fallback.resample(frame)]
-            return np.concatenate(parts).astype(np.int16) if parts else np.zeros(0, dtype=np.int16)
-        return downmix_s16(frame)
-
-    def feed(self, frame: av.AudioFrame) -> list[Frame]:
-        """The whole 24 kHz frames this piece of audio completes (usually exactly one per 20 ms packet)."""
-        pcm = self._mono48k(frame)
-        pending = np.concatenate((self._pending, pcm)) if self._pending.size else pcm
-        out = []
-        start = 0
-        while pending.size - start >= WIRE_SAMPLES:
-            piece = np.ascontiguousarray(pending[start : start + WIRE_SAMPLES])
-            start += WIRE_SAMPLES
-            out.append(Frame(index=self._index, pcm=self._resampler.process(piece)))
-            self._index += 1
-        self._pending = pending[start:].copy()
-        return out
 
 
 class OutboundAudio:
@@ -462,6 +425,8 @@ class WebRtcPeer:
         self._pc = RTCPeerConnection(config.rtc_configuration())
         self._inbound = InboundAudio()
         self._inbound_task: asyncio.Task[None] | None = None
+        # Set in answer() when the caller's Opus is decoded as it arrives; None: read from aiortc's track.
+        self.receive_sink: OpusReceiveSink | None = None
         self._channel: Any = None
         self._changed = asyncio.Event()
         self._closed = False
@@ -469,6 +434,7 @@ class WebRtcPeer:
         self.frames_in = 0
         self.last_frame_at: float | None = None
         self.bad_messages = 0
+        self._pending_track: MediaStreamTrack | None = None
         self._pc.on("track", self._on_track)
         self._pc.on("datachannel", self._on_datachannel)
         self._pc.on("connectionstatechange", self._changed.set)
@@ -487,6 +453,15 @@ class WebRtcPeer:
         audio = next((t for t in self._pc.getTransceivers() if t.kind == "audio"), None)
         if audio is None:
             raise OfferError("SDP offer has no audio transceiver")
+        if self._config.decoder == "gateway":
+            sink = OpusReceiveSink(self._on_pcm48)
+            if webrtc_receive.install(audio.receiver, sink):
+                self.receive_sink = sink
+            else:
+                log.warning("%s: this aiortc's receiver cannot take the gateway's decoder; using its own", self.name)
+        if self.receive_sink is None and self._pending_track is not None:
+            self._start_inbound(self._pending_track)
+        self._pending_track = None
         self._pc.addTrack(self.track)
         opus = [c for c in RTCRtpSender.getCapabilities("audio").codecs if c.mimeType.lower() == "audio/opus"]
         audio.setCodecPreferences(opus)
@@ -506,11 +481,28 @@ class WebRtcPeer:
     # ------------------------------------------------------------------------------------- inbound
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        if track.kind != "audio" or self._inbound_task is not None or self._closed:
+        # Fired inside setRemoteDescription(); answer() decides next whether the track is read at all.
+        if track.kind == "audio" and self._pending_track is None:
+            self._pending_track = track
+
+    def _start_inbound(self, track: MediaStreamTrack) -> None:
+        if self._inbound_task is not None or self._closed:
             return
         self._inbound_task = asyncio.get_running_loop().create_task(
             self._read_inbound(track), name=f"{self.name}-inbound"
         )
+
+    def _on_pcm48(self, pcm: npt.NDArray[np.int16]) -> None:
+        self.last_frame_at = asyncio.get_running_loop().time()
+        self._deliver(self._inbound.feed_pcm48(pcm))
+
+    def _deliver(self, frames: list[Frame]) -> None:
+        for frame in frames:
+            self.frames_in += 1
+            try:
+                self._on_frame(frame)
+            except Exception:
+                log.exception("%s: handling a caller frame failed", self.name)
 
     async def _read_inbound(self, track: MediaStreamTrack) -> None:
         loop = asyncio.get_running_loop()
@@ -522,12 +514,7 @@ class WebRtcPeer:
             if not isinstance(decoded, av.AudioFrame):
                 continue
             self.last_frame_at = loop.time()
-            for frame in self._inbound.feed(decoded):
-                self.frames_in += 1
-                try:
-                    self._on_frame(frame)
-                except Exception:
-                    log.exception("%s: handling a caller frame failed", self.name)
+            self._deliver(self._inbound.feed(decoded))
 
     # -------------------------------------------------------------------------------- data channel
 

@@ -101,6 +101,11 @@ class WebRtcSettings(BaseSettings):
         description="Who encodes the agent's Opus: the gateway (mono, 32 kbit/s, in the track) or aiortc's sender "
         "(stereo, 96 kbit/s, in a thread-pool job per packet: more CPU, kept to measure against)",
     )
+    decoder: Literal["gateway", "aiortc"] = Field(
+        default="gateway",
+        description="Who decodes the caller's Opus: the gateway (on the event loop, as aiortc's receiver hands "
+        "each frame over) or aiortc's decoder thread per call (more CPU, kept to measure against)",
+    )
 
     @field_validator("host_addresses", mode="before")
     @classmethod
@@ -129,6 +134,7 @@ class WebRtcSettings(BaseSettings):
             connect_timeout_s=self.connect_timeout_s,
             media_timeout_s=self.media_timeout_s,
             encoder=self.encoder,
+            decoder=self.decoder,
         )
 
 

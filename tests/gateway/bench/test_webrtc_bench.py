@@ -36,23 +36,36 @@ def test_the_echo_check_tells_the_speech_sent_from_other_speech() -> None:
     assert _Browser(sent=sent, heard=[np.zeros(RATE * 8, np.int16)]).match() == 0.0
 
 
-def test_a_small_run_measures_both_encoders_and_g711_with_every_calls_audio_right(tmp_path: Path) -> None:
+def test_a_small_run_measures_both_decoders_and_g711_with_every_calls_audio_right(tmp_path: Path) -> None:
     report = tmp_path / "webrtc.json"
     argv = ["--repeats", "1", "--calls", "2", "--g711-calls", "4", "--window", "3", "--json", str(report)]
     done = bench(*argv, "--worker-core", "-1", "--load-core", "-1", timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads(report.read_text())["rows"]
-    assert set(rows) == {"browser, gateway encodes", "browser, aiortc encodes", "G.711 SIP (PCMU)"}
-    assert rows["browser, gateway encodes"]["audio_right"] == [2]
-    assert rows["browser, aiortc encodes"]["audio_right"] == [2]
+    ours, theirs = "browser, gateway encodes, gateway decodes", "browser, gateway encodes, aiortc decodes"
+    assert set(rows) == {ours, theirs, "G.711 SIP (PCMU)"}
+    assert rows[ours]["audio_right"] == [2]
+    assert rows[theirs]["audio_right"] == [2]
     assert rows["G.711 SIP (PCMU)"]["audio_right"] == [4]
-    # A browser call (aiortc: Opus both ways, SRTP, a decoder thread) costs the worker far more than a G.711 one.
-    browser, g711 = rows["browser, gateway encodes"], rows["G.711 SIP (PCMU)"]
-    assert browser["us_per_call_frame"] > 3 * g711["us_per_call_frame"] > 0
+    # A browser call (aiortc: Opus both ways, SRTP, ICE) costs the worker far more than a G.711 one.
+    assert rows[ours]["us_per_call_frame"] > 3 * rows["G.711 SIP (PCMU)"]["us_per_call_frame"] > 0
     assert "a browser call / a G.711 call:" in done.stdout
+    assert f"{theirs} / {ours}:" in done.stdout
+
+
+def test_the_encoders_compare_too(tmp_path: Path) -> None:
+    report = tmp_path / "webrtc.json"
+    argv = ["--repeats", "1", "--calls", "1", "--g711-calls", "0", "--window", "2", "--json", str(report)]
+    done = bench(*argv, "--encoder", "both", "--decoder", "gateway", "--worker-core", "-1", "--load-core", "-1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(report.read_text())["rows"]
+    assert set(rows) == {"browser, gateway encodes, gateway decodes", "browser, aiortc encodes, gateway decodes"}
+    assert all(row["audio_right"] == [1] for row in rows.values())
 
 
 def test_nonsense_is_refused_with_a_reason() -> None:
     done = bench("--calls", "0")
     assert done.returncode != 0
     assert "need calls >= 1" in done.stderr
+    done = bench("--decoder", "ffmpeg")
+    assert done.returncode != 0 and "--decoder" in done.stderr

@@ -28,19 +28,18 @@ from gateway.bench.webrtc import PlaybackTrack
 from gateway.transport.webrtc import (
     AgentAudioTrack,
     IceServer,
-    InboundAudio,
     OfferError,
     OutboundAudio,
     PeerStats,
     WebRtcConfig,
     WebRtcPeer,
     check_offer,
-    downmix_s16,
     ice_host_addresses,
     parse_ice_servers,
     rewrite_host_candidates,
     stats_from_report,
 )
+from gateway.transport.webrtc_receive import downmix_s16
 from telcodecs.frames import FRAME_SAMPLES, Frame
 from telcodecs.opus import OpusDecoder
 from tests.support.audio import align_and_correlate
@@ -185,54 +184,6 @@ async def run_echo_call(
 
 
 # -------------------------------------------------------------------------------------- the tests
-
-
-def test_inbound_stereo_packed_48k_becomes_24k_frames_with_the_same_tone() -> None:
-    inbound = InboundAudio()
-    left = tone(1000, 960 * 10, RATE)
-    stereo = np.stack((left, left), axis=1).reshape(1, -1)  # packed s16: L R L R ...
-    frames: list[Frame] = []
-    for i in range(10):
-        piece = np.ascontiguousarray(stereo[:, i * 1920 : (i + 1) * 1920])
-        frame = av.AudioFrame.from_ndarray(piece, format="s16", layout="stereo")
-        frame.sample_rate = RATE
-        frames += inbound.feed(frame)
-    assert [f.index for f in frames] == list(range(10))
-    pcm = np.concatenate([f.pcm for f in frames])
-    assert pcm.size == 10 * FRAME_SAMPLES
-    assert abs(dominant_hz(pcm[480:], 24_000) - 1000) < 30
-    assert 0.25 < np.max(np.abs(pcm[480:])) / 32767 < 0.35
-
-
-def test_inbound_planar_downmix_and_odd_piece_sizes_are_reframed() -> None:
-    inbound = InboundAudio()
-    left = tone(600, 960 * 6, RATE, amplitude=0.4)
-    right = np.zeros_like(left)  # the downmix halves a one-sided signal
-    planar = np.stack((left, right))
-    frames: list[Frame] = []
-    start = 0
-    for size in (300, 1000, 700, 2000, 1760):  # 5760 samples = 6 frames in uneven pieces
-        frame = av.AudioFrame.from_ndarray(
-            np.ascontiguousarray(planar[:, start : start + size]), format="s16p", layout="stereo"
-        )
-        frame.sample_rate = RATE
-        frames += inbound.feed(frame)
-        start += size
-    assert [f.index for f in frames] == list(range(6))
-    pcm = np.concatenate([f.pcm for f in frames])[480:]
-    assert abs(dominant_hz(pcm, 24_000) - 600) < 30
-    assert 0.15 < np.max(np.abs(pcm)) / 32767 < 0.25
-
-
-def test_inbound_other_rates_go_through_the_fallback_resampler() -> None:
-    inbound = InboundAudio()
-    frames: list[Frame] = []
-    for _ in range(20):
-        frame = av.AudioFrame.from_ndarray(tone(440, 320, 16_000).reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = 16_000
-        frames += inbound.feed(frame)
-    assert len(frames) >= 18  # libswresample holds back a few samples
-    assert abs(dominant_hz(np.concatenate([f.pcm for f in frames])[960:], 24_000) - 440) < 30
 
 
 def _decoded(packets: list[av.Packet]) -> npt.NDArray[np.int16]:
@@ -396,10 +347,13 @@ def test_stats_from_an_aiortc_report() -> None:
     assert stats.loss_pct == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("encoder", ["gateway", "aiortc"])
-async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(encoder: Literal["gateway", "aiortc"]) -> None:
+@pytest.mark.parametrize(("encoder", "decoder"), [("gateway", "gateway"), ("aiortc", "gateway"), ("gateway", "aiortc")])
+async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(
+    encoder: Literal["gateway", "aiortc"], decoder: Literal["gateway", "aiortc"]
+) -> None:
     """Opus in -> 24 kHz frames -> (looped back) -> paced track -> Opus out: the client hears itself, with the
-    agent's Opus encoded by the track or by aiortc's sender."""
+    agent's Opus encoded by the track or by aiortc's sender, and the caller's decoded on the loop or by aiortc's
+    decoder thread."""
     sent = speech_like(4.0)
     looped: deque[Frame] = deque(maxlen=50)
     received: list[Frame] = []
@@ -410,7 +364,7 @@ async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(encoder: Litera
         looped.append(frame)
 
     peer = WebRtcPeer(
-        WebRtcConfig(connect_timeout_s=10, encoder=encoder),
+        WebRtcConfig(connect_timeout_s=10, encoder=encoder, decoder=decoder),
         on_frame=on_frame,
         pull_frame=lambda: looped.popleft() if looped else None,
         on_message=messages.put_nowait,
@@ -429,6 +383,8 @@ async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(encoder: Litera
             client.send({"type": "dtmf", "digit": "5"})
             client.send({"no": "type"})
             await client.wait_heard(5.0, within=20)
+            receiver = next(t.receiver for t in peer._pc.getTransceivers() if t.kind == "audio")
+            decoder_running = receiver._RTCRtpReceiver__decoder_thread.is_alive()
             first = await asyncio.wait_for(messages.get(), timeout=5)
             stats = await peer.stats()
             assert peer.send_message({"type": "ended", "reason": "test"})
@@ -437,6 +393,11 @@ async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(encoder: Litera
         assert peer.bad_messages == 1
         assert [f.index for f in received] == list(range(len(received)))
         assert len(received) >= 200
+        if decoder == "gateway":  # decoded on the loop: aiortc's decoder thread ended as it started
+            assert peer.receive_sink is not None and peer.receive_sink.frames >= 200
+            assert not decoder_running
+        else:
+            assert peer.receive_sink is None and decoder_running
         correlation, lag = echo_correlation(sent, client.heard_audio())
         print(f"loop correlation {correlation:.3f} at lag {lag / RATE * 1000:.0f} ms")
         assert correlation > 0.75, (correlation, lag)

@@ -285,6 +285,18 @@ def test_settings_choose_ice_addresses_from_the_media_bind() -> None:
         WebRtcSettings(ice_servers="[{")
 
 
+def test_settings_choose_who_codes_the_browsers_opus(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = WebRtcSettings().peer_config("127.0.0.1")
+    assert (default.encoder, default.decoder) == ("gateway", "gateway")
+    monkeypatch.setenv("GATEWAY_WEBRTC_DECODER", "aiortc")
+    monkeypatch.setenv("GATEWAY_WEBRTC_ENCODER", "aiortc")
+    chosen = WebRtcSettings().peer_config("127.0.0.1")
+    assert (chosen.encoder, chosen.decoder) == ("aiortc", "aiortc")
+    monkeypatch.setenv("GATEWAY_WEBRTC_DECODER", "ffmpeg")
+    with pytest.raises(ValueError, match="decoder"):
+        WebRtcSettings()
+
+
 async def test_session_end_closes_the_peer_and_leaves_no_task(calls: WebRtcCalls, link: FakeLink) -> None:
     baseline = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
     async with browser_stand_in(speech_like(1.0)) as client:

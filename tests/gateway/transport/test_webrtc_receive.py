@@ -1,0 +1,193 @@
+"""A browser caller's audio on its way in: the Opus sink that replaces aiortc's decoder thread, and 48k -> 24k.
+
+The sink is fed real Opus packets (libopus through :class:`telcodecs.opus.OpusEncoder`) with the timestamps
+aiortc's receiver gives them; what comes out must be the tone that went in, on the caller's timeline: a short
+gap filled, a pause left a pause, a late frame dropped, a packet libopus rejects counted and concealed.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import av
+import numpy as np
+import numpy.typing as npt
+from aiortc import RTCPeerConnection
+
+from gateway.transport import webrtc_receive
+from gateway.transport.webrtc_receive import (
+    MAX_CONCEAL_FRAMES,
+    WIRE_SAMPLES,
+    InboundAudio,
+    OpusReceiveSink,
+)
+from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.opus import OpusEncoder
+from tests.gateway.transport.test_webrtc import RATE, dominant_hz, tone
+
+
+def opus_packets(freq: float, count: int) -> list[bytes]:
+    encoder = OpusEncoder(channels=1)
+    pcm = tone(freq, WIRE_SAMPLES * count, RATE)
+    return [encoder.encode(pcm[i * WIRE_SAMPLES : (i + 1) * WIRE_SAMPLES]) for i in range(count)]
+
+
+class Collected:
+    def __init__(self) -> None:
+        self.pieces: list[npt.NDArray[np.int16]] = []
+
+    def __call__(self, pcm: npt.NDArray[np.int16]) -> None:
+        self.pieces.append(pcm)
+
+    @property
+    def samples(self) -> int:
+        return sum(p.size for p in self.pieces)
+
+
+def test_the_sink_decodes_each_frame_to_48k_mono_with_the_tone_sent() -> None:
+    out = Collected()
+    sink = OpusReceiveSink(out)
+    for i, payload in enumerate(opus_packets(700, 25)):
+        sink.receive(payload, 5_000 + i * WIRE_SAMPLES)  # timestamps as aiortc's mapper gives them
+    assert [p.size for p in out.pieces] == [WIRE_SAMPLES] * 25 and all(p.dtype == np.int16 for p in out.pieces)
+    pcm = np.concatenate(out.pieces)
+    assert abs(dominant_hz(pcm[WIRE_SAMPLES * 2 :], RATE) - 700) < 20
+    assert 0.2 < np.abs(pcm[WIRE_SAMPLES * 2 :]).max() / 32767 < 0.4
+    assert (sink.frames, sink.concealed, sink.late, sink.bad_packets) == (25, 0, 0, 0)
+
+
+def test_a_short_gap_is_concealed_and_a_pause_is_not() -> None:
+    packets = opus_packets(500, 30)
+    out = Collected()
+    sink = OpusReceiveSink(out)
+    ts = [i * WIRE_SAMPLES for i in range(30)]
+    for i in (0, 1, 2, 3, 6, 7):  # frames 4 and 5 lost: two 20 ms frames concealed, the timeline kept
+        sink.receive(packets[i], ts[i])
+    assert sink.concealed == 2 and out.samples == 8 * WIRE_SAMPLES
+    concealed = np.concatenate(out.pieces[4:6])
+    assert np.abs(concealed).max() > 1000  # the voice continues through the gap, not silence
+    # A gap longer than MAX_CONCEAL_FRAMES is the sender pausing (DTX, mute): nothing is made up.
+    resume = 8 + MAX_CONCEAL_FRAMES + 5
+    sink.receive(packets[resume], ts[resume])
+    assert sink.concealed == 2 and out.samples == 9 * WIRE_SAMPLES
+    # A frame from before what was already played is dropped and counted.
+    sink.receive(packets[9], ts[9])
+    assert sink.late == 1 and out.samples == 9 * WIRE_SAMPLES
+
+
+def test_a_packet_libopus_rejects_is_counted_and_concealed_and_the_call_goes_on() -> None:
+    packets = opus_packets(900, 10)
+    out = Collected()
+    sink = OpusReceiveSink(out)
+    for i in range(4):
+        sink.receive(packets[i], i * WIRE_SAMPLES)
+    sink.receive(b"\xff", 4 * WIRE_SAMPLES)  # code 3 without its frame-count byte (RFC 6716 §3.2.5)
+    assert sink.bad_packets == 1 and sink.concealed == 1
+    for i in range(5, 10):
+        sink.receive(packets[i], i * WIRE_SAMPLES)
+    assert sink.frames == 9 and sink.concealed == 1 and out.samples == 10 * WIRE_SAMPLES
+    assert abs(dominant_hz(np.concatenate(out.pieces[5:]), RATE) - 900) < 30
+
+
+class _Encoded:
+    def __init__(self, data: bytes, timestamp: int) -> None:
+        self.data = data
+        self.timestamp = timestamp
+
+
+def test_the_sink_speaks_the_queue_calls_aiortc_makes() -> None:
+    out = Collected()
+    sink = OpusReceiveSink(out)
+    assert sink.get() is None  # the decoder thread aiortc starts reads None and ends
+    sink.put((object(), _Encoded(opus_packets(440, 1)[0], 0)))
+    assert out.samples == WIRE_SAMPLES
+    sink.put(None)  # aiortc stopping its decoder
+    assert sink.closed
+    sink.put((object(), _Encoded(opus_packets(440, 1)[0], WIRE_SAMPLES)))
+    assert out.samples == WIRE_SAMPLES
+
+
+async def test_install_takes_the_place_of_a_new_receivers_queue_and_its_thread_ends_at_once() -> None:
+    pc = RTCPeerConnection()
+    try:
+        receiver = pc.addTransceiver("audio").receiver
+        sink = OpusReceiveSink(Collected())
+        assert webrtc_receive.install(receiver, sink)
+        assert receiver._RTCRtpReceiver__decoder_queue is sink
+        # A receiver whose decoder thread runs, or an aiortc that keeps its queue elsewhere, is left alone.
+        other = pc.addTransceiver("audio").receiver
+        running = threading.Thread(target=lambda: None)
+        other._RTCRtpReceiver__decoder_thread = running
+        assert not webrtc_receive.install(other, OpusReceiveSink(Collected()))
+        assert isinstance(other._RTCRtpReceiver__decoder_queue, queue.Queue)
+        other._RTCRtpReceiver__decoder_thread = None
+        assert not webrtc_receive.install(object(), OpusReceiveSink(Collected()))
+    finally:
+        await pc.close()
+
+
+# --------------------------------------------------------------------------------- 48k -> 24k
+
+
+def test_inbound_pcm48_in_20ms_pieces_becomes_24k_frames_with_the_same_tone() -> None:
+    inbound = InboundAudio()
+    pcm = tone(1000, 960 * 10, RATE)
+    frames: list[Frame] = []
+    for i in range(10):
+        frames += inbound.feed_pcm48(pcm[i * 960 : (i + 1) * 960])
+    assert [f.index for f in frames] == list(range(10))
+    out = np.concatenate([f.pcm for f in frames])
+    assert out.size == 10 * FRAME_SAMPLES
+    assert abs(dominant_hz(out[480:], 24_000) - 1000) < 30
+    # A 10 ms and a 40 ms packet in between: reframed on the same timeline.
+    frames = inbound.feed_pcm48(pcm[:480]) + inbound.feed_pcm48(pcm[480:2400]) + inbound.feed_pcm48(pcm[2400:2880])
+    assert [f.index for f in frames] == [10, 11, 12]
+
+
+def test_inbound_stereo_packed_48k_becomes_24k_frames_with_the_same_tone() -> None:
+    inbound = InboundAudio()
+    left = tone(1000, 960 * 10, RATE)
+    stereo = np.stack((left, left), axis=1).reshape(1, -1)  # packed s16: L R L R ...
+    frames: list[Frame] = []
+    for i in range(10):
+        piece = np.ascontiguousarray(stereo[:, i * 1920 : (i + 1) * 1920])
+        frame = av.AudioFrame.from_ndarray(piece, format="s16", layout="stereo")
+        frame.sample_rate = RATE
+        frames += inbound.feed(frame)
+    assert [f.index for f in frames] == list(range(10))
+    pcm = np.concatenate([f.pcm for f in frames])
+    assert pcm.size == 10 * FRAME_SAMPLES
+    assert abs(dominant_hz(pcm[480:], 24_000) - 1000) < 30
+    assert 0.25 < np.max(np.abs(pcm[480:])) / 32767 < 0.35
+
+
+def test_inbound_planar_downmix_and_odd_piece_sizes_are_reframed() -> None:
+    inbound = InboundAudio()
+    left = tone(600, 960 * 6, RATE, amplitude=0.4)
+    right = np.zeros_like(left)  # the downmix halves a one-sided signal
+    planar = np.stack((left, right))
+    frames: list[Frame] = []
+    start = 0
+    for size in (300, 1000, 700, 2000, 1760):  # 5760 samples = 6 frames in uneven pieces
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(planar[:, start : start + size]), format="s16p", layout="stereo"
+        )
+        frame.sample_rate = RATE
+        frames += inbound.feed(frame)
+        start += size
+    assert [f.index for f in frames] == list(range(6))
+    pcm = np.concatenate([f.pcm for f in frames])[480:]
+    assert abs(dominant_hz(pcm, 24_000) - 600) < 30
+    assert 0.15 < np.max(np.abs(pcm)) / 32767 < 0.25
+
+
+def test_inbound_other_rates_go_through_the_fallback_resampler() -> None:
+    inbound = InboundAudio()
+    frames: list[Frame] = []
+    for _ in range(20):
+        frame = av.AudioFrame.from_ndarray(tone(440, 320, 16_000).reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = 16_000
+        frames += inbound.feed(frame)
+    assert len(frames) >= 18  # libswresample holds back a few samples
+    assert abs(dominant_hz(np.concatenate([f.pcm for f in frames])[960:], 24_000) - 440) < 30
