@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from telcodecs.opus import OPUS_FRAME_SAMPLES, OpusDecoder, OpusEncoder, OpusError
+from telcodecs.opus import OPUS_FRAME_SAMPLES, SILENCE_SETTLE_FRAMES, OpusDecoder, OpusEncoder, OpusError
 
 RATE = 48000
 
@@ -45,6 +45,45 @@ def test_round_trip_preserves_speech_like_audio() -> None:
     y = np.concatenate([decoder.decode(p) for p in packets])
     assert y.shape == (x.shape[0],) and y.dtype == np.int16
     assert best_correlation(x, y) > 0.85
+
+
+def test_settled_silence_reuses_its_packet_and_speech_after_it_decodes_as_without() -> None:
+    speech = frames(speech_like(1.0))
+    later = frames(speech_like(1.0, seed=3))
+    silence = [np.zeros(OPUS_FRAME_SAMPLES, np.int16)] * 50
+    source = speech + silence + later
+    reusing, reference = OpusEncoder(), OpusEncoder(reuse_silence=False)
+    packets = [reusing.encode(f) for f in source]
+    expected = [reference.encode(f) for f in source]
+    # libopus encoded the first SILENCE_SETTLE_FRAMES silent frames; the rest got the settled packet back.
+    assert reusing.reused == 50 - SILENCE_SETTLE_FRAMES and reference.reused == 0
+    quiet = packets[len(speech) + SILENCE_SETTLE_FRAMES - 1 : len(speech) + 50]
+    assert len(set(quiet)) == 1
+    # Everything up to the settled packet is what libopus made anyway.
+    assert packets[: len(speech) + SILENCE_SETTLE_FRAMES] == expected[: len(speech) + SILENCE_SETTLE_FRAMES]
+    ours, theirs = OpusDecoder(), OpusDecoder()
+    heard = np.concatenate([ours.decode(p) for p in packets])
+    without = np.concatenate([theirs.decode(p) for p in expected])
+    start = len(speech) * OPUS_FRAME_SAMPLES
+    gap = heard[start + SILENCE_SETTLE_FRAMES * OPUS_FRAME_SAMPLES : start + 50 * OPUS_FRAME_SAMPLES]
+    assert np.abs(gap).max() <= 8  # a repeated silence packet decodes to silence (-72 dBFS)
+    after = slice(start + 50 * OPUS_FRAME_SAMPLES, None)
+    assert np.corrcoef(heard[after].astype(float), without[after].astype(float))[0, 1] > 0.98
+    assert best_correlation(np.concatenate(later), heard[after]) > 0.85
+
+
+def test_a_frame_with_one_sample_of_sound_is_encoded_not_reused() -> None:
+    encoder = OpusEncoder()
+    quiet = np.zeros(OPUS_FRAME_SAMPLES, np.int16)
+    for _ in range(SILENCE_SETTLE_FRAMES + 5):
+        encoder.encode(quiet)
+    assert encoder.reused == 5
+    click = quiet.copy()
+    click[100] = 3000
+    settled = encoder.encode(quiet)
+    assert encoder.encode(click) != settled and encoder.reused == 6
+    assert encoder.encode(quiet) != settled  # a new run of silence settles again before it is reused
+    assert encoder.reused == 6
 
 
 def test_bitrate_setting_changes_packet_size() -> None:
