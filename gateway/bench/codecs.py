@@ -5,6 +5,9 @@ Two round trips are measured, each as one media tick for N calls (receive direct
 * G.711 <-> 24 kHz: PCMU payload -> decode -> 8k->24k | 24 kHz frame -> 24k->8k -> encode -> payload;
 * Opus <-> 24 kHz: packet -> decode (48 kHz) -> 48k->24k | 24 kHz frame -> 24k->48k -> encode -> packet.
 
+Beside them, the Opus encode alone: a frame of speech, a frame of an agent's silence through libopus, and the
+same silence once the encoder has settled and reuses its packet (``OpusEncoder(reuse_silence=...)``).
+
 Paths: telcodecs batched (BatchResampler + batch LUTs, N = 1, 10, 100, 1000), telcodecs per call
 (StreamResampler per call), and what a user would otherwise pick: aiortc's codec classes (PyAV codecs and
 resampling), ``av.AudioResampler``, ``soxr.ResampleStream``, and stdlib ``audioop`` where it exists.
@@ -36,7 +39,7 @@ import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 
 from telcodecs import g711  # noqa: E402
-from telcodecs.opus import OpusDecoder, OpusEncoder  # noqa: E402
+from telcodecs.opus import SILENCE_SETTLE_FRAMES, OpusDecoder, OpusEncoder  # noqa: E402
 from telcodecs.resample import BatchResampler, StreamResampler  # noqa: E402
 
 Tick = Callable[[], None]
@@ -49,7 +52,7 @@ G711_TARGET_RATIO = 10.0
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Case:
     name: str
-    family: str  # "g711" or "opus"
+    family: str  # "g711", "opus" or "opus-encode"
     path: str  # "batched", "per-call", "aiortc", "av", "soxr", "audioop"
     calls: int
     frames: int  # ticks per timing
@@ -141,6 +144,27 @@ def _opus_per_call(calls: int) -> Tick:
         for decoder, encoder, down, up in zip(decoders, encoders, downs, ups):
             down.process(decoder.decode(packet))
             encoder.encode(up.process(outbound))
+
+    return tick
+
+
+def _opus_encode(calls: int, *, silence: bool, reuse: bool) -> Tick:
+    """One 48 kHz frame encoded per call per tick: speech, or an agent's silence (exact zeros) with or without
+    the settled packet reused."""
+    encoders = [OpusEncoder(reuse_silence=reuse) for _ in range(calls)]
+    speech = _frames(_speech_like(48000, 0.5), 960, 25)
+    quiet = np.zeros(960, dtype=np.int16)
+    if silence:  # steady state: a silence long under way
+        for encoder in encoders:
+            for _ in range(SILENCE_SETTLE_FRAMES + 1):
+                encoder.encode(quiet)
+    position = [0]
+
+    def tick() -> None:
+        pcm = quiet if silence else speech[position[0] % len(speech)]
+        position[0] += 1
+        for encoder in encoders:
+            encoder.encode(pcm)
 
     return tick
 
@@ -388,6 +412,21 @@ def _cases(quick: bool) -> list[Case]:
             build=lambda: _opus_av(alt_calls),
         )
     )
+    for name, silence, reuse in (
+        ("opus encode, speech", False, True),
+        ("opus encode, silence, every frame through libopus", True, False),
+        ("opus encode, silence, settled packet reused", True, True),
+    ):
+        cases.append(
+            Case(
+                name=name,
+                family="opus-encode",
+                path="reused" if silence and reuse else "libopus",
+                calls=alt_calls,
+                frames=frames_for(alt_calls),
+                build=lambda silence=silence, reuse=reuse: _opus_encode(alt_calls, silence=silence, reuse=reuse),
+            )
+        )
     return cases
 
 

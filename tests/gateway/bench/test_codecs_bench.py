@@ -31,4 +31,11 @@ def test_quick_json_shape() -> None:
     for path in ("per-call", "aiortc", "av", "soxr"):
         assert ("g711<->24k", path) in paths
     assert ("opus<->24k", "batched") in paths and ("opus<->24k", "aiortc") in paths
+    encode = {r["name"]: r["us_per_call_frame"] for r in results if r["family"] == "opus-encode"}
+    assert len(encode) == 3
+    # Reusing the settled silence packet skips libopus: far cheaper than encoding the same silence.
+    assert (
+        encode["opus encode, silence, settled packet reused"] * 5
+        < encode["opus encode, silence, every frame through libopus"]
+    )
     assert {"python", "cpu", "cpu_count", "versions"} <= set(report["env"])
