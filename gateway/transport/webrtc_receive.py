@@ -113,6 +113,8 @@ class OpusReceiveSink:
         self.concealed = 0  # 20 ms frames filled in for a short gap or a packet libopus rejected
         self.bad_packets = 0  # packets libopus rejected
         self.late = 0  # frames at or before a timestamp already played (dropped)
+        self.other_codec = 0  # frames of a codec other than Opus (dropped)
+        self.errors = 0  # frames whose handling raised (dropped, logged once)
 
     # --- the queue.Queue surface aiortc uses
 
@@ -125,8 +127,16 @@ class OpusReceiveSink:
             return
         if self.closed:
             return
-        _codec, encoded = item
-        self.receive(bytes(encoded.data), int(encoded.timestamp))
+        codec, encoded = item
+        if str(getattr(codec, "name", "")).lower() != "opus":
+            self.other_codec += 1  # the answer offers Opus alone; anything else is not the caller's voice
+            return
+        try:
+            self.receive(bytes(encoded.data), int(encoded.timestamp))
+        except Exception:  # in aiortc's packet handler: a bug here must not end the call's transport
+            self.errors += 1
+            if self.errors == 1:
+                log.exception("handling a browser caller's Opus frame failed")
 
     # --- the work
 

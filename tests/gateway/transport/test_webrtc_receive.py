@@ -96,16 +96,35 @@ class _Encoded:
         self.timestamp = timestamp
 
 
+class _Codec:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 def test_the_sink_speaks_the_queue_calls_aiortc_makes() -> None:
     out = Collected()
     sink = OpusReceiveSink(out)
+    packets = opus_packets(440, 4)
     assert sink.get() is None  # the decoder thread aiortc starts reads None and ends
-    sink.put((object(), _Encoded(opus_packets(440, 1)[0], 0)))
+    sink.put((_Codec("opus"), _Encoded(packets[0], 0)))
     assert out.samples == WIRE_SAMPLES
+    sink.put((_Codec("PCMU"), _Encoded(b"\xff" * 160, WIRE_SAMPLES)))  # not the caller's Opus: dropped
+    assert sink.other_codec == 1 and out.samples == WIRE_SAMPLES
     sink.put(None)  # aiortc stopping its decoder
     assert sink.closed
-    sink.put((object(), _Encoded(opus_packets(440, 1)[0], WIRE_SAMPLES)))
+    sink.put((_Codec("opus"), _Encoded(packets[1], WIRE_SAMPLES)))
     assert out.samples == WIRE_SAMPLES
+
+
+def test_a_failure_behind_the_sink_is_counted_and_does_not_reach_aiortc() -> None:
+    def broken(pcm: npt.NDArray[np.int16]) -> None:
+        raise RuntimeError("a bug downstream")
+
+    sink = OpusReceiveSink(broken)
+    packets = opus_packets(440, 3)
+    for i, payload in enumerate(packets):
+        sink.put((_Codec("opus"), _Encoded(payload, i * WIRE_SAMPLES)))  # must not raise into the packet handler
+    assert sink.errors == 3 and sink.frames == 3
 
 
 async def test_install_takes_the_place_of_a_new_receivers_queue_and_its_thread_ends_at_once() -> None:
