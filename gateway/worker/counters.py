@@ -67,9 +67,10 @@ def live_call_figures(call_id: str, media: MediaCall, *, agent_audio_gaps: int) 
     )
 
 
-def session_figures(call_id: str, *, agent_audio_gaps: int) -> CallFigures:
-    """A call whose media the tick engine does not carry (a browser call): its session's figures only."""
-    return CallFigures(call_id, 0, None, 0, 0, 0, agent_audio_gaps)
+def session_figures(call_id: str, *, agent_audio_gaps: int, concealed: int = 0) -> CallFigures:
+    """A call whose media the tick engine does not carry (a browser call): its session's figures, and the
+    frames its receive path concealed when that path is ours."""
+    return CallFigures(call_id, 0, None, concealed, 0, 0, agent_audio_gaps)
 
 
 # CallFigures fields exported as gateway_playout_events_total{event}

@@ -52,7 +52,7 @@ from gateway.transport.webrtc import (
     check_offer,
     parse_ice_servers,
 )
-from gateway.worker.counters import CounterExporter, latency_observer, session_figures
+from gateway.worker.counters import CallFigures, CounterExporter, latency_observer, session_figures
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields
 from gateway.worker.settings import WorkerSettings
 from telcodecs.frames import Frame, dbfs
@@ -167,6 +167,20 @@ class WebRtcLeg:
     @property
     def live(self) -> bool:
         return self.state != "ended"
+
+    def receive_fields(self) -> dict[str, int]:
+        """What the gateway's own receive path did to the caller's audio (nothing when aiortc decodes it)."""
+        sink = self.peer.receive_sink if self.peer is not None else None
+        if sink is None:
+            return {}
+        return {"concealed": sink.concealed, "late": sink.late}
+
+    def figures(self) -> CallFigures | None:
+        """The call's running totals for the worker's counters; None before it has a session."""
+        if self.session is None:
+            return None
+        concealed = self.receive_fields().get("concealed", 0)
+        return session_figures(self.id, agent_audio_gaps=self.session.agent_audio_gaps, concealed=concealed)
 
 
 class WebRtcCallControl:
@@ -438,9 +452,7 @@ class WebRtcCalls:
             ACTIVE_CALLS.labels(worker_label).dec()
         CALLS_TOTAL.labels(worker_label, leg.end_reason).inc()
         log.info("browser call %s ended: %s", leg.id, leg.end_reason)
-        session = leg.session
-        figures = None if session is None else session_figures(leg.id, agent_audio_gaps=session.agent_audio_gaps)
-        self._worker.counters.call_ended(leg.id, figures)
+        self._worker.counters.call_ended(leg.id, leg.figures())
         if report:
             await self._report("call.ended", leg)
         self.legs.pop(leg.id, None)
@@ -493,6 +505,7 @@ class WebRtcCalls:
             # Opus through aiortc's jitter buffer (about 4 packets of prefetch) + packetization
             delay_ms=80.0 + 40.0,
             codec="opus",
+            **leg.receive_fields(),
         )
         stats.update(level_fields(leg.last_level, leg.levels))
         return build_snapshot(

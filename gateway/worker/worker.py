@@ -55,7 +55,7 @@ from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
-from gateway.worker.counters import CounterExporter, live_call_figures, session_figures
+from gateway.worker.counters import CounterExporter, live_call_figures
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls
@@ -303,8 +303,8 @@ class MediaWorker:
                 gaps = leg.session.agent_audio_gaps if leg.session is not None else 0
                 per_call.append(live_call_figures(leg.id, self.engine.call(leg.id), agent_audio_gaps=gaps))
         for browser in self.webrtc.legs.values():
-            if browser.session is not None:
-                per_call.append(session_figures(browser.id, agent_audio_gaps=browser.session.agent_audio_gaps))
+            if (figures := browser.figures()) is not None:
+                per_call.append(figures)
         self.counters.rtp_packets(received, sent)
         self.counters.calls(per_call)
         CAPACITY.labels(self._metric_worker).set(self.settings.capacity)

@@ -22,6 +22,7 @@ from gateway.fleet.models import (
     WorkerEvent,
     WorkerInfo,
 )
+from gateway.observability import REGISTRY
 from gateway.providers.base import RealtimeModel
 from gateway.providers.echo import EchoModel
 from gateway.session.config import SessionConfig
@@ -124,6 +125,8 @@ def _leftover_tasks() -> list[str]:
 
 async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: FakeLink) -> None:
     sent = speech_like(4.0)
+    labels = {"worker": "w-test", "event": "concealed"}
+    concealed_before = REGISTRY.get_sample_value("gateway_playout_events_total", labels) or 0.0
     async with browser_stand_in(sent) as client:
         answer = await calls.answer(await client.offer(), route="web", public=True, client="127.0.0.1")
         assert " 127.0.0.1 " in answer.sdp and "opus/48000" in answer.sdp
@@ -140,7 +143,13 @@ async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: Fa
         leg = calls.legs[answer.call_id]
         assert leg.session is not None
         assert leg.dtmf_in == 1 and leg.session.stats().dtmf_digits == 1
+        # The caller's Opus is decoded by the gateway's sink; what it concealed and dropped shows in the call's
+        # stats and, when the call ends, in the worker's playout counters.
+        sink = leg.peer.receive_sink if leg.peer is not None else None
+        assert sink is not None and sink.frames >= 200 and sink.concealed == sink.late == 0
+        sink.concealed, sink.late = 2, 1
         [snapshot] = await calls.snapshot()
+        assert (snapshot.stats.concealed, snapshot.stats.late) == (2, 1)
         assert (snapshot.kind, snapshot.state, snapshot.route, snapshot.provider) == ("webrtc", "active", "web", "echo")
         assert snapshot.stats.rtp_packets_in >= 150 and snapshot.stats.rtp_packets_out >= 150
         assert snapshot.stats.mos is not None and snapshot.stats.level_dbfs is not None
@@ -156,6 +165,9 @@ async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: Fa
         ended = await link.wait_event("call.ended", answer.call_id)
     assert (ended.state, ended.end_reason, ended.kind) == ("ended", "api", "webrtc")
     assert ended.stats.rtp_packets_in >= 150
+    assert REGISTRY.get_sample_value("gateway_playout_events_total", {"worker": "w-test", "event": "concealed"}) == (
+        concealed_before + 2
+    )
     assert link.kinds(answer.call_id) == ["call.started", "call.updated", "call.ended"]
     [request] = link.requests
     assert (request.kind, request.route, request.public, request.call_id) == ("webrtc", "web", True, answer.call_id)
