@@ -1,19 +1,25 @@
-"""A browser caller's audio on its way in: Opus from aiortc's receiver -> 24 kHz 20 ms frames.
+"""A browser caller's audio on its way in: RTP from aiortc's receiver -> Opus decoded -> 24 kHz 20 ms frames.
 
-aiortc's ``RTCRtpReceiver`` reassembles encoded frames in its jitter buffer and hands each one, through a
-``queue.Queue``, to a decoder thread of its own per receiver; the thread decodes with PyAV and posts every
-decoded frame back to the event loop (``run_coroutine_threadsafe``) into the remote track's queue, which a task
-of ours awaited. Per 20 ms packet that is two thread hand-offs and a loop wake-up, and the decoder thread takes
-the GIL from the loop that paces every call: in a profile of 8 browser calls the hand-offs were about a third of
-the worker's samples, more than libopus' encoding (docs/performance.md, "Browser calls";
-docs/adr/0011-browser-audio-decoded-on-the-loop.md).
+aiortc's ``RTCRtpReceiver`` puts each audio packet (after SRTP, RTCP statistics and depayloading) into its
+``JitterBuffer``, which hands out a frame only once four more are buffered (80 ms), and only in unbroken
+order: after one lost packet it waits until 16 packets are queued behind the hole, then goes on from there
+with them all still queued, so the caller's audio reaches the agent about 280 ms late for the rest of the
+call. Each frame then goes through a ``queue.Queue`` to a decoder thread per receiver, which decodes with PyAV
+and posts every decoded frame back to the loop (``run_coroutine_threadsafe``) for a task of ours to read. In
+a profile of 8 browser calls the thread hand-offs were about a third of the worker's samples
+(docs/adr/0011-browser-audio-decoded-on-the-loop.md).
 
-:class:`OpusReceiveSink` stands in for that queue. Installed before the connection starts (:func:`install`),
-it receives each encoded frame in the receiver's own packet handler, on the loop, and decodes it there with
-:class:`telcodecs.opus.OpusDecoder` (mono, as the SIP path decodes): no thread, no hand-off. A gap in the
-frames' timestamps of up to :data:`MAX_CONCEAL_FRAMES` is filled by the decoder's concealment, so the frames
-the session gets stay on the caller's timeline; a longer gap is the sender pausing (DTX, a muted microphone).
-The thread aiortc still starts reads ``None`` from the sink and ends at once.
+:class:`OpusReceiveSink` takes the place of both, installed before the connection starts (:func:`install`):
+
+- order: a packet in sequence is decoded as it arrives; one after a hole waits for the missing packet for at
+  most :data:`REORDER_PACKETS` packets, then the hole is taken as lost. A packet from behind what was decoded
+  is late and dropped. Sequence numbers and timestamps are unwrapped; a jump far back is a new stream.
+- decoding: on the loop, with :class:`telcodecs.opus.OpusDecoder` (mono, as the SIP path decodes). A gap in
+  the timestamps of up to :data:`MAX_CONCEAL_FRAMES` frames is filled by the decoder's concealment, so the
+  frames the session gets stay on the caller's timeline; a longer gap is the sender pausing (DTX, mute).
+
+There is no playout delay: the frames go to the session (and the provider) as they come, which is what the
+provider wants; the agent's audio towards the caller is paced by the agent track.
 
 :class:`InboundAudio` turns 48 kHz mono PCM (from the sink, or from aiortc's decoded ``av.AudioFrame`` when
 ``decoder="aiortc"``) into 24 kHz :class:`~telcodecs.frames.Frame` s of 20 ms.
@@ -29,6 +35,7 @@ from typing import Any
 import av
 import numpy as np
 import numpy.typing as npt
+from aiortc.jitterbuffer import JitterBuffer
 
 from telcodecs.frames import Frame
 from telcodecs.opus import OpusDecoder, OpusError
@@ -39,9 +46,13 @@ log = logging.getLogger(__name__)
 OPUS_RATE = 48_000
 WIRE_SAMPLES = OPUS_RATE // 50  # 960: 20 ms at 48 kHz
 MAX_CONCEAL_FRAMES = 5  # a longer gap in the timestamps is the sender pausing, not loss
+REORDER_PACKETS = 2  # packets that wait behind a hole before it is taken as lost (40 ms at 20 ms a packet)
+_RESTART_PACKETS = 100  # a sequence number further back than this: the sender started a new stream
+_RESTART_FRAMES = 50  # a timestamp further back than 1 s: likewise
 
 # aiortc's receiver keeps the decoder's queue and thread in private (name-mangled) attributes.
 _QUEUE_ATTR = "_RTCRtpReceiver__decoder_queue"
+_JITTER_ATTR = "_RTCRtpReceiver__jitter_buffer"
 _THREAD_ATTR = "_RTCRtpReceiver__decoder_thread"
 
 
@@ -97,26 +108,44 @@ class InboundAudio:
 
 
 class OpusReceiveSink:
-    """Takes the place of an aiortc receiver's decoder queue: each encoded Opus frame is decoded when the
-    receiver hands it over, on the loop, and its 48 kHz mono PCM goes to ``on_pcm``.
+    """Takes the place of an aiortc receiver's audio jitter buffer and decoder queue: each RTP packet is put in
+    order as it arrives and decoded on the loop, and its 48 kHz mono PCM goes to ``on_pcm`` at once.
 
-    Speaks the two calls aiortc makes on the queue: ``put((codec, frame))`` from the packet handler (``None``
-    to stop) and ``get()`` from its decoder thread, which gets ``None`` and ends.
+    aiortc's receiver calls ``add(packet)`` (its ``JitterBuffer`` surface) for every packet after SRTP, RTCP
+    statistics and depayloading; the sink answers ``(False, None)``, so aiortc queues nothing for its decoder
+    thread, which reads ``None`` from ``get()`` and ends. ``put(None)`` is aiortc stopping it.
     """
 
     def __init__(self, on_pcm: Callable[[npt.NDArray[np.int16]], None]) -> None:
         self._on_pcm = on_pcm
         self._decoder = OpusDecoder(channels_out=1)
-        self._next_ts: int | None = None
+        self._next_ts: int | None = None  # the timestamp the next frame should have (unwrapped)
+        self._expected: int | None = None  # the next sequence number to decode (unwrapped)
+        self._held: dict[int, tuple[int, bytes]] = {}  # packets after a hole: seq -> (timestamp, payload)
+        self._ts_raw = 0  # the last RTP timestamp seen, and its unwrapped value
+        self._ts_ext = 0
         self.closed = False
-        self.frames = 0  # encoded frames decoded
+        self.frames = 0  # packets decoded
         self.concealed = 0  # 20 ms frames filled in for a short gap or a packet libopus rejected
         self.bad_packets = 0  # packets libopus rejected
-        self.late = 0  # frames at or before a timestamp already played (dropped)
-        self.other_codec = 0  # frames of a codec other than Opus (dropped)
-        self.errors = 0  # frames whose handling raised (dropped, logged once)
+        self.late = 0  # packets behind what was already decoded (dropped)
+        self.other_codec = 0  # frames of a codec other than Opus handed to put() (dropped)
+        self.errors = 0  # packets whose handling raised (dropped, logged once)
 
-    # --- the queue.Queue surface aiortc uses
+    # --- the surfaces aiortc's receiver uses: its jitter buffer's add(), its decoder queue's get() and put()
+
+    def add(self, packet: Any) -> tuple[bool, None]:
+        if not self.closed:
+            payload = getattr(packet, "_data", None)
+            try:
+                self.arrived(
+                    int(packet.sequence_number),
+                    int(packet.timestamp),
+                    bytes(packet.payload if payload is None else payload),
+                )
+            except Exception:  # in aiortc's packet handler: a bug here must not end the call's transport
+                self._failed()
+        return False, None  # nothing for aiortc's decoder (and no picture-loss indication)
 
     def get(self, block: bool = True, timeout: float | None = None) -> None:
         return None
@@ -133,22 +162,67 @@ class OpusReceiveSink:
             return
         try:
             self.receive(bytes(encoded.data), int(encoded.timestamp))
-        except Exception:  # in aiortc's packet handler: a bug here must not end the call's transport
-            self.errors += 1
-            if self.errors == 1:
-                log.exception("handling a browser caller's Opus frame failed")
+        except Exception:
+            self._failed()
 
-    # --- the work
+    def _failed(self) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            log.exception("handling a browser caller's Opus packet failed")
+
+    # --- order
+
+    def arrived(self, sequence: int, timestamp: int, payload: bytes) -> None:
+        """One RTP packet as it arrived (16-bit sequence number, 32-bit timestamp). In order, it is decoded at
+        once; after a hole it waits for the missing packet for at most :data:`REORDER_PACKETS` packets."""
+        ts = self._unwrap_ts(timestamp)
+        expected = self._expected
+        if expected is None:
+            self._expected = expected = sequence
+        seq = expected + ((sequence - expected + 0x8000) & 0xFFFF) - 0x8000
+        if seq < expected:
+            if expected - seq > _RESTART_PACKETS:  # the sender started over (a new stream): follow it
+                self._restart(seq)
+            else:
+                self.late += 1
+                return
+            expected = seq
+        if seq > expected:
+            self._held[seq] = (ts, payload)
+            if len(self._held) <= REORDER_PACKETS:
+                return
+            self._expected = expected = min(self._held)  # the hole is lost: concealment fills it
+            seq, (ts, payload) = expected, self._held.pop(expected)
+        self._expected = seq + 1
+        self.receive(payload, ts)
+        while self._held and (waiting := self._held.pop(self._expected, None)) is not None:
+            self._expected += 1
+            self.receive(waiting[1], waiting[0])
+
+    def _unwrap_ts(self, timestamp: int) -> int:
+        step = ((timestamp - self._ts_raw + 0x8000_0000) & 0xFFFF_FFFF) - 0x8000_0000
+        self._ts_raw = timestamp
+        self._ts_ext += step
+        return self._ts_ext
+
+    def _restart(self, sequence: int) -> None:
+        self._held.clear()
+        self._expected = sequence
+        self._next_ts = None
+
+    # --- decoding
 
     def receive(self, payload: bytes, timestamp: int) -> None:
-        """One encoded frame with its (unwrapped, 48 kHz) RTP timestamp."""
+        """One encoded frame, in order, with its unwrapped 48 kHz RTP timestamp."""
         expected = self._next_ts
         if expected is not None:
             missing = timestamp - expected
-            if missing < 0:
+            if missing < -_RESTART_FRAMES * WIRE_SAMPLES:  # the timestamps started over
+                expected = None
+            elif missing < 0:
                 self.late += 1
                 return
-            if 0 < missing <= MAX_CONCEAL_FRAMES * WIRE_SAMPLES:
+            elif missing <= MAX_CONCEAL_FRAMES * WIRE_SAMPLES:
                 for _ in range(missing // WIRE_SAMPLES):
                     self._conceal()
         try:
@@ -170,11 +244,15 @@ class OpusReceiveSink:
 
 
 def install(receiver: Any, sink: OpusReceiveSink) -> bool:
-    """Put ``sink`` where ``receiver`` (an aiortc ``RTCRtpReceiver`` not started yet) queues encoded frames for
-    its decoder thread. False, with nothing changed, when this aiortc keeps them otherwise or has started."""
+    """Put ``sink`` in place of ``receiver``'s (an aiortc ``RTCRtpReceiver`` not started yet) audio jitter
+    buffer and decoder queue. False, with nothing changed, when this aiortc keeps them otherwise or has
+    started its decoder."""
     if not isinstance(getattr(receiver, _QUEUE_ATTR, None), queue.Queue):
+        return False
+    if not isinstance(getattr(receiver, _JITTER_ATTR, None), JitterBuffer):
         return False
     if getattr(receiver, _THREAD_ATTR, "missing") is not None:
         return False
+    setattr(receiver, _JITTER_ATTR, sink)
     setattr(receiver, _QUEUE_ATTR, sink)
     return True

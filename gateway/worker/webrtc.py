@@ -502,8 +502,8 @@ class WebRtcCalls:
             loss_pct=media.loss_pct,
             jitter_ms=media.jitter_ms,
             rtt_ms=media.rtt_ms,
-            # Opus through aiortc's jitter buffer (about 4 packets of prefetch) + packetization
-            delay_ms=80.0 + 40.0,
+            # Packetization and Opus' look-ahead, + 4 packets of prefetch when aiortc's jitter buffer is in the way
+            delay_ms=40.0 if leg.receive_fields() else 80.0 + 40.0,
             codec="opus",
             **leg.receive_fields(),
         )

@@ -14,6 +14,8 @@ import av
 import numpy as np
 import numpy.typing as npt
 from aiortc import RTCPeerConnection
+from aiortc.jitterbuffer import JitterBuffer
+from aiortc.rtp import RtpPacket
 
 from gateway.transport import webrtc_receive
 from gateway.transport.webrtc_receive import (
@@ -127,12 +129,13 @@ def test_a_failure_behind_the_sink_is_counted_and_does_not_reach_aiortc() -> Non
     assert sink.errors == 3 and sink.frames == 3
 
 
-async def test_install_takes_the_place_of_a_new_receivers_queue_and_its_thread_ends_at_once() -> None:
+async def test_install_takes_the_place_of_a_new_receivers_jitter_buffer_and_queue() -> None:
     pc = RTCPeerConnection()
     try:
         receiver = pc.addTransceiver("audio").receiver
         sink = OpusReceiveSink(Collected())
         assert webrtc_receive.install(receiver, sink)
+        assert receiver._RTCRtpReceiver__jitter_buffer is sink
         assert receiver._RTCRtpReceiver__decoder_queue is sink
         # A receiver whose decoder thread runs, or an aiortc that keeps its queue elsewhere, is left alone.
         other = pc.addTransceiver("audio").receiver
@@ -140,10 +143,99 @@ async def test_install_takes_the_place_of_a_new_receivers_queue_and_its_thread_e
         other._RTCRtpReceiver__decoder_thread = running
         assert not webrtc_receive.install(other, OpusReceiveSink(Collected()))
         assert isinstance(other._RTCRtpReceiver__decoder_queue, queue.Queue)
+        assert isinstance(other._RTCRtpReceiver__jitter_buffer, JitterBuffer)
         other._RTCRtpReceiver__decoder_thread = None
         assert not webrtc_receive.install(object(), OpusReceiveSink(Collected()))
     finally:
         await pc.close()
+
+
+# ----------------------------------------------------------------------------------------- order
+
+
+class Order:
+    """A sink whose decoding is recorded instead of done: which timestamps reached the decoder, when."""
+
+    def __init__(self) -> None:
+        self.sink = OpusReceiveSink(Collected())
+        self.decoded: list[int] = []
+        self.sink.receive = lambda payload, timestamp: self.decoded.append(timestamp)  # type: ignore[method-assign]
+
+    def arrive(self, *sequences: int, base_ts: int = 0) -> list[int]:
+        """Packets arrive (20 ms each, timestamp 960 * seq); returns the frame numbers decoded meanwhile."""
+        before = len(self.decoded)
+        for seq in sequences:
+            self.sink.arrived(seq & 0xFFFF, (base_ts + seq * WIRE_SAMPLES) & 0xFFFF_FFFF, b"opus")
+        return [ts // WIRE_SAMPLES for ts in self.decoded[before:]]
+
+
+def test_packets_in_order_are_decoded_as_they_arrive_not_held_like_aiortcs_jitter_buffer() -> None:
+    order = Order()
+    assert [order.arrive(seq) for seq in range(5)] == [[0], [1], [2], [3], [4]]
+    theirs = JitterBuffer(capacity=16, prefetch=4)  # what aiortc's receiver uses for audio
+    out = []
+    for seq in range(5):
+        packet = RtpPacket(payload_type=111, sequence_number=seq, timestamp=seq * WIRE_SAMPLES)
+        packet._data = b"opus"  # type: ignore[attr-defined]
+        out.append(theirs.add(packet)[1])
+    assert out[:4] == [None] * 4  # four frames of prefetch: the first comes out 80 ms after it arrived
+    assert out[4] is not None and out[4].timestamp == 0
+
+
+def test_a_reordered_packet_is_put_back_in_place() -> None:
+    order = Order()
+    assert order.arrive(0, 1) == [0, 1]
+    assert order.arrive(3) == []  # waits for 2
+    assert order.arrive(2) == [2, 3]
+    assert order.arrive(4) == [4]
+    assert order.sink.late == 0
+
+
+def test_a_lost_packet_costs_40_ms_once_and_no_lasting_delay() -> None:
+    order = Order()
+    order.arrive(*range(10))
+    assert order.arrive(11) == [] and order.arrive(12) == []  # 10 is missing: 11 and 12 wait
+    assert order.arrive(13) == [11, 12, 13]  # given up: the decoder's timestamps show the gap, concealed there
+    assert [order.arrive(seq) for seq in range(14, 30)] == [[seq] for seq in range(14, 30)]  # no lag after it
+    assert order.arrive(10) == [] and order.sink.late == 1  # the lost packet, too late, is dropped
+    # aiortc's buffer, after the same loss, stays 14 packets (280 ms) behind for the rest of the call.
+    theirs = JitterBuffer(capacity=16, prefetch=4)
+    lag = []
+    for seq in (s for s in range(60) if s != 10):
+        packet = RtpPacket(payload_type=111, sequence_number=seq, timestamp=seq * WIRE_SAMPLES)
+        packet._data = b"opus"  # type: ignore[attr-defined]
+        frame = theirs.add(packet)[1]
+        if frame is not None:
+            lag.append(seq - frame.timestamp // WIRE_SAMPLES)
+    assert lag[0] == 4 and lag[-1] == 14
+
+
+def test_sequence_numbers_and_timestamps_wrap_and_a_new_stream_is_followed() -> None:
+    order = Order()
+    start = 0xFFFF - 2
+    base = 0xFFFF_FFFF - (start + 4) * WIRE_SAMPLES  # the timestamps pass 2^32 with the sequence numbers
+    assert order.arrive(start, start + 1, start + 2, base_ts=base) != []
+    decoded = order.arrive(start + 3, start + 4, start + 5, base_ts=base)  # 65535 -> 0 -> 1
+    assert len(decoded) == 3 and order.sink.late == 0
+    assert order.decoded[-1] - order.decoded[-2] == WIRE_SAMPLES
+    assert order.decoded[-2] - order.decoded[-3] == WIRE_SAMPLES
+    # A sender that starts over far back (a new stream) is followed at once, not dropped as late.
+    before = len(order.decoded)
+    order.arrive(60_000, 60_001, base_ts=5_000)
+    assert len(order.decoded) == before + 2 and order.sink.late == 0
+    # One that jumps far ahead is followed once the reorder wait is over.
+    assert order.arrive(61_000, 61_001) == [] and len(order.arrive(61_002)) == 3
+
+
+def test_packets_through_the_jitter_buffer_surface_are_decoded() -> None:
+    out = Collected()
+    sink = OpusReceiveSink(out)
+    for seq, payload in enumerate(opus_packets(600, 10)):
+        packet = RtpPacket(payload_type=111, sequence_number=seq + 100, timestamp=seq * WIRE_SAMPLES + 7)
+        packet._data = payload  # type: ignore[attr-defined]  # what aiortc's depayloading leaves
+        assert sink.add(packet) == (False, None)  # nothing for aiortc's decoder thread
+    assert sink.frames == 10 and out.samples == 10 * WIRE_SAMPLES
+    assert abs(dominant_hz(np.concatenate(out.pieces[2:]), RATE) - 600) < 20
 
 
 # --------------------------------------------------------------------------------- 48k -> 24k
