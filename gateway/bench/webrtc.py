@@ -122,6 +122,7 @@ class _Browser:
     pc: RTCPeerConnection = field(default_factory=lambda: RTCPeerConnection(RTCConfiguration(iceServers=[])))
     heard: list[npt.NDArray[np.int16]] = field(default_factory=list)
     reader: asyncio.Task[None] | None = None
+    lag: int = 0  # samples from the speech sent to where it was heard back (set by match())
 
     async def call(self, client: httpx.AsyncClient) -> None:
         self.pc.addTrack(PlaybackTrack(self.sent))
@@ -158,6 +159,7 @@ class _Browser:
         if span < 2 * RATE:
             return 0.0
         found = echo_correlation(self.sent[: 3 * RATE], heard, max_lag=RATE)
+        self.lag = found.lag
         block = RATE // 10
         return blockwise_match(
             self.sent, heard, start=0, end=span - RATE // 2, lag=found.lag, block=block, search=block
@@ -239,6 +241,8 @@ async def _browser_run(config: WebRtcBenchConfig, gateway: _Gateway) -> dict[str
         "us_per_call_frame": (busy - idle) / (config.calls * 50) * 1e6,
         "audio_right": sum(score >= _AUDIO_OK for score in scores),
         "min_score": min(scores),
+        # each browser's own playback start to its hearing the echo: both peers' buffering and the gateway's
+        "echo_ms": statistics.median(browser.lag for browser in browsers) / RATE * 1000,
     }
 
 
@@ -291,6 +295,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "runs_us": [round(r["us_per_call_frame"]) for r in runs],
         "core_pct": [round(r["core_pct"], 1) for r in runs],
         "audio_right": [r["audio_right"] for r in runs],
+        "echo_ms": [round(r["echo_ms"]) for r in runs if "echo_ms" in r],
     }
 
 
@@ -318,14 +323,15 @@ def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
                     gateway.stop()
     rows = {label: _median(values) for label, values in runs.items()}
     print(f"\nworker pinned: {pinned}; µs per call-frame above the idle process, median of {config.repeats}")
-    print("| calls | what | µs per call-frame (runs) | core % | audio right |")
-    print("|---:|---|---|---|---|")
+    print("| calls | what | µs per call-frame (runs) | core % | audio right | echo round trip, ms |")
+    print("|---:|---|---|---|---|---|")
     for label, row in rows.items():
         runs_text = ", ".join(str(v) for v in row["runs_us"])
         right = ", ".join(str(v) for v in row["audio_right"])
         print(
             f"| {row['calls']} | {label} | **{row['us_per_call_frame']:.0f}** ({runs_text}) | "
-            f"{', '.join(str(v) for v in row['core_pct'])} | {right} of {row['calls']} |"
+            f"{', '.join(str(v) for v in row['core_pct'])} | {right} of {row['calls']} | "
+            f"{', '.join(str(v) for v in row['echo_ms']) or '—'} |"
         )
     g711 = rows.get("G.711 SIP (PCMU)")
     first = rows[_label(*config.paths[0])]
