@@ -25,6 +25,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway.bench.webrtc import PlaybackTrack
+from gateway.loadtest.analysis import echo_correlation as echo_correlation_at
 from gateway.transport.webrtc import (
     AgentAudioTrack,
     IceServer,
@@ -411,6 +412,56 @@ async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
     assert peer.connection_state == "closed"
+
+
+def _segment_lag(sent: npt.NDArray[np.int16], heard: npt.NDArray[np.int16], start_s: float) -> int:
+    """Where 1.5 s of what was sent, from ``start_s``, is in what was heard, minus where it was sent (samples)."""
+    start = int(start_s * RATE)
+    piece = sent[start : start + int(1.5 * RATE)]
+    found = echo_correlation_at(piece, heard[start:], max_lag=RATE)
+    assert found.correlation > 0.6, found
+    return found.lag
+
+
+async def test_after_a_lost_packet_the_caller_is_heard_no_later_than_before() -> None:
+    """aiortc's jitter buffer, after one lost packet, kept the caller's audio 14 packets (280 ms) behind for
+    the rest of the call; the gateway's receive path conceals the frame and catches up."""
+    sent = speech_like(6.0)
+    looped: deque[Frame] = deque(maxlen=50)
+    peer = WebRtcPeer(
+        WebRtcConfig(connect_timeout_s=10),
+        on_frame=looped.append,
+        pull_frame=lambda: looped.popleft() if looped else None,
+        on_message=lambda message: None,
+        name="lossy",
+    )
+    try:
+        async with browser_stand_in(sent) as client:
+            transport = client.pc.getSenders()[0].transport
+            send_rtp = transport._send_rtp
+            sent_rtp = 0
+
+            async def lose_the_150th(data: bytes) -> None:  # 3 s in: one Opus packet never arrives
+                nonlocal sent_rtp
+                if not 192 <= data[1] <= 223:  # RTP, not RTCP (RFC 5761 §4)
+                    sent_rtp += 1
+                    if sent_rtp == 150:
+                        return
+                await send_rtp(data)
+
+            transport._send_rtp = lose_the_150th
+            await client.accept(await peer.answer(await client.offer()))
+            await client.wait_heard(6.5, within=25)
+        assert sent_rtp >= 300
+        heard = client.heard_audio()
+        before, after = _segment_lag(sent, heard, 1.0), _segment_lag(sent, heard, 4.0)
+        print(f"echo lag before the loss {before / RATE * 1000:.0f} ms, after {after / RATE * 1000:.0f} ms")
+        sink = peer.receive_sink
+        assert sink is not None and sink.concealed >= 1
+        # The hole waits 40 ms and the loop here has no jitter buffer of its own: up to 60 ms more, not 280.
+        assert after - before < 0.07 * RATE, (before, after)
+    finally:
+        await peer.aclose()
 
 
 async def test_a_peer_that_never_connects_times_out_and_closes_cleanly() -> None:
