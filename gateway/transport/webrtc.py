@@ -9,11 +9,13 @@ frame the caller hears next, None for silence).
 
 Audio paths:
 
-* inbound — aiortc's receiver (SRTP, RTP, its jitter buffer) hands each encoded Opus frame to
-  :class:`~gateway.transport.webrtc_receive.OpusReceiveSink`, which decodes it on the loop, mono at 48 kHz,
-  instead of aiortc's decoder thread; :class:`~gateway.transport.webrtc_receive.InboundAudio` resamples it to
-  24 kHz frames. With ``decoder="aiortc"`` (or an aiortc whose receiver the sink cannot take) the remote
-  track's decoded ``av.AudioFrame`` s (s16 48 kHz, usually stereo) are read by a task and downmixed instead.
+* inbound — aiortc's receiver (SRTP, RTCP statistics, RTP parsing) hands each packet to
+  :class:`~gateway.transport.webrtc_receive.OpusReceiveSink` in place of its jitter buffer; the sink puts it in
+  order and decodes it on the loop, mono at 48 kHz, instead of aiortc's decoder thread, and
+  :class:`~gateway.transport.webrtc_receive.InboundAudio` resamples it to 24 kHz frames. With
+  ``decoder="aiortc"`` (or an aiortc whose receiver the sink cannot take) aiortc's jitter buffer and thread
+  decode, and the remote track's ``av.AudioFrame`` s (s16 48 kHz, usually stereo) are read by a task and
+  downmixed instead.
 * outbound — :class:`AgentAudioTrack.recv` is awaited by aiortc's RTP sender; it is paced by absolute
   deadlines ``t0 + k * 20 ms`` on the loop clock (a ``sleep(0.02)`` loop drifts by the work done per frame),
   calls ``pull_frame`` exactly once per 20 ms of media time, upsamples 24k -> 48k and encodes the Opus packet

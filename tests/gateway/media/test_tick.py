@@ -369,6 +369,22 @@ def test_opus_call_round_trip_between_two_engines() -> None:
     assert bob.stats("o", 1.0).received == 38
 
 
+def test_an_opus_callers_silent_agent_costs_no_libopus_encode_once_settled() -> None:
+    """The tick's silent rows reach the encoder as exact zeros, so it reuses its settled silence packet."""
+    engine = TickEngine()
+    engine.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    speech = tone(300, 24000, 0.2, amp=6000)
+    packets = []
+    for k in range(40):
+        frame = Frame(index=k, pcm=speech[k * 480 : (k + 1) * 480]) if k < 10 else None
+        packets += [data for _, _, data in engine.tick_outbound({"o": frame}, k * 0.02)]
+    assert len(packets) == 40  # a packet every 20 ms, silence included
+    encoder = engine._opus["o"].encoder
+    assert encoder.reused >= 30 - 6  # 30 silent frames less the resampler's tail and the settling frames
+    payloads = [parse_rtp(data).payload for data in packets[16:]]
+    assert len(set(payloads)) == 1
+
+
 def test_opus_loss_is_concealed_and_garbage_is_counted() -> None:
     engine = TickEngine()
     sender = TickEngine()
