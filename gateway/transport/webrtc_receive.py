@@ -15,8 +15,9 @@ a profile of 8 browser calls the thread hand-offs were about a third of the work
   most :data:`REORDER_PACKETS` packets, then the hole is taken as lost. A packet from behind what was decoded
   is late and dropped. Sequence numbers and timestamps are unwrapped; a jump far back is a new stream.
 - decoding: on the loop, with :class:`telcodecs.opus.OpusDecoder` (mono, as the SIP path decodes). A gap in
-  the timestamps of up to :data:`MAX_CONCEAL_FRAMES` frames is filled by the decoder's concealment, so the
-  frames the session gets stay on the caller's timeline; a longer gap is the sender pausing (DTX, mute).
+  the timestamps of up to :data:`MAX_CONCEAL_FRAMES` frames is filled by the decoder's concealment, its last
+  frame interpolated towards the packet after it (``decode_fec``), so the frames the session gets stay on the
+  caller's timeline; a longer gap is the sender pausing (DTX, mute).
 
 There is no playout delay: the frames go to the session (and the provider) as they come, which is what the
 provider wants; the agent's audio towards the caller is paced by the agent track.
@@ -127,6 +128,7 @@ class OpusReceiveSink:
         self.closed = False
         self.frames = 0  # packets decoded
         self.concealed = 0  # 20 ms frames filled in for a short gap or a packet libopus rejected
+        self.bridged = 0  # of those, the last frame of a gap, interpolated towards the packet after it
         self.bad_packets = 0  # packets libopus rejected
         self.late = 0  # packets behind what was already decoded (dropped)
         self.other_codec = 0  # frames of a codec other than Opus handed to put() (dropped)
@@ -223,8 +225,11 @@ class OpusReceiveSink:
                 self.late += 1
                 return
             elif missing <= MAX_CONCEAL_FRAMES * WIRE_SAMPLES:
-                for _ in range(missing // WIRE_SAMPLES):
+                lost = missing // WIRE_SAMPLES
+                for _ in range(lost - 1):
                     self._conceal()
+                if lost:
+                    self._bridge(payload)
         try:
             pcm = self._decoder.decode(payload)
         except OpusError as exc:
@@ -241,6 +246,18 @@ class OpusReceiveSink:
     def _conceal(self) -> None:
         self.concealed += 1
         self._on_pcm(self._decoder.conceal())
+
+    def _bridge(self, following: bytes) -> None:
+        """The frame just before ``following``, interpolated towards it (the decoder keeps ``following``'s
+        audio for the decode() that comes next), as the SIP path does when the next packet is at hand."""
+        try:
+            pcm = self._decoder.decode_fec(following)
+        except OpusError:  # following is bad too: decode() counts it
+            self._conceal()
+            return
+        self.concealed += 1
+        self.bridged += 1
+        self._on_pcm(pcm)
 
 
 def install(receiver: Any, sink: OpusReceiveSink) -> bool:

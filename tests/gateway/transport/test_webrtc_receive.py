@@ -67,8 +67,11 @@ def test_a_short_gap_is_concealed_and_a_pause_is_not() -> None:
     for i in (0, 1, 2, 3, 6, 7):  # frames 4 and 5 lost: two 20 ms frames concealed, the timeline kept
         sink.receive(packets[i], ts[i])
     assert sink.concealed == 2 and out.samples == 8 * WIRE_SAMPLES
+    assert sink.bridged == 1  # the gap's last frame leans on the packet after it
+    assert sink.frames == 6  # and that packet was decoded once, not again for the bridge
     concealed = np.concatenate(out.pieces[4:6])
     assert np.abs(concealed).max() > 1000  # the voice continues through the gap, not silence
+    assert abs(dominant_hz(concealed, RATE) - 500) < 30
     # A gap longer than MAX_CONCEAL_FRAMES is the sender pausing (DTX, mute): nothing is made up.
     resume = 8 + MAX_CONCEAL_FRAMES + 5
     sink.receive(packets[resume], ts[resume])
