@@ -218,13 +218,11 @@ class OpusReceiveSink:
         """One encoded frame, in order, with its unwrapped 48 kHz RTP timestamp."""
         expected = self._next_ts
         if expected is not None:
-            missing = timestamp - expected
-            if missing < -_RESTART_FRAMES * WIRE_SAMPLES:  # the timestamps started over
-                expected = None
-            elif missing < 0:
+            missing = timestamp - expected  # far back: the timestamps started over, nothing to fill
+            if -_RESTART_FRAMES * WIRE_SAMPLES <= missing < 0:
                 self.late += 1
                 return
-            elif missing <= MAX_CONCEAL_FRAMES * WIRE_SAMPLES:
+            if 0 < missing <= MAX_CONCEAL_FRAMES * WIRE_SAMPLES:
                 lost = missing // WIRE_SAMPLES
                 for _ in range(lost - 1):
                     self._conceal()

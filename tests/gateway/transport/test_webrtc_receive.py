@@ -79,6 +79,10 @@ def test_a_short_gap_is_concealed_and_a_pause_is_not() -> None:
     # A frame from before what was already played is dropped and counted.
     sink.receive(packets[9], ts[9])
     assert sink.late == 1 and out.samples == 9 * WIRE_SAMPLES
+    # Timestamps that start over (more than a second back) are followed, not taken as late.
+    sink.receive(packets[20], ts[resume] - 60 * WIRE_SAMPLES)
+    sink.receive(packets[21], ts[resume] - 59 * WIRE_SAMPLES)
+    assert sink.late == 1 and sink.concealed == 2 and out.samples == 11 * WIRE_SAMPLES
 
 
 def test_a_packet_libopus_rejects_is_counted_and_concealed_and_the_call_goes_on() -> None:
