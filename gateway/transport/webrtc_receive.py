@@ -114,7 +114,7 @@ class OpusReceiveSink:
 
     aiortc's receiver calls ``add(packet)`` (its ``JitterBuffer`` surface) for every packet after SRTP, RTCP
     statistics and depayloading; the sink answers ``(False, None)``, so aiortc queues nothing for its decoder
-    thread, which reads ``None`` from ``get()`` and ends. ``put(None)`` is aiortc stopping it.
+    thread, which reads ``None`` from ``get()`` and ends; ``put(None)`` is aiortc stopping it.
     """
 
     def __init__(self, on_pcm: Callable[[npt.NDArray[np.int16]], None]) -> None:
@@ -131,7 +131,6 @@ class OpusReceiveSink:
         self.bridged = 0  # of those, the last frame of a gap, interpolated towards the packet after it
         self.bad_packets = 0  # packets libopus rejected
         self.late = 0  # packets behind what was already decoded (dropped)
-        self.other_codec = 0  # frames of a codec other than Opus handed to put() (dropped)
         self.errors = 0  # packets whose handling raised (dropped, logged once)
 
     # --- the surfaces aiortc's receiver uses: its jitter buffer's add(), its decoder queue's get() and put()
@@ -152,20 +151,10 @@ class OpusReceiveSink:
     def get(self, block: bool = True, timeout: float | None = None) -> None:
         return None
 
-    def put(self, item: tuple[Any, Any] | None, block: bool = True, timeout: float | None = None) -> None:
+    def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        # aiortc stopping its decoder (None). add() never leaves it a frame to queue, so nothing else comes.
         if item is None:
             self.closed = True
-            return
-        if self.closed:
-            return
-        codec, encoded = item
-        if str(getattr(codec, "name", "")).lower() != "opus":
-            self.other_codec += 1  # the answer offers Opus alone; anything else is not the caller's voice
-            return
-        try:
-            self.receive(bytes(encoded.data), int(encoded.timestamp))
-        except Exception:
-            self._failed()
 
     def _failed(self) -> None:
         self.errors += 1

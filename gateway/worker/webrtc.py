@@ -103,8 +103,9 @@ class WebRtcSettings(BaseSettings):
     )
     decoder: Literal["gateway", "aiortc"] = Field(
         default="gateway",
-        description="Who decodes the caller's Opus: the gateway (on the event loop, as aiortc's receiver hands "
-        "each frame over) or aiortc's decoder thread per call (more CPU, kept to measure against)",
+        description="Who puts the caller's packets in order and decodes their Opus: the gateway (on the event loop, "
+        "as aiortc's receiver hands each packet over) or aiortc's jitter buffer and decoder thread per call (80 ms "
+        "of prefetch, more CPU; kept to measure against)",
     )
 
     @field_validator("host_addresses", mode="before")
@@ -495,6 +496,7 @@ class WebRtcCalls:
         if leg.peer is not None and leg.live and leg.state != "ending":
             leg.last_stats = await leg.peer.stats()
         media = leg.last_stats
+        received = leg.receive_fields()
         stats = media_fields(
             packets_in=media.packets_in,
             packets_out=media.packets_out,
@@ -503,9 +505,9 @@ class WebRtcCalls:
             jitter_ms=media.jitter_ms,
             rtt_ms=media.rtt_ms,
             # Packetization and Opus' look-ahead, + 4 packets of prefetch when aiortc's jitter buffer is in the way
-            delay_ms=40.0 if leg.receive_fields() else 80.0 + 40.0,
+            delay_ms=40.0 if received else 80.0 + 40.0,
             codec="opus",
-            **leg.receive_fields(),
+            **received,
         )
         stats.update(level_fields(leg.last_level, leg.levels))
         return build_snapshot(

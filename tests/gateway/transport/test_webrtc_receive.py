@@ -99,15 +99,10 @@ def test_a_packet_libopus_rejects_is_counted_and_concealed_and_the_call_goes_on(
     assert abs(dominant_hz(np.concatenate(out.pieces[5:]), RATE) - 900) < 30
 
 
-class _Encoded:
-    def __init__(self, data: bytes, timestamp: int) -> None:
-        self.data = data
-        self.timestamp = timestamp
-
-
-class _Codec:
-    def __init__(self, name: str) -> None:
-        self.name = name
+def _packet(seq: int, payload: bytes) -> RtpPacket:
+    packet = RtpPacket(payload_type=111, sequence_number=seq, timestamp=seq * WIRE_SAMPLES)
+    packet._data = payload  # type: ignore[attr-defined]  # what aiortc's depayloading leaves
+    return packet
 
 
 def test_the_sink_speaks_the_queue_calls_aiortc_makes() -> None:
@@ -115,13 +110,11 @@ def test_the_sink_speaks_the_queue_calls_aiortc_makes() -> None:
     sink = OpusReceiveSink(out)
     packets = opus_packets(440, 4)
     assert sink.get() is None  # the decoder thread aiortc starts reads None and ends
-    sink.put((_Codec("opus"), _Encoded(packets[0], 0)))
+    sink.add(_packet(0, packets[0]))
     assert out.samples == WIRE_SAMPLES
-    sink.put((_Codec("PCMU"), _Encoded(b"\xff" * 160, WIRE_SAMPLES)))  # not the caller's Opus: dropped
-    assert sink.other_codec == 1 and out.samples == WIRE_SAMPLES
     sink.put(None)  # aiortc stopping its decoder
     assert sink.closed
-    sink.put((_Codec("opus"), _Encoded(packets[1], WIRE_SAMPLES)))
+    sink.add(_packet(1, packets[1]))  # nothing is decoded after the stop
     assert out.samples == WIRE_SAMPLES
 
 
@@ -132,7 +125,7 @@ def test_a_failure_behind_the_sink_is_counted_and_does_not_reach_aiortc() -> Non
     sink = OpusReceiveSink(broken)
     packets = opus_packets(440, 3)
     for i, payload in enumerate(packets):
-        sink.put((_Codec("opus"), _Encoded(payload, i * WIRE_SAMPLES)))  # must not raise into the packet handler
+        assert sink.add(_packet(i, payload)) == (False, None)  # must not raise into the packet handler
     assert sink.errors == 3 and sink.frames == 3
 
 
