@@ -14,7 +14,9 @@ nor ``decode_fec``; see docs/adr/0004-opus-packet-loss.md). It keeps the last 40
   continuation of the past and a backward periodic extension of the next frame, cross-faded over the gap.
 
 Pure numpy on int16 arrays: 1-D for mono, (samples, channels) otherwise; no state other than the history,
-the repeated period and the loss counter.
+the repeated period and the loss counter. The history is kept as the int16 samples that were played, so a frame
+observed outside a loss costs one copy into it; the float work (pitch search, continuation, fades) runs only
+when a frame is missing. The pitch search scores every candidate lag in one matrix product.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class Concealer:
     def __init__(self, *, sample_rate: int, channels: int = 1) -> None:
         self._rate = sample_rate
         self._channels = channels
-        self._history = np.zeros((sample_rate * _HISTORY_MS // 1000, channels), dtype=np.float64)
+        self._history = np.zeros((sample_rate * _HISTORY_MS // 1000, channels), dtype=np.int16)  # as played
         self._lost_samples = 0  # samples concealed since the last real frame
         self._source: npt.NDArray[np.float64] | None = None  # the repeated period during a loss
         self._phase = 0  # position inside the repeated period, carried across consecutive losses
@@ -53,24 +55,26 @@ class Concealer:
 
     def observe(self, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
         """Record a decoded frame (samples, channels); returns it, smoothed at the seam after a loss."""
-        frame = pcm.astype(np.float64).reshape(-1, self._channels)
+        frame = pcm.reshape(-1, self._channels)
         if self._lost_samples:
             seam = min(frame.shape[0], int(self._rate * _SEAM_MS / 1000))
             tail = self._continue(seam)
             ramp = np.linspace(0.0, 1.0, seam, endpoint=False)[:, None]
-            frame[:seam] = tail * (1.0 - ramp) + frame[:seam] * ramp
+            frame = frame.copy()
+            frame[:seam] = _to_int16(tail * (1.0 - ramp) + frame[:seam] * ramp)
             self._lost_samples = 0
             self._source = None
         self._push(frame)
-        return self._shape(_to_int16(frame))
+        return self._shape(frame)
 
     def conceal(self, samples: int) -> npt.NDArray[np.int16]:
         """``samples`` of concealment (samples, channels) for a missing frame."""
         out = self._continue(samples)
         out *= self._gains(samples)[:, None]
         self._lost_samples += samples
-        self._push(out)
-        return self._shape(_to_int16(out))
+        played = _to_int16(out)
+        self._push(played)
+        return self._shape(played)
 
     def bridge(self, samples: int, following: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
         """Fill a missing frame that sits right before ``following`` (samples, channels), already decoded."""
@@ -82,11 +86,11 @@ class Concealer:
         index = (np.arange(samples) - samples) % period
         backward = nxt[index]
         ramp = np.linspace(0.0, 1.0, samples)[:, None]
-        out = forward * (1.0 - ramp) + backward * ramp
-        self._push(out)
+        played = _to_int16(forward * (1.0 - ramp) + backward * ramp)
+        self._push(played)
         self._lost_samples = 0  # the following frame is continuous with the bridge's end
         self._source = None
-        return self._shape(_to_int16(out))
+        return self._shape(played)
 
     # --- internals -------------------------------------------------------------------------------------
 
@@ -100,22 +104,23 @@ class Concealer:
 
     def _continue(self, samples: int) -> npt.NDArray[np.float64]:
         """The next ``samples`` of the periodic continuation of the history (no fade)."""
-        history = self._history
-        first = self._source is None
+        glide_from: npt.NDArray[np.float64] | None = None  # the last real sample, at the start of a loss
         if self._source is None:
+            history = self._history.astype(np.float64)
             period = _pitch_period(history, self._rate) or history.shape[0] // 2
-            self._source = history[-period:].copy()  # fixed for the whole loss
+            self._source = history[-period:]  # fixed for the whole loss
             self._phase = 0
+            glide_from = history[-1]
         source = self._source
         period = source.shape[0]
         out: npt.NDArray[np.float64] = source[(self._phase + np.arange(samples)) % period]
         self._phase = (self._phase + samples) % period
-        if first:
+        if glide_from is not None:
             # The repetition starts at the sample one period back; glide from the last real sample to it
             # over a quarter period so a pitch estimate that is slightly off leaves no step.
             seam = min(samples, max(1, period // 4))
             ramp = np.linspace(0.0, 1.0, seam, endpoint=False)[:, None]
-            out[:seam] = history[-1] * (1.0 - ramp) + out[:seam] * ramp
+            out[:seam] = glide_from * (1.0 - ramp) + out[:seam] * ramp
         return out
 
     def _gains(self, samples: int) -> npt.NDArray[np.float64]:
@@ -125,7 +130,7 @@ class Concealer:
         )
         return gains
 
-    def _push(self, frame: npt.NDArray[np.float64]) -> None:
+    def _push(self, frame: npt.NDArray[np.int16]) -> None:
         keep = self._history.shape[0]
         if frame.shape[0] >= keep:
             self._history = frame[-keep:].copy()
@@ -134,25 +139,26 @@ class Concealer:
 
 
 def _pitch_period(signal: npt.NDArray[np.float64], rate: int) -> int:
-    """Pitch period in samples by normalized autocorrelation of the channel mean; 0 if no signal."""
+    """Pitch period in samples by normalized autocorrelation of the channel mean; 0 if no signal.
+
+    The last ``hi`` samples are correlated with the ``hi`` samples ``lag`` earlier, for every lag in
+    ``lo..hi``; the first lag with the highest score wins.
+    """
     x = signal.mean(axis=1) if signal.ndim == 2 else signal
     lo = int(rate * _PITCH_MIN_MS / 1000)
     hi = min(int(rate * _PITCH_MAX_MS / 1000), x.shape[0] // 2)
     if hi <= lo or not np.any(x):
         return 0
-    window = hi  # correlate the last `hi` samples with the ones `lag` earlier
+    n, window = x.shape[0], hi
     tail = x[-window:]
-    best_lag, best_score = 0, -np.inf
-    energy_tail = float(tail @ tail)
-    for lag in range(lo, hi + 1):
-        past = x[-window - lag : -lag] if lag else tail
-        if past.shape[0] < window:
-            break
-        denom = np.sqrt(energy_tail * float(past @ past))
-        score = float(tail @ past) / denom if denom > 0 else 0.0
-        if score > best_score:
-            best_lag, best_score = lag, score
-    return best_lag
+    # The window `lag` samples back starts at n - window - lag: entry k of the correlation is lag hi - k.
+    searched = x[n - window - hi : n - lo]
+    dots = np.correlate(searched, tail, "valid")
+    squares = np.concatenate(([0.0], np.cumsum(searched**2)))
+    energies = squares[window:] - squares[:-window]  # past @ past for every row, from running sums
+    denom = np.sqrt(np.maximum(float(tail @ tail) * energies, 0.0))
+    scores = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)[::-1]  # lag lo first
+    return lo + int(np.argmax(scores))
 
 
 def _to_int16(x: npt.NDArray[np.float64]) -> npt.NDArray[np.int16]:

@@ -6,7 +6,9 @@ Two round trips are measured, each as one media tick for N calls (receive direct
 * Opus <-> 24 kHz: packet -> decode (48 kHz) -> 48k->24k | 24 kHz frame -> 24k->48k -> encode -> packet.
 
 Beside them, the Opus encode alone: a frame of speech, a frame of an agent's silence through libopus, and the
-same silence once the encoder has settled and reuses its packet (``OpusEncoder(reuse_silence=...)``).
+same silence once the encoder has settled and reuses its packet (``OpusEncoder(reuse_silence=...)``). And the
+Opus decode around a lost packet, per pair of frames: two packets received, one lost and concealed
+(``OpusDecoder.conceal``) before the next, and one lost and bridged from the next (``decode_fec``).
 
 Paths: telcodecs batched (BatchResampler + batch LUTs, N = 1, 10, 100, 1000), telcodecs per call
 (StreamResampler per call), and what a user would otherwise pick: aiortc's codec classes (PyAV codecs and
@@ -52,7 +54,7 @@ G711_TARGET_RATIO = 10.0
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Case:
     name: str
-    family: str  # "g711", "opus" or "opus-encode"
+    family: str  # "g711", "opus", "opus-encode" or "opus-loss"
     path: str  # "batched", "per-call", "aiortc", "av", "soxr", "audioop"
     calls: int
     frames: int  # ticks per timing
@@ -165,6 +167,32 @@ def _opus_encode(calls: int, *, silence: bool, reuse: bool) -> Tick:
         position[0] += 1
         for encoder in encoders:
             encoder.encode(pcm)
+
+    return tick
+
+
+def _opus_loss(calls: int, *, lost: str) -> Tick:
+    """Two 20 ms frames per call per tick, decoded at 48 kHz: both received (``lost="none"``), or the first lost
+    and concealed (``"conceal"``) or bridged from the second (``"bridge"``), the second then decoded."""
+    decoders = [OpusDecoder() for _ in range(calls)]
+    packets = _opus_packets()
+    for decoder in decoders:  # a speech history to conceal from
+        for packet in packets[:3]:
+            decoder.decode(packet)
+    position = [3]
+
+    def tick() -> None:
+        first = packets[position[0] % len(packets)]
+        second = packets[(position[0] + 1) % len(packets)]
+        position[0] += 2
+        for decoder in decoders:
+            if lost == "conceal":
+                decoder.conceal()
+            elif lost == "bridge":
+                decoder.decode_fec(second)
+            else:
+                decoder.decode(first)
+            decoder.decode(second)
 
     return tick
 
@@ -425,6 +453,21 @@ def _cases(quick: bool) -> list[Case]:
                 calls=alt_calls,
                 frames=frames_for(alt_calls),
                 build=lambda silence=silence, reuse=reuse: _opus_encode(alt_calls, silence=silence, reuse=reuse),
+            )
+        )
+    for name, lost in (
+        ("opus decode, two packets received", "none"),
+        ("opus decode, one lost and concealed, the next received", "conceal"),
+        ("opus decode, one lost and bridged from the next", "bridge"),
+    ):
+        cases.append(
+            Case(
+                name=name,
+                family="opus-loss",
+                path="received" if lost == "none" else lost,
+                calls=alt_calls,
+                frames=frames_for(alt_calls),
+                build=lambda lost=lost: _opus_loss(alt_calls, lost=lost),
             )
         )
     return cases

@@ -1,4 +1,4 @@
-"""The frame contract helpers and the stand-alone concealer (used for G.711 losses)."""
+"""The frame contract helpers and the stand-alone concealer (Opus losses; G.711 ones in a 1-D stream)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from telcodecs import frames
+from telcodecs import frames, plc
 from telcodecs.plc import Concealer
 
 
@@ -78,3 +78,51 @@ def test_concealer_repeats_the_pitch_period_at_8khz() -> None:
     assert np.abs(filled[80:]).max() < np.abs(expected[80:]).max()
     after = concealer.observe(wave[1760:1920])
     assert abs(int(after[0]) - int(filled[-1])) <= 1000
+
+
+def _pitch_period_lag_by_lag(x: np.ndarray, rate: int) -> int:
+    """The search as G.711 Appendix I words it: each lag scored on its own, the first best kept."""
+    lo, hi = int(rate * 2.5 / 1000), min(int(rate * 15 / 1000), x.shape[0] // 2)
+    tail = x[-hi:]
+    best_lag, best_score = 0, -np.inf
+    for lag in range(lo, hi + 1):
+        past = x[-hi - lag : -lag]
+        denom = np.sqrt(float(tail @ tail) * float(past @ past))
+        score = float(tail @ past) / denom if denom > 0 else 0.0
+        if score > best_score:
+            best_lag, best_score = lag, score
+    return best_lag
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 24000, 48000])
+def test_the_pitch_search_scores_every_lag_as_the_lag_by_lag_search_does(rate: int) -> None:
+    rng = np.random.default_rng(rate)
+    n = rate * 40 // 1000  # the concealer's history
+    for trial in range(60):
+        t = np.arange(n)
+        period = rng.uniform(rate / 400, rate / 67)
+        voiced = 8000 * np.sin(2 * np.pi * t / period) + 2500 * np.sin(6 * np.pi * t / period)
+        signal = {0: voiced + rng.normal(0, 300, n), 1: rng.normal(0, 3000, n), 2: np.zeros(n)}[trial % 3]
+        if trial % 3 == 2:
+            signal[rng.integers(n // 2, n)] = 1000.0  # a single click after silence: most lags see no energy
+        signal = np.rint(signal)
+        found = plc._pitch_period(signal[:, None], rate)
+        assert found == _pitch_period_lag_by_lag(signal, rate)
+        if trial % 3 == 0:
+            assert found % round(period) <= 2 or -found % round(period) <= 2  # the period or a multiple of it
+    assert plc._pitch_period(np.zeros((n, 1)), rate) == 0
+
+
+def test_a_frame_outside_a_loss_is_returned_as_decoded() -> None:
+    concealer = Concealer(sample_rate=48000)
+    rng = np.random.default_rng(7)
+    frames_in = [rng.integers(-20000, 20000, 960).astype(np.int16) for _ in range(3)]
+    for pcm in frames_in:
+        out = concealer.observe(pcm)
+        assert out.dtype == np.int16 and np.array_equal(out, pcm)
+    stereo = Concealer(sample_rate=48000, channels=2)
+    interleaved = rng.integers(-20000, 20000, 1920).astype(np.int16)
+    assert np.array_equal(stereo.observe(interleaved), interleaved.reshape(-1, 2))
+    # The history is what was played: a loss now repeats the last frame's own samples at full level.
+    filled = concealer.conceal(240)
+    assert np.isin(filled[720 // 4 :], frames_in[-1]).all()  # after the glide (a quarter of the longest period)

@@ -38,4 +38,8 @@ def test_quick_json_shape() -> None:
         encode["opus encode, silence, settled packet reused"] * 5
         < encode["opus encode, silence, every frame through libopus"]
     )
+    loss = {r["path"]: r["us_per_call_frame"] for r in results if r["family"] == "opus-loss"}
+    assert set(loss) == {"received", "conceal", "bridge"}
+    # A lost frame costs a few decodes, not a pitch search lag by lag in Python (17-25x two packets before).
+    assert loss["conceal"] < 8 * loss["received"] and loss["bridge"] < 8 * loss["received"]
     assert {"python", "cpu", "cpu_count", "versions"} <= set(report["env"])
