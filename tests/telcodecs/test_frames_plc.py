@@ -1,4 +1,4 @@
-"""The frame contract helpers and the stand-alone concealer (Opus losses; G.711 ones in a 1-D stream)."""
+"""The frame contract helpers and the stand-alone concealer (what the Opus decoder conceals with)."""
 
 from __future__ import annotations
 
