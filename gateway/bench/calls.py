@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 import psutil
 
+from gateway.bench.processes import BenchProcess, free_port, pin, renice
 from gateway.compiled import ENV as ENV_COMPILED
 from gateway.loadtest.config import LoadConfig, TalkPattern
 from gateway.loadtest.results import CallResult, aggregate
@@ -81,69 +82,6 @@ class CallsBenchConfig:
     nice: int = 0  # niceness of the worker, the fake and the generator (negative needs root)
     compiled: str | None = None  # a `gateway compile` build the worker runs on (GATEWAY_COMPILED)
     against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
-
-
-def _free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _renice(pid: int, nice: int) -> None:
-    if nice:
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, pid, nice)
-
-
-def _pin(pid: int, core: int | None) -> bool:
-    if core is None or not hasattr(os, "sched_setaffinity"):
-        return False
-    try:
-        if core not in os.sched_getaffinity(0) and core >= (os.cpu_count() or 1):
-            return False
-        os.sched_setaffinity(pid, {core})
-        return True
-    except OSError:
-        return False
-
-
-class _Proc:
-    """A child process with its output in a file, waited for a ready line, stopped by its PID."""
-
-    def __init__(self, name: str, argv: list[str], directory: Path, *, env: dict[str, str] | None = None) -> None:
-        self.name = name
-        self.log_path = directory / f"{name}.log"
-        self._log = self.log_path.open("wb")
-        self.popen = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-        )
-        self.psutil = psutil.Process(self.popen.pid)
-
-    def wait_for(self, pattern: str, within: float) -> re.Match[str]:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            text = self.log_path.read_text(errors="replace")
-            match = re.search(pattern, text)
-            if match:
-                return match
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{text[-2000:]}")
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.name} not ready within {within} s:\n{self.log_path.read_text()[-2000:]}")
-
-    def cpu_s(self) -> float:
-        times = self.psutil.cpu_times()
-        return float(times.user + times.system)
-
-    def stop(self, grace: float = 15.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(2)  # SIGINT: the worker ends its calls; cProfile writes its file
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        self._log.close()
 
 
 _READ_METRICS = (
@@ -210,8 +148,8 @@ class CallsBench:
     def __init__(self, config: CallsBenchConfig, *, directory: Path) -> None:
         self.config = config
         self.directory = directory
-        self.fake: _Proc | None = None
-        self.worker: _Proc | None = None
+        self.fake: BenchProcess | None = None
+        self.worker: BenchProcess | None = None
         self.pinned = False
         self.steal_core: int | None = None
         self.media_plane = ""
@@ -222,17 +160,17 @@ class CallsBench:
         c = self.config
         argv_worker_extra: list[str] = []
         if c.provider == "openai":
-            fake_port = _free_port()
+            fake_port = free_port()
             fake_argv = [sys.executable, "-m", "gateway", "fake-provider", "--port", str(fake_port), "--record", "none"]
             if not c.uvloop:
                 fake_argv.append("--no-uvloop")
-            self.fake = _Proc("fake-provider", fake_argv, self.directory)
+            self.fake = BenchProcess("fake-provider", fake_argv, self.directory)
             url = self.fake.wait_for(r"listening (\S+)", 30).group(1)
             argv_worker_extra = ["--openai-url", url]
-            _pin(self.fake.popen.pid, c.load_core)
-            _renice(self.fake.popen.pid, c.nice)
-        self.sip_port = _free_port(socket.SOCK_DGRAM)
-        self.metrics_port = _free_port()
+            pin(self.fake.popen.pid, c.load_core)
+            renice(self.fake.popen.pid, c.nice)
+        self.sip_port = free_port(socket.SOCK_DGRAM)
+        self.metrics_port = free_port()
         argv = [sys.executable]
         if c.profile and c.profile.endswith(".prof"):
             argv += ["-m", "cProfile", "-o", c.profile]
@@ -262,16 +200,16 @@ class CallsBench:
         env = {k: v for k, v in os.environ.items() if k != ENV_COMPILED}
         if c.compiled:
             env[ENV_COMPILED] = c.compiled
-        self.worker = _Proc("worker", argv, self.directory, env=env)
+        self.worker = BenchProcess("worker", argv, self.directory, env=env)
         ready = self.worker.wait_for(r"bench worker ready.*media plane: ([^\n]*)", 60)
         self.media_plane = ready.group(1)
         if c.compiled and (not self.media_plane.startswith("compiled") or "from source" in self.media_plane):
             raise RuntimeError(f"the worker did not load the whole build {c.compiled}: {self.media_plane}")
-        self.pinned = _pin(self.worker.popen.pid, c.worker_core)
+        self.pinned = pin(self.worker.popen.pid, c.worker_core)
         self.steal_core = c.worker_core if self.pinned else None
-        _pin(0, c.load_core)
-        _renice(self.worker.popen.pid, c.nice)
-        _renice(0, c.nice)
+        pin(0, c.load_core)
+        renice(self.worker.popen.pid, c.nice)
+        renice(0, c.nice)
 
     def stop(self) -> None:
         for proc in (self.worker, self.fake):

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from gateway.bench.calls import _free_port, _pin, _Proc
+from gateway.bench.processes import BenchProcess, free_port, pin
 from gateway.loadtest.analysis import blockwise_match, echo_correlation
 from gateway.loadtest.audio import source_audio
 from gateway.transport.webrtc_receive import downmix_s16
@@ -176,7 +176,7 @@ class _Gateway:
     """``gateway run`` with the echo agent, its HTTP and SIP ports free ones, pinned to the worker core."""
 
     def __init__(self, config: WebRtcBenchConfig, directory: Path, encoder: str, decoder: str) -> None:
-        self.http_port, self.sip_port = _free_port(), _free_port()
+        self.http_port, self.sip_port = free_port(), free_port()
         env = {
             **os.environ,
             "GATEWAY_SIP_PORT": str(self.sip_port),
@@ -191,8 +191,10 @@ class _Gateway:
             "GATEWAY_SIP_RATE_LIMIT_PER_S": "1000",
             "PYTHONUNBUFFERED": "1",
         }
-        self.proc = _Proc(f"gateway-{encoder}-{decoder}", [sys.executable, "-m", "gateway", "run"], directory, env=env)
-        self.pinned = _pin(self.proc.popen.pid, config.worker_core)
+        self.proc = BenchProcess(
+            f"gateway-{encoder}-{decoder}", [sys.executable, "-m", "gateway", "run"], directory, env=env
+        )
+        self.pinned = pin(self.proc.popen.pid, config.worker_core)
         self.proc.wait_for(r"gateway: SIP", within=60)
 
     async def cpu_per_s(self, window_s: float) -> float:
@@ -254,8 +256,8 @@ async def _g711_run(config: WebRtcBenchConfig, gateway: _Gateway, directory: Pat
     argv = [sys.executable, "-m", "gateway", "loadtest", "--target", f"127.0.0.1:{gateway.sip_port}"]
     argv += ["--calls", str(config.g711_calls), "--cps", str(cps), "--duration", str(round(ramp + config.window_s + 3))]
     argv += ["--rtp-ports", "43000-44999", "--json", str(report)]
-    load = _Proc("loadtest", argv, directory)
-    _pin(load.popen.pid, config.load_core)
+    load = BenchProcess("loadtest", argv, directory)
+    pin(load.popen.pid, config.load_core)
     try:
         await asyncio.sleep(ramp)
         busy = await gateway.cpu_per_s(config.window_s)
@@ -301,7 +303,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
     if config.load_core is not None:
-        _pin(os.getpid(), config.load_core)  # the browsers, in this process
+        pin(os.getpid(), config.load_core)  # the browsers, in this process
     runs: dict[str, list[dict[str, Any]]] = {}
     pinned = False
     with tempfile.TemporaryDirectory(prefix="bench-webrtc-") as work:

@@ -1,0 +1,79 @@
+"""The benchmarks' child processes: free loopback ports, pinning to a core, niceness, and a process with its
+output in a file that is waited for by a ready line and stopped by its PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+__all__ = ["BenchProcess", "free_port", "pin", "renice"]
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def renice(pid: int, nice: int) -> None:
+    if nice:
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+
+
+def pin(pid: int, core: int | None) -> bool:
+    if core is None or not hasattr(os, "sched_setaffinity"):
+        return False
+    try:
+        if core not in os.sched_getaffinity(0) and core >= (os.cpu_count() or 1):
+            return False
+        os.sched_setaffinity(pid, {core})
+        return True
+    except OSError:
+        return False
+
+
+class BenchProcess:
+    """A child process with its output in a file, waited for a ready line, stopped by its PID."""
+
+    def __init__(self, name: str, argv: list[str], directory: Path, *, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = directory / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        self.psutil = psutil.Process(self.popen.pid)
+
+    def wait_for(self, pattern: str, within: float) -> re.Match[str]:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            text = self.log_path.read_text(errors="replace")
+            match = re.search(pattern, text)
+            if match:
+                return match
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{text[-2000:]}")
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} not ready within {within} s:\n{self.log_path.read_text()[-2000:]}")
+
+    def cpu_s(self) -> float:
+        times = self.psutil.cpu_times()
+        return float(times.user + times.system)
+
+    def stop(self, grace: float = 15.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(2)  # SIGINT: the worker ends its calls; cProfile writes its file
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        self._log.close()
