@@ -501,7 +501,7 @@ class SipCalls:
                 self._worker.endpoint.hang_up(leg.sip, self._worker.sip.now(), reason=leg.end_reason)
             self._worker.sip.pump()
         was_active = leg.answered_wall is not None
-        self._release_media(leg)
+        self.release_media(leg)
         leg.state = "ended"
         leg.ended_wall = time.time()
         if leg.transfer is not None and not leg.transfer.done():
@@ -543,7 +543,8 @@ class SipCalls:
         ):
             self._worker.exited.set()
 
-    def _release_media(self, leg: CallLeg) -> None:
+    def release_media(self, leg: CallLeg) -> None:
+        """The leg's media and RTP ports go back; its last figures are kept on the leg and counted."""
         figures = None
         if leg.media_added:
             # the ended call keeps its figures
@@ -576,7 +577,8 @@ class SipCalls:
         self._worker.endpoint.refer(leg.sip, self._worker.sip.now(), target_uri=uri)
         self._worker.sip.pump()
 
-    async def _transfer_and_end(self, leg: CallLeg, control: SipCallControl, target: str) -> None:
+    async def transfer_and_end(self, leg: CallLeg, control: SipCallControl, target: str) -> None:
+        """Blind transfer (REFER); the call ends here once the far end accepted it."""
         outcome = await control.transfer(target)
         log.info("call %s: transfer to %s %s", leg.id, target, outcome.status)
         if outcome.status == "accepted":

@@ -242,7 +242,7 @@ class MediaWorker:
         if self.collector is not None:
             self.collector.close()
         for leg in list(self.legs.values()):
-            self.sip_calls._release_media(leg)
+            self.sip_calls.release_media(leg)
         if self.rtp_drain is not None:
             self.rtp_drain.close()
 
@@ -411,7 +411,7 @@ class MediaWorker:
             return await self.webrtc.transfer(call_id, target)
         leg = self._leg(call_id)
         control = SipCallControl(self.sip_calls, leg)
-        self.spawn(self.sip_calls._transfer_and_end(leg, control, target), name=f"call-{leg.id}-transfer")
+        self.spawn(self.sip_calls.transfer_and_end(leg, control, target), name=f"call-{leg.id}-transfer")
 
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         if self.webrtc.owns(call_id):  # browser call
