@@ -5,8 +5,13 @@ Processes (all on this machine, loopback only, stopped by PID at the end):
 - the worker under test: ``python -m gateway.bench._worker`` (the production MediaWorker without the
   control plane), pinned to one core (``--worker-core``) with ``sched_setaffinity``;
 - ``gateway fake-provider --record none`` (echo mode: every caller turn comes back through the full
-  websocket + JSON + base64 path of the OpenAI adapter), pinned to the other core;
-- the load generator: this process (:class:`~gateway.loadtest.runner.LoadRunner`), pinned with the fake.
+  websocket + JSON + base64 path of the OpenAI adapter), pinned to the other core (``--load-core``, one CPU or
+  a list); ``--fakes N`` runs N of them on one port (SO_REUSEPORT), the kernel spreading the calls' connections;
+- the load generator: this process (:class:`~gateway.loadtest.runner.LoadRunner`), pinned with the fake; with
+  ``--load-workers N``, N processes (:mod:`gateway.loadtest.multi`) sharing the calls, this process collecting.
+
+On this 2-CPU machine the load side has one CPU, which one fake and one generator fill at about 250 calls.
+``--fakes`` and ``--load-workers`` with a list of load CPUs let a larger host load one worker core further.
 
 Per concurrency step N: N calls are placed at ``--ramp-cps``; once all are up (plus a settle second) the
 measurement window opens for ``--window`` seconds. Over the window: the worker's CPU from its own counters
@@ -48,7 +53,8 @@ import psutil
 from gateway.bench.processes import BenchProcess, free_port, pin, renice
 from gateway.compiled import ENV as ENV_COMPILED
 from gateway.loadtest.config import LoadConfig, TalkPattern
-from gateway.loadtest.results import CallResult, aggregate
+from gateway.loadtest.multi import run as run_load_processes
+from gateway.loadtest.results import CallResult, Progress, RunResult, aggregate
 from gateway.loadtest.runner import LoadRunner
 
 log = logging.getLogger(__name__)
@@ -74,7 +80,9 @@ class CallsBenchConfig:
     ramp_cps: float = 50.0
     repeats: int = 1
     worker_core: int | None = 0
-    load_core: int | None = 1
+    load_core: int | tuple[int, ...] | None = 1  # the CPUs of the fakes and the generator
+    fakes: int = 1  # fake provider processes on one port (SO_REUSEPORT)
+    load_workers: int = 1  # load generator processes (1: in this process)
     profile: str | None = None  # cProfile output of the worker
     stop_after_failures: int = 2  # consecutive unsustained steps before stepping stops
     talk: TalkPattern = field(default_factory=TalkPattern)
@@ -139,6 +147,24 @@ def _steal_s(core: int | None) -> float | None:
         return None
 
 
+def _cpus(cores: int | tuple[int, ...] | None) -> str:
+    if cores is None:
+        return "any"
+    return str(cores) if isinstance(cores, int) else ",".join(map(str, cores))
+
+
+def _loadgen_cpu_s() -> float:
+    """CPU seconds of the load generator so far: this process and its load processes (``--load-workers``)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children():
+        with contextlib.suppress(psutil.Error):
+            if "spawn_main" in " ".join(child.cmdline()):  # multiprocessing's spawned load processes
+                times = child.cpu_times()
+                total += times.user + times.system
+    return float(total)
+
+
 def _counter(before: dict[str, float], after: dict[str, float], prefix: str, having: str = "") -> float:
     """Growth over the interval of every sample named ``prefix...`` whose labels include ``having``."""
     return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix) and having in k)
@@ -148,7 +174,7 @@ class CallsBench:
     def __init__(self, config: CallsBenchConfig, *, directory: Path) -> None:
         self.config = config
         self.directory = directory
-        self.fake: BenchProcess | None = None
+        self.fakes: list[BenchProcess] = []
         self.worker: BenchProcess | None = None
         self.pinned = False
         self.steal_core: int | None = None
@@ -162,13 +188,19 @@ class CallsBench:
         if c.provider == "openai":
             fake_port = free_port()
             fake_argv = [sys.executable, "-m", "gateway", "fake-provider", "--port", str(fake_port), "--record", "none"]
+            if c.fakes > 1:
+                fake_argv.append("--reuse-port")
             if not c.uvloop:
                 fake_argv.append("--no-uvloop")
-            self.fake = BenchProcess("fake-provider", fake_argv, self.directory)
-            url = self.fake.wait_for(r"listening (\S+)", 30).group(1)
+            url = ""
+            for index in range(c.fakes):
+                name = "fake-provider" if c.fakes == 1 else f"fake-provider-{index}"
+                fake = BenchProcess(name, fake_argv, self.directory)
+                self.fakes.append(fake)
+                url = fake.wait_for(r"listening (\S+)", 30).group(1)
+                pin(fake.popen.pid, c.load_core)
+                renice(fake.popen.pid, c.nice)
             argv_worker_extra = ["--openai-url", url]
-            pin(self.fake.popen.pid, c.load_core)
-            renice(self.fake.popen.pid, c.nice)
         self.sip_port = free_port(socket.SOCK_DGRAM)
         self.metrics_port = free_port()
         argv = [sys.executable]
@@ -212,7 +244,7 @@ class CallsBench:
         renice(0, c.nice)
 
     def stop(self) -> None:
-        for proc in (self.worker, self.fake):
+        for proc in (self.worker, *self.fakes):
             if proc is not None:
                 proc.stop()
 
@@ -278,17 +310,15 @@ class CallsBench:
             setup_timeout_s=10.0,
         )
         all_up = asyncio.Event()
-        runner = LoadRunner(load, progress=lambda p: all_up.set() if p.up >= calls else None)
-        me = psutil.Process()
         async with httpx.AsyncClient(timeout=5.0) as client:
-            task = asyncio.create_task(runner.run(), name=f"bench-load-{calls}")
+            task = asyncio.create_task(self._generate(load, all_up), name=f"bench-load-{calls}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(all_up.wait(), timeout=ramp_s + _UP_GRACE_S)
             await asyncio.sleep(_SETTLE_S)
             m0, t0 = await self._metrics(client), time.monotonic()
             w0 = self.worker.cpu_s()
-            f0 = self.fake.cpu_s() if self.fake else 0.0
-            l0 = sum(me.cpu_times()[:2])
+            f0 = sum(fake.cpu_s() for fake in self.fakes)
+            l0 = _loadgen_cpu_s()
             s0 = _steal_s(self.steal_core)
             spy = self._sampler(calls)
             await asyncio.sleep(c.window_s)
@@ -296,8 +326,8 @@ class CallsBench:
                 await asyncio.to_thread(spy.wait, c.window_s + 30)
             m1, t1 = await self._metrics(client), time.monotonic()
             w1 = self.worker.cpu_s()
-            f1 = self.fake.cpu_s() if self.fake else 0.0
-            l1 = sum(me.cpu_times()[:2])
+            f1 = sum(fake.cpu_s() for fake in self.fakes)
+            l1 = _loadgen_cpu_s()
             s1 = _steal_s(self.steal_core)
             result = await task
             await self._wait_idle(client)
@@ -364,6 +394,24 @@ class CallsBench:
             and row["audio_ok"] == row["audio_checked"]
         )
         return row
+
+    async def _generate(self, load: LoadConfig, all_up: asyncio.Event) -> RunResult:
+        """The step's calls, from this process or from ``load_workers`` processes; ``all_up`` is set once every
+        call is up."""
+        calls = load.calls
+        workers = self.config.load_workers
+        if workers <= 1:
+            runner = LoadRunner(load, progress=lambda p: all_up.set() if p.up >= calls else None)
+            return await runner.run()
+        loop = asyncio.get_running_loop()
+
+        def progress(latest: list[Progress]) -> None:  # from the thread below, one snapshot per process
+            if sum(p.up for p in latest) >= calls:
+                loop.call_soon_threadsafe(all_up.set)
+
+        return await asyncio.to_thread(
+            run_load_processes, load, workers=workers, progress=progress, use_uvloop=self.config.uvloop
+        )
 
     async def warm_up(self) -> None:
         """A few short calls first: the worker's first call imports and builds what later calls reuse."""
@@ -578,7 +626,8 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
         f"gateway bench calls: engine {config.engine}, codec {config.codec}, provider {config.provider}, "
         f"chunk {config.chunk_ms} ms (quiet {config.quiet_chunk_ms} ms), provider format {config.provider_format}, "
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
-        f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, nice {config.nice}, "
+        f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, load cpus: {_cpus(config.load_core)}, "
+        f"fakes {config.fakes}, load workers {config.load_workers}, nice {config.nice}, "
         f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
     )
     best: dict[str, int] = {}
@@ -611,6 +660,9 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
                 "repeats": config.repeats,
                 "pinned": first.pinned,
                 "cpus": os.cpu_count(),
+                "load_cpus": _cpus(config.load_core),
+                "fakes": config.fakes,
+                "load_workers": config.load_workers,
                 "nice": config.nice,
                 "compiled": config.compiled,
                 "load_average_before_after": [load_before[0], load_after[0]],

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
@@ -28,13 +29,17 @@ def renice(pid: int, nice: int) -> None:
             os.setpriority(os.PRIO_PROCESS, pid, nice)
 
 
-def pin(pid: int, core: int | None) -> bool:
-    if core is None or not hasattr(os, "sched_setaffinity"):
+def pin(pid: int, cores: int | Collection[int] | None) -> bool:
+    """Pin ``pid`` (0: this process) to one CPU or a set of them; False when none is given or it cannot be done
+    (a CPU this process may not use, or no affinity on this platform)."""
+    if cores is None or not hasattr(os, "sched_setaffinity"):
         return False
+    wanted = {cores} if isinstance(cores, int) else set(cores)
     try:
-        if core not in os.sched_getaffinity(0) and core >= (os.cpu_count() or 1):
+        allowed = os.sched_getaffinity(0)
+        if not wanted or any(core not in allowed and core >= (os.cpu_count() or 1) for core in wanted):
             return False
-        os.sched_setaffinity(pid, {core})
+        os.sched_setaffinity(pid, wanted)
         return True
     except OSError:
         return False

@@ -48,7 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     calls.add_argument("--ramp-cps", type=float, default=50.0, help="call rate while a step ramps up")
     calls.add_argument("--repeats", type=int, default=1, help="runs per step (medians are reported)")
     calls.add_argument("--worker-core", type=int, default=0, help="CPU the worker is pinned to (-1: none)")
-    calls.add_argument("--load-core", type=int, default=1, help="CPU for the generator and the fake (-1: none)")
+    calls.add_argument(
+        "--load-core",
+        type=_cpu_list,
+        default=(1,),
+        help="CPU or CPUs for the generator and the fake: 1, 1,2,3 or 2-5 (-1: none)",
+    )
+    calls.add_argument(
+        "--fakes", type=int, default=1, help="fake provider processes sharing one port (a larger host's load side)"
+    )
+    calls.add_argument(
+        "--load-workers", type=int, default=1, help="load generator processes (1: in the bench process itself)"
+    )
     calls.add_argument(
         "--profile",
         metavar="FILE",
@@ -122,13 +133,19 @@ def main(args: argparse.Namespace) -> int:
             ramp_cps=args.ramp_cps,
             repeats=args.repeats,
             worker_core=None if args.worker_core < 0 else args.worker_core,
-            load_core=None if args.load_core < 0 else args.load_core,
+            load_core=args.load_core or None,
+            fakes=args.fakes,
+            load_workers=args.load_workers,
             profile=args.profile,
             uvloop=not args.no_uvloop,
             nice=args.nice,
             compiled=args.compiled,
             against_source=args.against_source,
         )
+        if args.fakes < 1 or args.load_workers < 1:
+            raise SystemExit("gateway bench calls: --fakes and --load-workers must be at least 1")
+        if args.load_workers > min(steps):
+            raise SystemExit(f"gateway bench calls: {args.load_workers} load workers for a step of {min(steps)} calls")
         if args.against_source and not args.compiled:
             raise SystemExit("gateway bench calls: --against-source needs --compiled DIR")
         if args.engine == "percall" and args.compiled:
@@ -154,3 +171,20 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit(f"gateway bench webrtc: {exc}") from None
         return run_webrtc(webrtc_config, json_path=args.json)
     raise SystemExit(f"unknown benchmark {args.bench!r}")
+
+
+def _cpu_list(text: str) -> tuple[int, ...]:
+    """``1``, ``1,2,3``, ``2-5`` or ``-1`` (no pinning: the empty tuple)."""
+    if text.strip() == "-1":
+        return ()
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            first, last = int(low), int(high or low)
+            if first < 0 or last < first:
+                raise ValueError(part)
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (say 1, 1,2,3, 2-5 or -1)") from None
+    return tuple(sorted(cpus))

@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="all",
         help="what to keep per connection: all events and audio, types and sizes only (load), nothing",
     )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="listen with SO_REUSEPORT: several fake processes on one --port share its connections (load tests)",
+    )
     parser.add_argument("--no-uvloop", action="store_true", help="use the stdlib asyncio loop")
 
 
@@ -88,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, task.cancel)
         # SIGINT/SIGTERM cancel this top-level task: that cancellation is the normal way out.
         with contextlib.suppress(asyncio.CancelledError):
-            await run_fake_server(options, host=args.host, port=args.port, ready=ready)
+            await run_fake_server(options, host=args.host, port=args.port, ready=ready, reuse_port=args.reuse_port)
         return 0
 
     try:

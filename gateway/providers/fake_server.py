@@ -50,11 +50,19 @@ class FakeRealtimeServer:
     """The fake on 127.0.0.1 (port 0 = ephemeral). Use as ``async with FakeRealtimeServer(...) as fake``."""
 
     def __init__(
-        self, options: FakeOptions | None = None, *, host: str = "127.0.0.1", port: int = 0, keep_records: int = 256
+        self,
+        options: FakeOptions | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_records: int = 256,
+        reuse_port: bool = False,
     ) -> None:
         self.options = options or FakeOptions()
         self.host = host
         self._port = port
+        # SO_REUSEPORT: several fakes (processes) listen on one port and the kernel spreads connections over them
+        self._reuse_port = reuse_port
         self.keep_records = keep_records
         self.records: OrderedDict[int, ConnectionRecord] = OrderedDict()
         self._live: dict[int, FakeConnection] = {}
@@ -81,6 +89,7 @@ class FakeRealtimeServer:
             compression=None,
             max_size=16 * 1024 * 1024,
             ping_interval=None,
+            reuse_port=self._reuse_port or None,
         )
 
     async def aclose(self) -> None:
@@ -226,9 +235,11 @@ def _response(status: http.HTTPStatus, content_type: str, body: bytes) -> Respon
     return Response(status.value, status.phrase, headers, body)
 
 
-async def run_fake_server(options: FakeOptions, *, host: str, port: int, ready: Callable[[str], None]) -> None:
+async def run_fake_server(
+    options: FakeOptions, *, host: str, port: int, ready: Callable[[str], None], reuse_port: bool = False
+) -> None:
     """Serve until cancelled; ``ready`` receives the websocket URL once listening."""
-    server = FakeRealtimeServer(options, host=host, port=port)
+    server = FakeRealtimeServer(options, host=host, port=port, reuse_port=reuse_port)
     await server.start()
     try:
         ready(server.url)

@@ -123,3 +123,44 @@ def _child(parent: psutil.Process, marker: str) -> psutil.Process | None:
             if marker in " ".join(child.cmdline()):
                 return child
     return None
+
+
+def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call(tmp_path: Path) -> None:
+    """``--fakes 2 --load-workers 2``: two fake providers on one port and two generator processes share the
+    calls of a step, and the bench still checks every call's audio and counts the processes' CPU."""
+    report = tmp_path / "bench.json"
+    argv = ["gateway", "bench", "calls", "--steps", "4", "--window", "4", "--fakes", "2", "--load-workers", "2"]
+    argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report)]
+    done = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads(report.read_text())
+    assert (document["config"]["fakes"], document["config"]["load_workers"]) == (2, 2)
+    [row] = document["rows"]
+    assert row["calls"] == row["answered"] == 4 and row["lost"] == 0
+    assert row["audio_checked"] == row["audio_ok"] == 4, row["audio_failures"]
+    # The generator's CPU includes its two processes: more than the bench process alone spends relaying.
+    assert row["loadgen_cpu_pct"] > 1.0 and row["fake_cpu_pct"] > 0.5
+    assert "fakes 2, load workers 2" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argument", "reason"),
+    [
+        ("--fakes=0", "--fakes and --load-workers must be at least 1"),
+        ("--load-workers=0", "--fakes and --load-workers must be at least 1"),
+        ("--load-workers=9", "9 load workers for a step of 4 calls"),
+        ("--load-core=2-1", "not a CPU list: '2-1'"),
+    ],
+)
+def test_a_load_side_that_cannot_be_built_is_refused_with_the_reason(argument: str, reason: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "bench", "calls", "--steps", "4", argument],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0 and reason in done.stderr, done.stderr

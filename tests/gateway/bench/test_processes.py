@@ -47,5 +47,7 @@ def test_pinning_to_a_core_this_process_may_use_and_not_to_one_it_may_not() -> N
         assert pin(os.getpid(), core) and os.sched_getaffinity(0) == {core}
         assert not pin(os.getpid(), (os.cpu_count() or 1) + 64)
         assert not pin(os.getpid(), None)
+        assert pin(os.getpid(), before) and os.sched_getaffinity(0) == before  # a set of CPUs
+        assert not pin(os.getpid(), ())
     finally:
         os.sched_setaffinity(0, before)

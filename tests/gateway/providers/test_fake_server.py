@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -199,6 +200,27 @@ async def test_hundreds_of_concurrent_connections() -> None:
             results = await asyncio.gather(*(call(fake.url) for _ in range(200)))
         assert sum(results) == 200
         assert all(r.audio_bytes == len(turn) * 960 for r in fake.records.values())
+
+
+@pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT on this platform")
+async def test_fakes_that_reuse_one_port_share_its_connections() -> None:
+    # What `gateway bench calls --fakes N` relies on: N fake processes on one port, one URL for the worker.
+    meta = FakeOptions(record="meta")
+    async with (
+        FakeRealtimeServer(meta, reuse_port=True) as first,
+        FakeRealtimeServer(meta, port=first.port, reuse_port=True) as second,
+    ):
+        assert second.url == first.url
+
+        async def session() -> None:
+            async with connect(first.url, proxy=None) as ws:
+                await _recv_until(ws, "session.created")
+
+        async with asyncio.timeout(20):
+            await asyncio.gather(*(session() for _ in range(40)))
+        # The kernel spreads connections by their addresses: each fake has had some (40 on one: 2 ** -39).
+        assert len(first.records) + len(second.records) == 40
+        assert len(first.records) > 0 and len(second.records) > 0
 
 
 @given(st.lists(st.integers(-32768, 32767), min_size=1, max_size=64))
