@@ -16,7 +16,7 @@ nor ``decode_fec``; see docs/adr/0004-opus-packet-loss.md). It keeps the last 40
 Pure numpy on int16 arrays: 1-D for mono, (samples, channels) otherwise; no state other than the history,
 the repeated period and the loss counter. The history is kept as the int16 samples that were played, so a frame
 observed outside a loss costs one copy into it; the float work (pitch search, continuation, fades) runs only
-when a frame is missing. The pitch search scores every candidate lag in one matrix product.
+when a frame is missing. The pitch search scores every candidate lag in one correlation.
 """
 
 from __future__ import annotations

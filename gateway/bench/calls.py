@@ -153,16 +153,36 @@ def _cpus(cores: int | tuple[int, ...] | None) -> str:
     return str(cores) if isinstance(cores, int) else ",".join(map(str, cores))
 
 
-def _loadgen_cpu_s() -> float:
-    """CPU seconds of the load generator so far: this process and its load processes (``--load-workers``)."""
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children():
+def _load_processes() -> list[psutil.Process]:
+    """This process's load generator processes (``--load-workers``: multiprocessing's spawned children)."""
+    found = []
+    for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
-            if "spawn_main" in " ".join(child.cmdline()):  # multiprocessing's spawned load processes
-                times = child.cpu_times()
-                total += times.user + times.system
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.append(child)
+    return found
+
+
+def _loadgen_cpu_s() -> float:
+    """CPU seconds of the load generator so far: this process and its load processes."""
+    total = sum(psutil.Process().cpu_times()[:2])
+    for child in _load_processes():
+        with contextlib.suppress(psutil.Error):
+            times = child.cpu_times()
+            total += times.user + times.system
     return float(total)
+
+
+def _stop_load_processes(grace: float = 5.0) -> None:
+    """SIGTERM to the load processes still running, SIGKILL to any left after ``grace`` (by their PIDs)."""
+    running = _load_processes()
+    for child in running:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(running, timeout=grace)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 def _counter(before: dict[str, float], after: dict[str, float], prefix: str, having: str = "") -> float:
@@ -244,6 +264,7 @@ class CallsBench:
         renice(0, c.nice)
 
     def stop(self) -> None:
+        _stop_load_processes()  # interrupted mid-step: the thread collecting them then ends too
         for proc in (self.worker, *self.fakes):
             if proc is not None:
                 proc.stop()

@@ -41,9 +41,14 @@ def _worker_with_calls(bench: psutil.Process) -> list[psutil.Process] | None:
     return None
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(signum: int) -> None:
+@pytest.mark.parametrize(
+    ("signum", "load_workers"),
+    [(signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGTERM, 2)],
+    ids=["sigint", "sigterm", "sigterm-two-load-processes"],
+)
+def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(signum: int, load_workers: int) -> None:
     argv = ["gateway", "bench", "calls", "--steps", "10", "--window", "60", "--worker-core", "-1", "--load-core", "-1"]
+    argv += ["--load-workers", str(load_workers)]
     proc = subprocess.Popen(
         [sys.executable, "-m", *argv],
         cwd=ROOT,
@@ -66,8 +71,19 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     assert "interrupted; the worker and the fake provider are stopped" in err
     assert "Traceback" not in err
     assert "sustained by one worker core" not in out  # no table of a run that did not finish
-    # Stopped by the bench before it exited, not left to run on without it.
-    assert [child.pid for child in children if child.is_running()] == []
+    # Stopped by the bench before it exited, not left to run on without it: the worker, the fake provider and
+    # the load processes. Multiprocessing's resource tracker ends by itself once it sees the bench gone.
+    tracker = [child for child in children if "resource_tracker" in " ".join(_cmdline(child))]
+    assert [child.pid for child in children if child not in tracker and child.is_running()] == []
+    _, alive = psutil.wait_procs(tracker, timeout=10)
+    assert alive == []
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _stall_until_exit(proc: subprocess.Popen[str], worker: psutil.Process, stall_s: float, every_s: float) -> None:
