@@ -174,15 +174,27 @@ def _loadgen_cpu_s() -> float:
 
 
 def _stop_load_processes(grace: float = 5.0) -> None:
-    """SIGTERM to the load processes still running, SIGKILL to any left after ``grace`` (by their PIDs)."""
+    """SIGTERM to the load processes still running, SIGKILL to any left after ``grace`` (by their PIDs). They are
+    not reaped here: multiprocessing reaps its own children, and one reaped behind its back looks alive to it."""
     running = _load_processes()
     for child in running:
         with contextlib.suppress(psutil.Error):
             child.terminate()
-    _, alive = psutil.wait_procs(running, timeout=grace)
-    for child in alive:
+    deadline = time.monotonic() + grace
+    while running and time.monotonic() < deadline:
+        running = [child for child in running if _running(child)]
+        if running:
+            time.sleep(0.05)
+    for child in running:
         with contextlib.suppress(psutil.Error):
             child.kill()
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _counter(before: dict[str, float], after: dict[str, float], prefix: str, having: str = "") -> float:
@@ -430,9 +442,14 @@ class CallsBench:
             if sum(p.up for p in latest) >= calls:
                 loop.call_soon_threadsafe(all_up.set)
 
-        return await asyncio.to_thread(
-            run_load_processes, load, workers=workers, progress=progress, use_uvloop=self.config.uvloop
-        )
+        try:
+            return await asyncio.to_thread(
+                run_load_processes, load, workers=workers, progress=progress, use_uvloop=self.config.uvloop
+            )
+        except asyncio.CancelledError:
+            # Interrupted: the thread waits on the processes, and the loop cannot close before the thread ends.
+            _stop_load_processes()
+            raise
 
     async def warm_up(self) -> None:
         """A few short calls first: the worker's first call imports and builds what later calls reuse."""

@@ -61,6 +61,8 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     try:
         bench = psutil.Process(proc.pid)
         children = _wait("the worker carrying the step's calls", lambda: _worker_with_calls(bench), 60)
+        # Named while they run: a process on its way out has no command line left to read.
+        tracker = [child for child in children if "resource_tracker" in " ".join(_cmdline(child))]
         os.kill(proc.pid, signum)
         out, err = proc.communicate(timeout=45)
     finally:
@@ -73,10 +75,17 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     assert "sustained by one worker core" not in out  # no table of a run that did not finish
     # Stopped by the bench before it exited, not left to run on without it: the worker, the fake provider and
     # the load processes. Multiprocessing's resource tracker ends by itself once it sees the bench gone.
-    tracker = [child for child in children if "resource_tracker" in " ".join(_cmdline(child))]
-    assert [child.pid for child in children if child not in tracker and child.is_running()] == []
-    _, alive = psutil.wait_procs(tracker, timeout=10)
-    assert alive == []
+    left = [child for child in children if child not in tracker and _alive(child)]
+    assert left == [], [" ".join(_cmdline(child))[:200] for child in left]
+    _wait("multiprocessing's resource tracker to end", lambda: not any(_alive(child) for child in tracker), 10)
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running, and not a zombie: a child that exited as its parent did may wait for this host's init to reap it."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
