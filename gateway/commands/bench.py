@@ -144,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
         )
         if args.fakes < 1 or args.load_workers < 1:
             raise SystemExit("gateway bench calls: --fakes and --load-workers must be at least 1")
+        if args.fakes > 1 and args.provider != "openai":
+            raise SystemExit("gateway bench calls: --fakes runs fake OpenAI servers; it needs --provider openai")
         if args.load_workers > min(steps):
             raise SystemExit(f"gateway bench calls: {args.load_workers} load workers for a step of {min(steps)} calls")
         if args.against_source and not args.compiled:

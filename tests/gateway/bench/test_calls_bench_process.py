@@ -177,11 +177,12 @@ def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call
         ("--load-workers=0", "--fakes and --load-workers must be at least 1"),
         ("--load-workers=9", "9 load workers for a step of 4 calls"),
         ("--load-core=2-1", "not a CPU list: '2-1'"),
+        ("--fakes=2 --provider=echo", "--fakes runs fake OpenAI servers; it needs --provider openai"),
     ],
 )
 def test_a_load_side_that_cannot_be_built_is_refused_with_the_reason(argument: str, reason: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "gateway", "bench", "calls", "--steps", "4", argument],
+        [sys.executable, "-m", "gateway", "bench", "calls", "--steps", "4", *argument.split()],
         cwd=ROOT,
         capture_output=True,
         text=True,
