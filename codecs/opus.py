@@ -13,11 +13,10 @@ Why, and what was rejected: docs/adr/0004-opus-packet-loss.md.
 
 Silence: libopus costs about as much to encode a frame of digital silence as a frame of speech (233 against
 340 µs at complexity 5 on the development VM, ``gateway bench codecs``), and an agent is silent for much of a
-call. Once the encoder
-has been fed :data:`SILENCE_SETTLE_FRAMES` all-zero frames in a row, its state is silence and so is the packet
-it makes (with its in-band FEC copy of the frame before); further all-zero frames get that same packet back
-without calling libopus. The first frame that is not all zeros is encoded from the state the silence left, as
-it would have been. ``reuse_silence=False`` encodes every frame.
+call. Once the encoder has been fed :data:`SILENCE_SETTLE_FRAMES` all-zero frames in a row, its state is silence
+and so is the packet it makes (with its in-band FEC copy of the frame before); further all-zero frames get that
+same packet back without calling libopus. The first frame that is not all zeros is encoded from the state the
+silence left, as it would have been. ``reuse_silence=False`` encodes every frame.
 """
 
 from __future__ import annotations
