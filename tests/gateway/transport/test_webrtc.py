@@ -23,6 +23,7 @@ import numpy.typing as npt
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from scipy import signal
 
 from gateway.bench.webrtc import PlaybackTrack
 from gateway.loadtest.analysis import echo_correlation as echo_correlation_at
@@ -414,24 +415,37 @@ async def test_two_aiortc_peers_loop_audio_at_the_24k_frame_edge(
     assert peer.connection_state == "closed"
 
 
-def _segment_lag(sent: npt.NDArray[np.int16], heard: npt.NDArray[np.int16], start_s: float) -> int:
-    """Where 1.5 s of what was sent, from ``start_s``, is in what was heard, minus where it was sent (samples)."""
-    start = int(start_s * RATE)
-    piece = sent[start : start + int(1.5 * RATE)]
-    found = echo_correlation_at(piece, heard[start:], max_lag=RATE)
-    assert found.correlation > 0.6, found
+def _segment_lag(sent24: npt.NDArray[np.int16], received: npt.NDArray[np.int16], start_s: float) -> int:
+    """Where 1.5 s of what was sent (at 24 kHz), from ``start_s``, is in what the session got, minus where it
+    was sent (samples)."""
+    start = int(start_s * 24_000)
+    piece = sent24[start : start + 36_000]
+    found = echo_correlation_at(piece, received[start:], max_lag=12_000)
+    assert found.correlation > 0.8, found
     return found.lag
 
 
 async def test_after_a_lost_packet_the_caller_is_heard_no_later_than_before() -> None:
     """aiortc's jitter buffer, after one lost packet, kept the caller's audio 14 packets (280 ms) behind for
-    the rest of the call; the gateway's receive path conceals the frame and catches up."""
+    the rest of the call; the gateway's receive path conceals the frame and catches up.
+
+    Measured on the frames the session gets, against when each packet was sent: an echo back to the caller
+    would also carry every stall of this process's loop as silence in what the caller hears."""
     sent = speech_like(6.0)
-    looped: deque[Frame] = deque(maxlen=50)
+    loop = asyncio.get_running_loop()
+    sent_at: list[float] = []  # RTP packet n left the caller at sent_at[n]
+    got: list[tuple[float, Frame]] = []
+    enough = asyncio.Event()
+
+    def on_frame(frame: Frame) -> None:
+        got.append((loop.time(), frame))
+        if len(got) >= 290:
+            enough.set()
+
     peer = WebRtcPeer(
         WebRtcConfig(connect_timeout_s=10),
-        on_frame=looped.append,
-        pull_frame=lambda: looped.popleft() if looped else None,
+        on_frame=on_frame,
+        pull_frame=lambda: None,
         on_message=lambda message: None,
         name="lossy",
     )
@@ -439,27 +453,32 @@ async def test_after_a_lost_packet_the_caller_is_heard_no_later_than_before() ->
         async with browser_stand_in(sent) as client:
             transport = client.pc.getSenders()[0].transport
             send_rtp = transport._send_rtp
-            sent_rtp = 0
 
             async def lose_the_150th(data: bytes) -> None:  # 3 s in: one Opus packet never arrives
-                nonlocal sent_rtp
                 if not 192 <= data[1] <= 223:  # RTP, not RTCP (RFC 5761 §4)
-                    sent_rtp += 1
-                    if sent_rtp == 150:
+                    sent_at.append(loop.time())
+                    if len(sent_at) == 150:
                         return
                 await send_rtp(data)
 
             transport._send_rtp = lose_the_150th
             await client.accept(await peer.answer(await client.offer()))
-            await client.wait_heard(6.5, within=25)
-        assert sent_rtp >= 300
-        heard = client.heard_audio()
-        before, after = _segment_lag(sent, heard, 1.0), _segment_lag(sent, heard, 4.0)
-        print(f"echo lag before the loss {before / RATE * 1000:.0f} ms, after {after / RATE * 1000:.0f} ms")
+            await asyncio.wait_for(enough.wait(), timeout=25)
         sink = peer.receive_sink
-        assert sink is not None and sink.concealed >= 1
-        # The hole waits 40 ms and the loop here has no jitter buffer of its own: up to 60 ms more, not 280.
-        assert after - before < 0.07 * RATE, (before, after)
+        assert sink is not None and sink.concealed == 1 and sink.late == 0
+        # On the caller's timeline: the lost 20 ms is filled in, so what follows is where it was sent.
+        assert [frame.index for _, frame in got] == list(range(len(got)))
+        received = np.concatenate([frame.pcm for _, frame in got])
+        sent24 = signal.resample_poly(sent, 1, 2).astype(np.int16)
+        before, after = _segment_lag(sent24, received, 1.0), _segment_lag(sent24, received, 4.0)
+        assert abs(after - before) <= 24, (before, after)  # 1 ms; a frame skipped would be 480
+        # And no later: each frame's delay from its packet leaving the caller, before the loss and after it.
+        # The hole waits 40 ms for the packet, then the frames behind it go at once; by 3.4 s all is caught up.
+        delays = [at - sent_at[n] for n, (at, _) in enumerate(got) if n < len(sent_at)]
+        delay_before = float(np.median(delays[50:145]))
+        delay_after = float(np.median(delays[170:285]))
+        print(f"delay before the loss {delay_before * 1000:.1f} ms, after {delay_after * 1000:.1f} ms")
+        assert delay_after - delay_before < 0.02, (delay_before, delay_after)
     finally:
         await peer.aclose()
 
