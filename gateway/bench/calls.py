@@ -50,7 +50,7 @@ from typing import Any
 import httpx
 import psutil
 
-from gateway.bench.processes import BenchProcess, free_port, pin, renice
+from gateway.bench.processes import BenchProcess, cpus_named, free_port, pin, renice
 from gateway.compiled import ENV as ENV_COMPILED
 from gateway.loadtest.config import LoadConfig, TalkPattern
 from gateway.loadtest.multi import run as run_load_processes
@@ -147,52 +147,37 @@ def _steal_s(core: int | None) -> float | None:
         return None
 
 
-def _cpus(cores: int | tuple[int, ...] | None) -> str:
-    if cores is None:
-        return "any"
-    return str(cores) if isinstance(cores, int) else ",".join(map(str, cores))
-
-
-def _load_processes() -> list[psutil.Process]:
-    """This process's load generator processes (``--load-workers``: multiprocessing's spawned children)."""
-    found = []
-    for child in psutil.Process().children():
+def _cpu_s(processes: list[psutil.Process]) -> float:
+    """CPU seconds of ``processes`` so far (one that has ended counts nothing)."""
+    total = 0.0
+    for process in processes:
         with contextlib.suppress(psutil.Error):
-            if "spawn_main" in " ".join(child.cmdline()):
-                found.append(child)
-    return found
-
-
-def _loadgen_cpu_s() -> float:
-    """CPU seconds of the load generator so far: this process and its load processes."""
-    total = sum(psutil.Process().cpu_times()[:2])
-    for child in _load_processes():
-        with contextlib.suppress(psutil.Error):
-            times = child.cpu_times()
+            times = process.cpu_times()
             total += times.user + times.system
-    return float(total)
+    return total
 
 
-def _stop_load_processes(grace: float = 5.0) -> None:
-    """SIGTERM to the load processes still running, SIGKILL to any left after ``grace`` (by their PIDs). They are
-    not reaped here: multiprocessing reaps its own children, and one reaped behind its back looks alive to it."""
-    running = _load_processes()
-    for child in running:
+def _stop(processes: list[psutil.Process], grace: float = 5.0) -> None:
+    """SIGTERM to those of ``processes`` still running, SIGKILL to any left after ``grace``. They are not reaped
+    here: multiprocessing reaps its own children, and one reaped behind its back looks alive to it. (psutil
+    checks each one's start time before it signals, so a PID reused since is left alone.)"""
+    running = [process for process in processes if _running(process)]
+    for process in running:
         with contextlib.suppress(psutil.Error):
-            child.terminate()
+            process.terminate()
     deadline = time.monotonic() + grace
     while running and time.monotonic() < deadline:
-        running = [child for child in running if _running(child)]
+        running = [process for process in running if _running(process)]
         if running:
             time.sleep(0.05)
-    for child in running:
+    for process in running:
         with contextlib.suppress(psutil.Error):
-            child.kill()
+            process.kill()
 
 
 def _running(process: psutil.Process) -> bool:
     try:
-        return process.status() != psutil.STATUS_ZOMBIE
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
@@ -211,6 +196,7 @@ class CallsBench:
         self.pinned = False
         self.steal_core: int | None = None
         self.media_plane = ""
+        self.load_processes: list[psutil.Process] = []  # this step's --load-workers processes, as they started
 
     # ------------------------------------------------------------------------------ processes
 
@@ -276,7 +262,7 @@ class CallsBench:
         renice(0, c.nice)
 
     def stop(self) -> None:
-        _stop_load_processes()  # interrupted mid-step: the thread collecting them then ends too
+        _stop(self.load_processes)  # interrupted mid-step: the thread collecting them then ends too
         for proc in (self.worker, *self.fakes):
             if proc is not None:
                 proc.stop()
@@ -351,7 +337,7 @@ class CallsBench:
             m0, t0 = await self._metrics(client), time.monotonic()
             w0 = self.worker.cpu_s()
             f0 = sum(fake.cpu_s() for fake in self.fakes)
-            l0 = _loadgen_cpu_s()
+            l0 = self._loadgen_cpu_s()
             s0 = _steal_s(self.steal_core)
             spy = self._sampler(calls)
             await asyncio.sleep(c.window_s)
@@ -360,7 +346,7 @@ class CallsBench:
             m1, t1 = await self._metrics(client), time.monotonic()
             w1 = self.worker.cpu_s()
             f1 = sum(fake.cpu_s() for fake in self.fakes)
-            l1 = _loadgen_cpu_s()
+            l1 = self._loadgen_cpu_s()
             s1 = _steal_s(self.steal_core)
             result = await task
             await self._wait_idle(client)
@@ -442,14 +428,32 @@ class CallsBench:
             if sum(p.up for p in latest) >= calls:
                 loop.call_soon_threadsafe(all_up.set)
 
+        def started(pids: list[int]) -> None:  # from the thread below, before the first progress
+            found = []
+            for pid in pids:
+                with contextlib.suppress(psutil.Error):  # one that died at once: nothing to count or stop
+                    found.append(psutil.Process(pid))
+            self.load_processes = found
+
         try:
             return await asyncio.to_thread(
-                run_load_processes, load, workers=workers, progress=progress, use_uvloop=self.config.uvloop
+                run_load_processes,
+                load,
+                workers=workers,
+                progress=progress,
+                use_uvloop=self.config.uvloop,
+                started=started,
             )
         except asyncio.CancelledError:
             # Interrupted: the thread waits on the processes, and the loop cannot close before the thread ends.
-            _stop_load_processes()
+            _stop(self.load_processes)
             raise
+        finally:
+            self.load_processes = []
+
+    def _loadgen_cpu_s(self) -> float:
+        """CPU seconds of the load generator so far: this process and this step's load processes."""
+        return float(sum(psutil.Process().cpu_times()[:2])) + _cpu_s(self.load_processes)
 
     async def warm_up(self) -> None:
         """A few short calls first: the worker's first call imports and builds what later calls reuse."""
@@ -664,7 +668,7 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
         f"gateway bench calls: engine {config.engine}, codec {config.codec}, provider {config.provider}, "
         f"chunk {config.chunk_ms} ms (quiet {config.quiet_chunk_ms} ms), provider format {config.provider_format}, "
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
-        f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, load cpus: {_cpus(config.load_core)}, "
+        f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, load cpus: {cpus_named(config.load_core)}, "
         f"fakes {config.fakes}, load workers {config.load_workers}, nice {config.nice}, "
         f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
     )
@@ -698,7 +702,7 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
                 "repeats": config.repeats,
                 "pinned": first.pinned,
                 "cpus": os.cpu_count(),
-                "load_cpus": _cpus(config.load_core),
+                "load_cpus": cpus_named(config.load_core),
                 "fakes": config.fakes,
                 "load_workers": config.load_workers,
                 "nice": config.nice,

@@ -29,6 +29,30 @@ def renice(pid: int, nice: int) -> None:
             os.setpriority(os.PRIO_PROCESS, pid, nice)
 
 
+def cpu_list(text: str) -> tuple[int, ...]:
+    """``1``, ``1,2,3``, ``2-5`` or ``-1`` (no pinning: the empty tuple); ValueError names what is wrong."""
+    if text.strip() == "-1":
+        return ()
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            low, dash, high = part.strip().partition("-")
+            first, last = int(low), int(high if dash else low)
+            if first < 0 or last < first:
+                raise ValueError(part)
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise ValueError(f"not a CPU list: {text!r} (say 1, 1,2,3, 2-5 or -1)") from None
+    return tuple(sorted(cpus))
+
+
+def cpus_named(cores: int | Collection[int] | None) -> str:
+    """The CPUs of ``pin`` as the reports name them: ``1``, ``1,2,3``, or ``any``."""
+    if cores is None:
+        return "any"
+    return str(cores) if isinstance(cores, int) else ",".join(map(str, sorted(cores)))
+
+
 def pin(pid: int, cores: int | Collection[int] | None) -> bool:
     """Pin ``pid`` (0: this process) to one CPU or a set of them; False when none is given or it cannot be done
     (a CPU this process may not use, or no affinity on this platform)."""

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from gateway.bench.processes import BenchProcess, free_port, pin
+from gateway.bench.processes import BenchProcess, cpus_named, free_port, pin
 from gateway.loadtest.analysis import blockwise_match, echo_correlation
 from gateway.loadtest.audio import source_audio
 from gateway.transport.webrtc_receive import downmix_s16
@@ -58,7 +58,7 @@ class WebRtcBenchConfig:
     encoders: tuple[str, ...] = ("gateway",)
     decoders: tuple[str, ...] = ("gateway", "aiortc")
     worker_core: int | None = 0
-    load_core: int | None = 1
+    load_core: int | tuple[int, ...] | None = 1  # the browsers' and the loadtest's CPUs
 
     def __post_init__(self) -> None:
         if self.calls < 1 or self.g711_calls < 0 or self.repeats < 1 or self.window_s < 2:
@@ -324,7 +324,10 @@ def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
                 finally:
                     gateway.stop()
     rows = {label: _median(values) for label, values in runs.items()}
-    print(f"\nworker pinned: {pinned}; µs per call-frame above the idle process, median of {config.repeats}")
+    print(
+        f"\nworker pinned: {pinned}, load cpus: {cpus_named(config.load_core)}; "
+        f"µs per call-frame above the idle process, median of {config.repeats}"
+    )
     print("| calls | what | µs per call-frame (runs) | core % | audio right | echo round trip, ms |")
     print("|---:|---|---|---|---|---|")
     for label, row in rows.items():

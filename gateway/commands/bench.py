@@ -98,7 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="who decodes the caller's Opus: the gateway on its loop, aiortc's decoder thread, or both interleaved",
     )
     webrtc.add_argument("--worker-core", type=int, default=0, help="CPU `gateway run` is pinned to (-1: none)")
-    webrtc.add_argument("--load-core", type=int, default=1, help="CPU for the browsers and loadtest (-1: none)")
+    webrtc.add_argument(
+        "--load-core",
+        type=_cpu_list,
+        default=(1,),
+        help="CPU or CPUs for the browsers and the loadtest: 1, 1,2,3 or 2-5 (-1: none)",
+    )
     webrtc.add_argument("--json", metavar="FILE", help="write every run as JSON")
 
 
@@ -167,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
                 encoders=("gateway", "aiortc") if args.encoder == "both" else (args.encoder,),
                 decoders=("gateway", "aiortc") if args.decoder == "both" else (args.decoder,),
                 worker_core=None if args.worker_core < 0 else args.worker_core,
-                load_core=None if args.load_core < 0 else args.load_core,
+                load_core=args.load_core or None,
             )
         except ValueError as exc:
             raise SystemExit(f"gateway bench webrtc: {exc}") from None
@@ -176,17 +181,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _cpu_list(text: str) -> tuple[int, ...]:
-    """``1``, ``1,2,3``, ``2-5`` or ``-1`` (no pinning: the empty tuple)."""
-    if text.strip() == "-1":
-        return ()
-    cpus: set[int] = set()
+    from gateway.bench.processes import cpu_list
+
     try:
-        for part in text.split(","):
-            low, _, high = part.strip().partition("-")
-            first, last = int(low), int(high or low)
-            if first < 0 or last < first:
-                raise ValueError(part)
-            cpus.update(range(first, last + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (say 1, 1,2,3, 2-5 or -1)") from None
-    return tuple(sorted(cpus))
+        return cpu_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

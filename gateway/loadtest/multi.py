@@ -86,9 +86,14 @@ def run(
     progress: Callable[[list[Progress]], None] | None = None,
     use_uvloop: bool = True,
     stop_on_signals: bool = False,
+    started: Callable[[list[int]], None] | None = None,
 ) -> RunResult:
     """``stop_on_signals``: SIGTERM (and SIGINT, unless ignored) ends the run early in every worker, each hanging
-    up its calls, and the merged result of what ran is returned (``RunResult.interrupted``)."""
+    up its calls, and the merged result of what ran is returned (``RunResult.interrupted``).
+
+    ``started`` is called once with the worker processes' PIDs when they have started (not when ``workers`` is
+    1: the run is then in this process). They are reaped here before ``run`` returns; a caller that signals
+    them must not reap them."""
     if workers < 1:
         raise LoadConfigError("workers must be >= 1")
     if workers > config.total_calls or workers > config.calls:
@@ -120,6 +125,8 @@ def run(
     errors: dict[int, str] = {}
     give_up = time.monotonic() + config.hard_deadline_s + _PARENT_GRACE_S
     try:
+        if started is not None:
+            started([process.pid for process in processes if process.pid is not None])
         while len(results) + len(errors) < workers:
             if time.monotonic() > give_up:
                 raise LoadWorkerError("load workers did not finish within their deadline")

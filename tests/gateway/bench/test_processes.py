@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from pathlib import Path
 
 import pytest
 
-from gateway.bench.processes import BenchProcess, free_port, pin
+from gateway.bench.processes import BenchProcess, cpu_list, cpus_named, free_port, pin
 
 
 def test_a_process_is_waited_for_by_its_ready_line_and_stopped(tmp_path: Path) -> None:
@@ -51,3 +52,18 @@ def test_pinning_to_a_core_this_process_may_use_and_not_to_one_it_may_not() -> N
         assert not pin(os.getpid(), ())
     finally:
         os.sched_setaffinity(0, before)
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("1", (1,)), ("3,1,2", (1, 2, 3)), ("2-5", (2, 3, 4, 5)), ("0,4-5,4", (0, 4, 5)), (" -1 ", ())],
+)
+def test_a_cpu_list_is_read_as_the_set_of_cpus_it_names(text: str, cpus: tuple[int, ...]) -> None:
+    assert cpu_list(text) == cpus
+    assert cpus_named(cpus or None) == (",".join(map(str, cpus)) or "any")
+
+
+@pytest.mark.parametrize("text", ["", "a", "2-1", "-2", "1,,2", "1-"])
+def test_what_is_not_a_cpu_list_is_named_in_the_error(text: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"not a CPU list: {text!r}")):
+        cpu_list(text)

@@ -64,6 +64,7 @@ def test_the_encoders_compare_too(tmp_path: Path) -> None:
     rows = json.loads(report.read_text())["rows"]
     assert set(rows) == {"browser, gateway encodes, gateway decodes", "browser, aiortc encodes, gateway decodes"}
     assert all(row["audio_right"] == [1] for row in rows.values())
+    assert "load cpus: any" in done.stdout
 
 
 def test_nonsense_is_refused_with_a_reason() -> None:
@@ -72,3 +73,5 @@ def test_nonsense_is_refused_with_a_reason() -> None:
     assert "need calls >= 1" in done.stderr
     done = bench("--decoder", "ffmpeg")
     assert done.returncode != 0 and "--decoder" in done.stderr
+    done = bench("--load-core", "2-1")
+    assert done.returncode != 0 and "not a CPU list: '2-1'" in done.stderr
