@@ -18,6 +18,7 @@ Two samplers, one per kind of worker:
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,22 @@ def report(path: str | Path) -> str:
     )
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.bench._profile",
+        description="The worker's sampled time by category: perf record files (*.data) or py-spy raw files.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="gateway bench calls --profile's output")
+    args = parser.parse_args(argv)
+    for path in args.files:
+        if not Path(path).is_file():
+            parser.error(f"no such file: {path}")
+        try:
+            print(f"{path}:\n{report(path)}")
+        except subprocess.CalledProcessError as exc:
+            parser.error(f"perf could not read {path}: {(exc.stderr or '').strip()[-300:]}")
+    return 0
+
+
 if __name__ == "__main__":
-    for argument in sys.argv[1:]:
-        print(f"{argument}:\n{report(argument)}")
+    sys.exit(main())
