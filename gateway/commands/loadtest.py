@@ -116,6 +116,7 @@ def passed(summary: dict[str, Any]) -> bool:
 
 def main(args: argparse.Namespace) -> int:
     from gateway.loadtest import multi
+    from gateway.loadtest.audio import silent_call_reason
     from gateway.loadtest.config import LoadConfigError
     from gateway.loadtest.results import aggregate, progress_line, table
 
@@ -124,6 +125,8 @@ def main(args: argparse.Namespace) -> int:
     except LoadConfigError as exc:
         print(f"gateway loadtest: {exc}", file=sys.stderr)
         return 2
+    if (reason := silent_call_reason(config.duration_s, config.talk, config.audio)) is not None:
+        print(f"gateway loadtest: note: {reason}", file=sys.stderr)
     tty = sys.stderr.isatty()
 
     def show(parts: list[Any]) -> None:

@@ -203,6 +203,22 @@ class CallAudio:
         return self.pcm.size * 50 // self.rate
 
 
+def silent_call_reason(seconds: float, pattern: TalkPattern, audio: AudioKind) -> str | None:
+    """Why a call of ``seconds`` would send only silence (no talk spurt fits with its reply), or None.
+
+    :func:`plan_call_audio` plans a spurt only when the lead-in, the spurt and its whole pause fit in the call.
+    """
+    needed_ms = LEAD_IN_MS + pattern.talk_ms + pattern.pause_ms
+    if audio == "silence" or round(seconds * 50) * 20 >= needed_ms:
+        return None
+    return (
+        f"a call of {seconds:g} s has no room for one talk spurt and its reply ({LEAD_IN_MS / 1000:g} s lead-in "
+        f"+ {pattern.talk_ms / 1000:g} s talk + {pattern.pause_ms / 1000:g} s pause = {needed_ms / 1000:g} s): "
+        f"its callers send only silence, with no marker and no round trip to measure; give --duration "
+        f"{-(-needed_ms // 1000)} or more, or a shorter --talk-ms or --pause-ms"
+    )
+
+
 def plan_call_audio(
     source: Pcm, rate: int, *, seconds: float, pattern: TalkPattern, offset: int = 0, with_markers: bool = True
 ) -> CallAudio:

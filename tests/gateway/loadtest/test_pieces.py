@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from gateway.loadtest import _codec
 from gateway.loadtest.analysis import chirp
-from gateway.loadtest.audio import PAUSE_CAP_MS, cap_pauses, plan_call_audio, source_audio, speech_like
+from gateway.loadtest.audio import (
+    PAUSE_CAP_MS,
+    cap_pauses,
+    plan_call_audio,
+    silent_call_reason,
+    source_audio,
+    speech_like,
+)
 from gateway.loadtest.callanalysis import PACING_BINS, analyze_call, histogram_percentile, pacing_histogram
 from gateway.loadtest.config import (
     LoadConfig,
@@ -143,6 +150,19 @@ def test_plan_opens_with_silence_and_puts_a_marker_into_every_spurt() -> None:
     first = plan.markers[0]
     assert np.array_equal(plan.pcm[first : first + 480], chirp(8000, ms=60))
     assert plan.pcm[first - 800 : first].any()  # speech before the marker
+
+
+@pytest.mark.parametrize("seconds", [3.0, 4.0, 5.18, 5.2, 5.22, 6.0])
+def test_a_call_too_short_for_one_spurt_and_its_reply_is_named_before_it_sends_silence(seconds: float) -> None:
+    pattern = TalkPattern()  # 1.2 s of talk, 3 s of pause: with the 1 s lead-in a spurt needs 5.2 s
+    plan = plan_call_audio(speech_like(8000, 3.0), 8000, seconds=seconds, pattern=pattern)
+    reason = silent_call_reason(seconds, pattern, "speech")
+    assert (reason is None) == bool(plan.spurts) == (seconds >= 5.2 - 0.01)
+    if reason is not None:
+        assert not plan.pcm.any()
+        assert reason.startswith(f"a call of {seconds:g} s has no room for one talk spurt and its reply")
+        assert "= 5.2 s)" in reason and "--duration 6 or more" in reason
+    assert silent_call_reason(seconds, pattern, "silence") is None  # silence is what was asked for
 
 
 # ----------------------------------------------------------------------------------------- analysis
