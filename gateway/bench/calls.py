@@ -80,7 +80,7 @@ class CallsBenchConfig:
     ramp_cps: float = 50.0
     repeats: int = 1
     worker_core: int | None = 0
-    load_core: int | tuple[int, ...] | None = 1  # the CPUs of the fakes and the generator
+    load_core: tuple[int, ...] | None = (1,)  # the CPUs of the fakes and the generator (None: any)
     fakes: int = 1  # fake provider processes on one port (SO_REUSEPORT)
     load_workers: int = 1  # load generator processes (1: in this process)
     profile: str | None = None  # cProfile output of the worker

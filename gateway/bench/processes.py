@@ -46,11 +46,9 @@ def cpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
-def cpus_named(cores: int | Collection[int] | None) -> str:
-    """The CPUs of ``pin`` as the reports name them: ``1``, ``1,2,3``, or ``any``."""
-    if cores is None:
-        return "any"
-    return str(cores) if isinstance(cores, int) else ",".join(map(str, sorted(cores)))
+def cpus_named(cores: Collection[int] | None) -> str:
+    """A list of CPUs as the reports name it: ``1``, ``1,2,3``, or ``any`` (None or empty: not pinned)."""
+    return ",".join(map(str, sorted(cores))) if cores else "any"
 
 
 def pin(pid: int, cores: int | Collection[int] | None) -> bool:

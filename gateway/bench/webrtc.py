@@ -58,7 +58,7 @@ class WebRtcBenchConfig:
     encoders: tuple[str, ...] = ("gateway",)
     decoders: tuple[str, ...] = ("gateway", "aiortc")
     worker_core: int | None = 0
-    load_core: int | tuple[int, ...] | None = 1  # the browsers' and the loadtest's CPUs
+    load_core: tuple[int, ...] | None = (1,)  # the browsers' and the loadtest's CPUs (None: any)
 
     def __post_init__(self) -> None:
         if self.calls < 1 or self.g711_calls < 0 or self.repeats < 1 or self.window_s < 2:
@@ -302,8 +302,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
-    if config.load_core is not None:
-        pin(os.getpid(), config.load_core)  # the browsers, in this process
+    pin(os.getpid(), config.load_core)  # the browsers, in this process
     runs: dict[str, list[dict[str, Any]]] = {}
     pinned = False
     with tempfile.TemporaryDirectory(prefix="bench-webrtc-") as work:
