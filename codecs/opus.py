@@ -1,36 +1,51 @@
-"""Opus (RFC 6716) for 48 kHz, 20 ms frames, through PyAV's libopus encoder and decoder.
+"""Opus (RFC 6716) for 48 kHz, 20 ms frames, through libopus's own API.
 
 This module owns one encoder and one decoder object per call direction. PCM is int16; stereo is
 interleaved. RTP payloading (RFC 7587: one Opus packet per RTP payload, 48 kHz clock) is the media
 layer's job; these objects take and return whole Opus packets.
 
-Packet loss: FFmpeg's libopus wrapper, and so PyAV, treats an empty packet as end of stream and offers no
-``decode_fec``, so neither libopus PLC nor in-band FEC recovery is reachable through it. The decoder
-therefore conceals with :class:`telcodecs.plc.Concealer`: :meth:`OpusDecoder.conceal` repeats the last
-pitch period with a fade (G.711 Appendix I), and :meth:`OpusDecoder.decode_fec` uses the *next* packet to
-interpolate the lost one and keeps that packet's decoded audio for the following :meth:`decode` call.
-Why, and what was rejected: docs/adr/0004-opus-packet-loss.md.
+libopus is called directly (:mod:`telcodecs._libopus`, ctypes), not through PyAV's codec contexts: that costs
+less on every frame, and it reaches what FFmpeg's wrapper hides, libopus's own packet loss concealment
+(:meth:`OpusDecoder.conceal`) and the recovery of a lost frame from the in-band FEC copy the next packet
+carries (:meth:`OpusDecoder.decode_fec`). Why, and the figures: docs/adr/0012-libopus-called-directly.md.
 
-Silence: libopus costs about as much to encode a frame of digital silence as a frame of speech (233 against
-340 µs at complexity 5 on the development VM, ``gateway bench codecs``), and an agent is silent for much of a
-call. Once the encoder has been fed :data:`SILENCE_SETTLE_FRAMES` all-zero frames in a row, its state is silence
-and so is the packet it makes (with its in-band FEC copy of the frame before); further all-zero frames get that
-same packet back without calling libopus. The first frame that is not all zeros is encoded from the state the
-silence left, as it would have been. ``reuse_silence=False`` encodes every frame.
+Silence: libopus costs about as much to encode a frame of digital silence as a frame of speech, and an agent is
+silent for much of a call. Once the encoder has been fed :data:`SILENCE_SETTLE_FRAMES` all-zero frames in a row,
+its state is silence and so is the packet it makes (with its in-band FEC copy of the frame before); further
+all-zero frames get that same packet back without calling libopus. The first frame that is not all zeros is
+encoded from the state the silence left, as it would have been. ``reuse_silence=False`` encodes every frame.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import Final
 
-import av
-import av.error
 import numpy as np
 import numpy.typing as npt
 
-from telcodecs.plc import Concealer
+from telcodecs._libopus import (
+    MAX_PACKET_BYTES,
+    OPUS_APPLICATION_VOIP,
+    OPUS_OK,
+    OPUS_SET_BITRATE,
+    OPUS_SET_COMPLEXITY,
+    OPUS_SET_INBAND_FEC,
+    OPUS_SET_PACKET_LOSS_PERC,
+    Libopus,
+    LibopusNotFoundError,
+    load,
+)
 
-__all__ = ["OPUS_FRAME_SAMPLES", "OPUS_SAMPLE_RATE", "SILENCE_SETTLE_FRAMES", "OpusDecoder", "OpusEncoder", "OpusError"]
+__all__ = [
+    "OPUS_FRAME_SAMPLES",
+    "OPUS_SAMPLE_RATE",
+    "SILENCE_SETTLE_FRAMES",
+    "OpusDecoder",
+    "OpusEncoder",
+    "OpusError",
+    "libopus_version",
+]
 
 OPUS_SAMPLE_RATE: Final = 48_000
 OPUS_FRAME_SAMPLES: Final = 960  # 20 ms per channel
@@ -38,21 +53,37 @@ SILENCE_SETTLE_FRAMES: Final = 3  # all-zero frames encoded before their packet 
 
 
 class OpusError(ValueError):
-    """Bad settings, PCM of the wrong shape, or a packet libopus rejects (translated from PyAV errors)."""
+    """Bad settings, PCM of the wrong shape, a packet libopus rejects, or no libopus to load."""
 
 
-def _layout(channels: int) -> str:
-    if channels == 1:
-        return "mono"
-    if channels == 2:
-        return "stereo"
-    raise OpusError(f"channels must be 1 or 2, got {channels}")
+def _library() -> Libopus:
+    try:
+        return load()
+    except LibopusNotFoundError as exc:
+        raise OpusError(str(exc)) from exc
+
+
+def libopus_version() -> str:
+    """The loaded libopus's version string and path, e.g. ``libopus 1.3.1 (/lib/.../libopus.so.0)``."""
+    opus = _library()
+    return f"{opus.version} ({opus.path})"
+
+
+def _channels(channels: int) -> int:
+    if channels not in (1, 2):
+        raise OpusError(f"channels must be 1 or 2, got {channels}")
+    return channels
+
+
+def _address(pcm: npt.NDArray[np.int16]) -> int:
+    address: int = pcm.__array_interface__["data"][0]
+    return address
 
 
 class OpusEncoder:
     """20 ms Opus packets from 48 kHz int16 PCM (``960 * channels`` interleaved samples per call)."""
 
-    __slots__ = ("_channels", "_context", "_layout", "_pts", "_quiet", "_quiet_packet", "_reuse", "reused")
+    __slots__ = ("_channels", "_encode", "_out", "_quiet", "_quiet_packet", "_reuse", "_state", "_strerror", "reused")
 
     def __init__(
         self,
@@ -64,33 +95,32 @@ class OpusEncoder:
         packet_loss_pct: int = 10,
         reuse_silence: bool = True,
     ) -> None:
-        self._layout = _layout(channels)
+        self._channels = _channels(channels)
         if not 6000 <= bitrate <= 510000:
             raise OpusError(f"bitrate must be 6000..510000 bit/s, got {bitrate}")
         if not 0 <= complexity <= 10:
             raise OpusError(f"complexity must be 0..10, got {complexity}")
         if not 0 <= packet_loss_pct <= 100:
             raise OpusError(f"packet_loss_pct must be 0..100, got {packet_loss_pct}")
-        self._channels = channels
-        context = av.CodecContext.create("libopus", "w")
-        context.sample_rate = OPUS_SAMPLE_RATE
-        context.layout = self._layout
-        context.format = "s16"
-        context.bit_rate = bitrate
+        opus = _library()
+        lib = opus.lib
+        self._state = ctypes.create_string_buffer(lib.opus_encoder_get_size(channels))
+        status = lib.opus_encoder_init(self._state, OPUS_SAMPLE_RATE, channels, OPUS_APPLICATION_VOIP)
         # libopus only adds in-band FEC (LBRR) when told to expect loss.
-        context.options = {
-            "application": "voip",
-            "frame_duration": "20",
-            "fec": "1" if fec else "0",
-            "packet_loss": str(packet_loss_pct if fec else 0),
-            "compression_level": str(complexity),  # libopusenc maps this to OPUS_SET_COMPLEXITY
-        }
-        try:
-            context.open()
-        except av.error.FFmpegError as exc:
-            raise OpusError(f"libopus encoder refused the settings: {exc}") from exc
-        self._context = context
-        self._pts = 0
+        for request, value in (
+            (OPUS_SET_BITRATE, bitrate),
+            (OPUS_SET_COMPLEXITY, complexity),
+            (OPUS_SET_INBAND_FEC, int(fec)),
+            (OPUS_SET_PACKET_LOSS_PERC, packet_loss_pct if fec else 0),
+        ):
+            if status != OPUS_OK:
+                break
+            status = lib.opus_encoder_ctl(self._state, request, value)
+        if status != OPUS_OK:
+            raise OpusError(f"libopus encoder refused the settings: {opus.strerror(status)}")
+        self._encode = lib.opus_encode
+        self._strerror = opus.strerror
+        self._out = ctypes.create_string_buffer(MAX_PACKET_BYTES)
         self._reuse = reuse_silence
         self._quiet = 0  # all-zero frames in a row
         self._quiet_packet: bytes | None = None
@@ -111,19 +141,14 @@ class OpusEncoder:
             else:
                 self._quiet += 1
                 if self._quiet > SILENCE_SETTLE_FRAMES and self._quiet_packet is not None:
-                    self._pts += OPUS_FRAME_SAMPLES
                     self.reused += 1
                     return self._quiet_packet
-        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, want), format="s16", layout=self._layout)
-        frame.sample_rate = OPUS_SAMPLE_RATE
-        frame.pts = self._pts
-        self._pts += OPUS_FRAME_SAMPLES
-        try:
-            packets = self._context.encode(frame)
-        except av.error.FFmpegError as exc:
-            raise OpusError(f"libopus failed to encode: {exc}") from exc
-        # With 20 ms input frames and frame_duration=20, libopus emits exactly one packet per frame.
-        out = b"".join(bytes(packet) for packet in packets)
+        if not pcm.flags.c_contiguous:
+            pcm = np.ascontiguousarray(pcm)
+        size = self._encode(self._state, _address(pcm), OPUS_FRAME_SAMPLES, self._out, MAX_PACKET_BYTES)
+        if size < 0:
+            raise OpusError(f"libopus failed to encode: {self._strerror(size)}")
+        out = self._out.raw[:size]
         if self._quiet == SILENCE_SETTLE_FRAMES:
             self._quiet_packet = out
         return out
@@ -132,18 +157,19 @@ class OpusEncoder:
 class OpusDecoder:
     """48 kHz int16 PCM from Opus packets; mono or stereo packets, downmixed when ``channels_out=1``."""
 
-    __slots__ = ("_channels", "_concealer", "_context", "_pending")
+    __slots__ = ("_channels", "_decode", "_samples", "_state", "_strerror")
 
     def __init__(self, *, channels_out: int = 1) -> None:
-        layout = _layout(channels_out)
-        self._channels = channels_out
-        context = av.CodecContext.create("libopus", "r")
-        context.sample_rate = OPUS_SAMPLE_RATE
-        context.layout = layout  # libopus downmixes stereo packets for a mono decoder itself
-        context.format = "s16"
-        self._context = context
-        self._concealer = Concealer(sample_rate=OPUS_SAMPLE_RATE, channels=channels_out)
-        self._pending: tuple[bytes, npt.NDArray[np.int16]] | None = None
+        self._channels = _channels(channels_out)
+        opus = _library()
+        lib = opus.lib
+        self._state = ctypes.create_string_buffer(lib.opus_decoder_get_size(channels_out))
+        status = lib.opus_decoder_init(self._state, OPUS_SAMPLE_RATE, channels_out)  # downmixes stereo itself
+        if status != OPUS_OK:
+            raise OpusError(f"libopus decoder refused the settings: {opus.strerror(status)}")
+        self._decode = lib.opus_decode
+        self._samples = lib.opus_packet_get_nb_samples
+        self._strerror = opus.strerror
 
     @property
     def channels_out(self) -> int:
@@ -151,45 +177,32 @@ class OpusDecoder:
 
     def decode(self, payload: bytes) -> npt.NDArray[np.int16]:
         """PCM of one packet: 960 samples (mono) or 1920 interleaved (stereo) per 20 ms."""
-        if self._pending is not None:
-            pending_payload, pending_pcm = self._pending
-            self._pending = None
-            if pending_payload == payload:  # already decoded by decode_fec()
-                return pending_pcm
-        return self._flatten(self._concealer.observe(self._decode_raw(payload)))
-
-    def conceal(self) -> npt.NDArray[np.int16]:
-        """PCM for one missing 20 ms packet (pitch repetition with fade, continuous with the past)."""
-        self._pending = None
-        return self._flatten(self._concealer.conceal(OPUS_FRAME_SAMPLES))
-
-    def decode_fec(self, next_payload: bytes) -> npt.NDArray[np.int16]:
-        """PCM for the missing packet just before ``next_payload``, recovered with the next packet's help.
-
-        ``next_payload`` is decoded now and its PCM is returned by the next :meth:`decode` call with the same
-        bytes, so the decoder state advances once. The lost frame is interpolated between the past and the
-        next packet (see the module docstring for why libopus LBRR data is not used).
-        """
-        following = self._decode_raw(next_payload)
-        bridged = self._concealer.bridge(OPUS_FRAME_SAMPLES, following)
-        observed = self._concealer.observe(following)
-        self._pending = (bytes(next_payload), self._flatten(observed))
-        return self._flatten(bridged)
-
-    def _decode_raw(self, payload: bytes) -> npt.NDArray[np.int16]:
         if not payload:
             raise OpusError("empty Opus packet: call conceal() for a missing packet")
-        try:
-            frames = self._context.decode(av.Packet(payload))
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise OpusError(f"libopus rejected a packet of {len(payload)} bytes: {exc}") from exc
-        if not frames:
-            raise OpusError("libopus returned no audio for a packet")
-        parts = [frame.to_ndarray().reshape(-1) for frame in frames]  # packed s16: interleaved
-        pcm = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        return np.ascontiguousarray(pcm, dtype=np.int16)
+        samples = self._samples(payload, len(payload), OPUS_SAMPLE_RATE)
+        if samples <= 0:
+            reason = self._strerror(samples) if samples < 0 else "no audio in it"
+            raise OpusError(f"libopus rejected a packet of {len(payload)} bytes: {reason}")
+        return self._run(payload, samples, fec=0)
 
-    @staticmethod
-    def _flatten(pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
-        flat: npt.NDArray[np.int16] = pcm.reshape(-1)
-        return flat
+    def conceal(self) -> npt.NDArray[np.int16]:
+        """PCM for one missing 20 ms packet: libopus's concealment, continuous with the past and fading."""
+        return self._run(None, OPUS_FRAME_SAMPLES, fec=0)
+
+    def decode_fec(self, next_payload: bytes) -> npt.NDArray[np.int16]:
+        """PCM for the 20 ms packet missing just before ``next_payload``, from the in-band FEC (LBRR) copy of it
+        that the next packet carries; libopus conceals instead when that packet carries none.
+
+        ``next_payload`` itself is not consumed: decode it with :meth:`decode` as usual.
+        """
+        if not next_payload:
+            raise OpusError("empty Opus packet: call conceal() for a missing packet")
+        return self._run(next_payload, OPUS_FRAME_SAMPLES, fec=1)
+
+    def _run(self, payload: bytes | None, samples: int, *, fec: int) -> npt.NDArray[np.int16]:
+        pcm = np.empty(samples * self._channels, dtype=np.int16)
+        size = len(payload) if payload is not None else 0
+        got = self._decode(self._state, payload, size, _address(pcm), samples, fec)
+        if got < 0:
+            raise OpusError(f"libopus rejected a packet of {size} bytes: {self._strerror(got)}")
+        return pcm if got == samples else pcm[: got * self._channels]

@@ -12,7 +12,8 @@ Opus decode around a lost packet, per pair of frames: two packets received, one 
 
 Paths: telcodecs batched (BatchResampler + batch LUTs, N = 1, 10, 100, 1000), telcodecs per call
 (StreamResampler per call), and what a user would otherwise pick: aiortc's codec classes (PyAV codecs and
-resampling), ``av.AudioResampler``, ``soxr.ResampleStream``, and stdlib ``audioop`` where it exists.
+resampling), libopus through PyAV's codec contexts (the batched path with only the binding changed),
+``av.AudioResampler``, ``soxr.ResampleStream``, and stdlib ``audioop`` where it exists.
 Every case is timed several times, interleaved with the others (so load drift hits all alike), and the
 median is reported. Results and the machine facts go to docs/performance.md.
 
@@ -41,7 +42,7 @@ import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 
 from telcodecs import g711  # noqa: E402
-from telcodecs.opus import SILENCE_SETTLE_FRAMES, OpusDecoder, OpusEncoder  # noqa: E402
+from telcodecs.opus import SILENCE_SETTLE_FRAMES, OpusDecoder, OpusEncoder, libopus_version  # noqa: E402
 from telcodecs.resample import BatchResampler, StreamResampler  # noqa: E402
 
 Tick = Callable[[], None]
@@ -55,7 +56,7 @@ G711_TARGET_RATIO = 10.0
 class Case:
     name: str
     family: str  # "g711", "opus", "opus-encode" or "opus-loss"
-    path: str  # "batched", "per-call", "aiortc", "av", "soxr", "audioop"
+    path: str  # "batched", "per-call", "aiortc", "pyav-codec", "av", "soxr", "audioop"
     calls: int
     frames: int  # ticks per timing
     build: Callable[[], Tick]
@@ -319,6 +320,48 @@ def _opus_aiortc(calls: int) -> Tick:
     return tick
 
 
+def _opus_pyav_contexts(calls: int) -> Tick:
+    """The batched path with libopus reached through PyAV's codec contexts (FFmpeg's libopus wrapper), as
+    telcodecs.opus did before it called libopus itself (ADR 0012): only the binding differs."""
+    import av
+
+    down, up = BatchResampler(48000, 24000, capacity=calls), BatchResampler(24000, 48000, capacity=calls)
+    rows = np.array([down.open() for _ in range(calls)], dtype=np.intp)
+    for _ in range(calls):
+        up.open()
+    decoders, encoders = [], []
+    for _ in range(calls):
+        decoder = av.CodecContext.create("libopus", "r")
+        decoder.sample_rate, decoder.layout, decoder.format = 48000, "mono", "s16"
+        decoders.append(decoder)
+        encoder = av.CodecContext.create("libopus", "w")
+        encoder.sample_rate, encoder.layout, encoder.format, encoder.bit_rate = 48000, "mono", "s16", 32000
+        encoder.options = {
+            "application": "voip",
+            "frame_duration": "20",
+            "fec": "1",
+            "packet_loss": "10",
+            "compression_level": "5",
+        }
+        encoder.open()
+        encoders.append(encoder)
+    packets = _opus_packets()
+    outbound = np.tile(_frames(_speech_like(24000, 0.02), 480, 1), (calls, 1))
+    clock = [0]
+
+    def tick() -> None:
+        ts = clock[0]
+        clock[0] += 1
+        packet = packets[ts % len(packets)]
+        decoded = np.stack([decoder.decode(av.Packet(packet))[0].to_ndarray().reshape(-1) for decoder in decoders])
+        down.process(rows, decoded)
+        for encoder, pcm in zip(encoders, up.process(rows, outbound)):
+            for out in encoder.encode(_audio_frame(np.ascontiguousarray(pcm), 48000, ts * 960)):
+                bytes(out)
+
+    return tick
+
+
 def _opus_av(calls: int) -> Tick:
     import av
 
@@ -432,6 +475,16 @@ def _cases(quick: bool) -> list[Case]:
     )
     cases.append(
         Case(
+            name="opus<->24k libopus through PyAV codec contexts + batched resample",
+            family="opus",
+            path="pyav-codec",
+            calls=alt_calls,
+            frames=frames_for(alt_calls),
+            build=lambda: _opus_pyav_contexts(alt_calls),
+        )
+    )
+    cases.append(
+        Case(
             name="opus<->24k telcodecs.opus + av.AudioResampler",
             family="opus",
             path="av",
@@ -503,7 +556,12 @@ def _environment() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    versions: dict[str, str] = {"numpy": np.__version__, "scipy": scipy.__version__, "av": av.__version__}
+    versions: dict[str, str] = {
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "av": av.__version__,
+        "libopus": libopus_version(),
+    }
     for module in ("aiortc", "soxr"):
         try:
             versions[module] = __import__(module).__version__

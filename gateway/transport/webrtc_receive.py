@@ -16,8 +16,8 @@ a profile of 8 browser calls the thread hand-offs were about a third of the work
   is late and dropped. Sequence numbers and timestamps are unwrapped; a jump far back is a new stream.
 - decoding: on the loop, with :class:`telcodecs.opus.OpusDecoder` (mono, as the SIP path decodes). A gap in
   the timestamps of up to :data:`MAX_CONCEAL_FRAMES` frames is filled by the decoder's concealment, its last
-  frame interpolated towards the packet after it (``decode_fec``), so the frames the session gets stay on the
-  caller's timeline; a longer gap is the sender pausing (DTX, mute).
+  frame rebuilt from the in-band FEC copy the packet after it carries (``decode_fec``), so the frames the
+  session gets stay on the caller's timeline; a longer gap is the sender pausing (DTX, mute).
 
 There is no playout delay: the frames go to the session (and the provider) as they come, which is what the
 provider wants; the agent's audio towards the caller is paced by the agent track.
@@ -128,7 +128,7 @@ class OpusReceiveSink:
         self.closed = False
         self.frames = 0  # packets decoded
         self.concealed = 0  # 20 ms frames filled in for a short gap or a packet libopus rejected
-        self.bridged = 0  # of those, the last frame of a gap, interpolated towards the packet after it
+        self.bridged = 0  # of those, the last frame of a gap, rebuilt from the FEC copy in the packet after it
         self.bad_packets = 0  # packets libopus rejected
         self.late = 0  # packets behind what was already decoded (dropped)
         self.errors = 0  # packets whose handling raised (dropped, logged once)
@@ -235,8 +235,9 @@ class OpusReceiveSink:
         self._on_pcm(self._decoder.conceal())
 
     def _bridge(self, following: bytes) -> None:
-        """The frame just before ``following``, interpolated towards it (the decoder keeps ``following``'s
-        audio for the decode() that comes next), as the SIP path does when the next packet is at hand."""
+        """The frame just before ``following``, from the FEC copy of it that ``following`` carries (libopus
+        conceals when it carries none), as the SIP path does when the next packet is at hand; ``following`` is
+        decoded after it as usual."""
         try:
             pcm = self._decoder.decode_fec(following)
         except OpusError:  # following is bad too: decode() counts it
