@@ -1,7 +1,10 @@
-"""Opus (RFC 6716) for 48 kHz, 20 ms frames, through libopus's own API.
+"""Opus (RFC 6716), 20 ms frames, through libopus's own API.
 
 This module owns one encoder and one decoder object per call direction. PCM is int16; stereo is
-interleaved. RTP payloading (RFC 7587: one Opus packet per RTP payload, 48 kHz clock) is the media
+interleaved. The PCM side runs at 48 kHz unless told otherwise: libopus encodes from and decodes to 8, 12, 16
+or 24 kHz as well, so a 24 kHz session needs no resampler in either direction (an encoder fed 24 kHz codes up
+to 12 kHz of audio, all there is). The packets are the same Opus whatever the rate, and their RTP clock is
+48 kHz regardless (RFC 7587). RTP payloading (RFC 7587: one Opus packet per RTP payload, 48 kHz clock) is the media
 layer's job; these objects take and return whole Opus packets.
 
 libopus is called directly (:mod:`telcodecs._libopus`, ctypes), not through PyAV's codec contexts: that costs
@@ -40,6 +43,7 @@ from telcodecs._libopus import (
 __all__ = [
     "OPUS_FRAME_SAMPLES",
     "OPUS_SAMPLE_RATE",
+    "PCM_RATES",
     "SILENCE_SETTLE_FRAMES",
     "OpusDecoder",
     "OpusEncoder",
@@ -48,7 +52,8 @@ __all__ = [
 ]
 
 OPUS_SAMPLE_RATE: Final = 48_000
-OPUS_FRAME_SAMPLES: Final = 960  # 20 ms per channel
+OPUS_FRAME_SAMPLES: Final = 960  # 20 ms per channel at 48 kHz
+PCM_RATES: Final = (8000, 12000, 16000, 24000, 48000)  # what libopus encodes from and decodes to
 SILENCE_SETTLE_FRAMES: Final = 3  # all-zero frames encoded before their packet is reused
 
 
@@ -75,15 +80,33 @@ def _channels(channels: int) -> int:
     return channels
 
 
+def _frame_samples(sample_rate: int) -> int:
+    if sample_rate not in PCM_RATES:
+        raise OpusError(f"sample_rate must be one of {', '.join(map(str, PCM_RATES))} Hz, got {sample_rate}")
+    return sample_rate // 50
+
+
 def _address(pcm: npt.NDArray[np.int16]) -> int:
     address: int = pcm.__array_interface__["data"][0]
     return address
 
 
 class OpusEncoder:
-    """20 ms Opus packets from 48 kHz int16 PCM (``960 * channels`` interleaved samples per call)."""
+    """20 ms Opus packets from int16 PCM at ``sample_rate`` (``sample_rate / 50 * channels`` interleaved samples
+    per call: 960 at 48 kHz, 480 at 24 kHz)."""
 
-    __slots__ = ("_channels", "_encode", "_out", "_quiet", "_quiet_packet", "_reuse", "_state", "_strerror", "reused")
+    __slots__ = (
+        "_channels",
+        "_encode",
+        "_frame",
+        "_out",
+        "_quiet",
+        "_quiet_packet",
+        "_reuse",
+        "_state",
+        "_strerror",
+        "reused",
+    )
 
     def __init__(
         self,
@@ -94,8 +117,10 @@ class OpusEncoder:
         fec: bool = True,
         packet_loss_pct: int = 10,
         reuse_silence: bool = True,
+        sample_rate: int = OPUS_SAMPLE_RATE,
     ) -> None:
         self._channels = _channels(channels)
+        self._frame = _frame_samples(sample_rate)
         if not 6000 <= bitrate <= 510000:
             raise OpusError(f"bitrate must be 6000..510000 bit/s, got {bitrate}")
         if not 0 <= complexity <= 10:
@@ -105,7 +130,7 @@ class OpusEncoder:
         opus = _library()
         lib = opus.lib
         self._state = ctypes.create_string_buffer(lib.opus_encoder_get_size(channels))
-        status = lib.opus_encoder_init(self._state, OPUS_SAMPLE_RATE, channels, OPUS_APPLICATION_VOIP)
+        status = lib.opus_encoder_init(self._state, sample_rate, channels, OPUS_APPLICATION_VOIP)
         # libopus only adds in-band FEC (LBRR) when told to expect loss.
         for request, value in (
             (OPUS_SET_BITRATE, bitrate),
@@ -130,9 +155,14 @@ class OpusEncoder:
     def channels(self) -> int:
         return self._channels
 
+    @property
+    def frame_samples(self) -> int:
+        """Samples per channel in one 20 ms frame at this encoder's rate."""
+        return self._frame
+
     def encode(self, pcm: npt.NDArray[np.int16]) -> bytes:
-        """One 20 ms packet from ``960 * channels`` interleaved int16 samples at 48 kHz."""
-        want = OPUS_FRAME_SAMPLES * self._channels
+        """One 20 ms packet from ``frame_samples * channels`` interleaved int16 samples."""
+        want = self._frame * self._channels
         if not isinstance(pcm, np.ndarray) or pcm.dtype != np.int16 or pcm.shape != (want,):
             raise OpusError(f"encode needs int16[{want}], got {getattr(pcm, 'dtype', type(pcm))}")
         if self._reuse:
@@ -145,7 +175,7 @@ class OpusEncoder:
                     return self._quiet_packet
         if not pcm.flags.c_contiguous:
             pcm = np.ascontiguousarray(pcm)
-        size = self._encode(self._state, _address(pcm), OPUS_FRAME_SAMPLES, self._out, MAX_PACKET_BYTES)
+        size = self._encode(self._state, _address(pcm), self._frame, self._out, MAX_PACKET_BYTES)
         if size < 0:
             raise OpusError(f"libopus failed to encode: {self._strerror(size)}")
         out = self._out.raw[:size]
@@ -155,16 +185,18 @@ class OpusEncoder:
 
 
 class OpusDecoder:
-    """48 kHz int16 PCM from Opus packets; mono or stereo packets, downmixed when ``channels_out=1``."""
+    """int16 PCM at ``sample_rate`` from Opus packets; mono or stereo packets, downmixed when ``channels_out=1``."""
 
-    __slots__ = ("_channels", "_decode", "_samples", "_state", "_strerror")
+    __slots__ = ("_channels", "_decode", "_frame", "_rate", "_samples", "_state", "_strerror")
 
-    def __init__(self, *, channels_out: int = 1) -> None:
+    def __init__(self, *, channels_out: int = 1, sample_rate: int = OPUS_SAMPLE_RATE) -> None:
         self._channels = _channels(channels_out)
+        self._frame = _frame_samples(sample_rate)
+        self._rate = sample_rate
         opus = _library()
         lib = opus.lib
         self._state = ctypes.create_string_buffer(lib.opus_decoder_get_size(channels_out))
-        status = lib.opus_decoder_init(self._state, OPUS_SAMPLE_RATE, channels_out)  # downmixes stereo itself
+        status = lib.opus_decoder_init(self._state, sample_rate, channels_out)  # downmixes stereo itself
         if status != OPUS_OK:
             raise OpusError(f"libopus decoder refused the settings: {opus.strerror(status)}")
         self._decode = lib.opus_decode
@@ -175,11 +207,16 @@ class OpusDecoder:
     def channels_out(self) -> int:
         return self._channels
 
+    @property
+    def frame_samples(self) -> int:
+        """Samples per channel in one 20 ms frame at this decoder's rate."""
+        return self._frame
+
     def decode(self, payload: bytes) -> npt.NDArray[np.int16]:
-        """PCM of one packet: 960 samples (mono) or 1920 interleaved (stereo) per 20 ms."""
+        """PCM of one packet: per 20 ms, ``frame_samples`` samples (mono) or twice that interleaved (stereo)."""
         if not payload:
             raise OpusError("empty Opus packet: call conceal() for a missing packet")
-        samples = self._samples(payload, len(payload), OPUS_SAMPLE_RATE)
+        samples = self._samples(payload, len(payload), self._rate)
         if samples <= 0:
             reason = self._strerror(samples) if samples < 0 else "no audio in it"
             raise OpusError(f"libopus rejected a packet of {len(payload)} bytes: {reason}")
@@ -187,7 +224,7 @@ class OpusDecoder:
 
     def conceal(self) -> npt.NDArray[np.int16]:
         """PCM for one missing 20 ms packet: libopus's concealment, continuous with the past and fading."""
-        return self._run(None, OPUS_FRAME_SAMPLES, fec=0)
+        return self._run(None, self._frame, fec=0)
 
     def decode_fec(self, next_payload: bytes) -> npt.NDArray[np.int16]:
         """PCM for the 20 ms packet missing just before ``next_payload``, from the in-band FEC (LBRR) copy of it
@@ -197,7 +234,7 @@ class OpusDecoder:
         """
         if not next_payload:
             raise OpusError("empty Opus packet: call conceal() for a missing packet")
-        return self._run(next_payload, OPUS_FRAME_SAMPLES, fec=1)
+        return self._run(next_payload, self._frame, fec=1)
 
     def _run(self, payload: bytes | None, samples: int, *, fec: int) -> npt.NDArray[np.int16]:
         pcm = np.empty(samples * self._channels, dtype=np.int16)

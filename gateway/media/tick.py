@@ -15,7 +15,8 @@ transport glue (the only owner of sockets and clocks) drives it:
 Batching: all G.711 calls (PCMU rows first, then PCMA) are decoded with one ``*_decode_batch`` call per law
 and resampled 8k->24k as one (N, 160) -> (N, 480) batch with per-call state rows of a
 :class:`~telcodecs.resample.BatchResampler`; outbound runs the mirror image (24k->8k batch, encode batch).
-Opus calls decode/encode per call (libopus state is per call) and resample 48k<->24k as one batch.
+Opus calls decode/encode per call (libopus state is per call), at 24 kHz: libopus decodes to and encodes from
+the session's rate itself, so Opus needs no resampler (the RTP clock stays 48 kHz, RFC 7587).
 Every G.711 inbound frame also carries its 8 kHz codes (``Frame.g711``): the caller's own bytes when the frame
 was played, the codes of the concealment otherwise, for sessions whose provider takes G.711 (passthrough).
 
@@ -47,7 +48,16 @@ from gateway.media.errors import LocalMediaError, RtpError
 from gateway.media.rfc4733 import DtmfReceived
 from gateway.media.rtcp import build_bye, ntp_timestamp
 from gateway.media.rtp import looks_like_rtcp, parse_rtp
-from telcodecs.frames import FRAME_SAMPLES, G711_FRAME_BYTES, Frame, FrameError, G711Law, Pcm, unchecked_frame
+from telcodecs.frames import (
+    FRAME_SAMPLES,
+    G711_FRAME_BYTES,
+    SAMPLE_RATE,
+    Frame,
+    FrameError,
+    G711Law,
+    Pcm,
+    unchecked_frame,
+)
 from telcodecs.g711 import (
     ALAW_SILENCE,
     ULAW_SILENCE,
@@ -64,13 +74,11 @@ from telcodecs.resample import BatchResampler
 
 PLC_FADE_FRAMES = 3
 G711_FRAME = 160
-OPUS_FRAME = 960
 
 #: (call_id, destination address, datagram)
 Datagram = tuple[str, Address, bytes]
 
 _ZERO_24K = np.zeros(FRAME_SAMPLES, dtype=np.int16)
-_ZERO_48K = np.zeros(OPUS_FRAME, dtype=np.int16)
 _SILENT_CODES = {"PCMU": bytes([ULAW_SILENCE]) * G711_FRAME, "PCMA": bytes([ALAW_SILENCE]) * G711_FRAME}
 # Per-sample position inside a frame, for fades that are continuous across frame boundaries.
 _RAMP = (np.arange(1, G711_FRAME + 1, dtype=np.float32) / G711_FRAME)[None, :]
@@ -119,13 +127,11 @@ class InboundTick:
 
 
 class _OpusLeg:
-    __slots__ = ("decoder", "encoder", "row_in", "row_out")
+    __slots__ = ("decoder", "encoder")
 
-    def __init__(self, decoder: OpusDecoder, encoder: OpusEncoder, row_in: int, row_out: int) -> None:
+    def __init__(self, decoder: OpusDecoder, encoder: OpusEncoder) -> None:
         self.decoder = decoder
         self.encoder = encoder
-        self.row_in = row_in
-        self.row_out = row_out
 
 
 class TickEngine:
@@ -152,12 +158,8 @@ class TickEngine:
         self._plc_last = np.zeros((64, G711_FRAME), dtype=np.int16)
         self._plc_gap = np.zeros(64, dtype=np.int32)
         # Opus.
-        self._up48 = BatchResampler(24000, 48000)
-        self._down48 = BatchResampler(48000, 24000)
         self._opus: dict[str, _OpusLeg] = {}
         self._opus_order: list[MediaCall] = []
-        self._opus_in_rows = np.zeros(0, dtype=np.intp)
-        self._opus_out_rows = np.zeros(0, dtype=np.intp)
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -168,10 +170,8 @@ class TickEngine:
         call = MediaCall(config, now=now)
         if config.codec == "opus":
             leg = _OpusLeg(
-                OpusDecoder(channels_out=1),
-                OpusEncoder(channels=config.channels, bitrate=config.opus_bitrate),
-                self._down48.open(),
-                self._up48.open(),
+                OpusDecoder(channels_out=1, sample_rate=SAMPLE_RATE),
+                OpusEncoder(channels=config.channels, bitrate=config.opus_bitrate, sample_rate=SAMPLE_RATE),
             )
             self._opus[config.call_id] = leg
         else:
@@ -200,10 +200,7 @@ class TickEngine:
         if rows is not None:
             self._up8.close(rows[0])
             self._down8.close(rows[1])
-        leg = self._opus.pop(call_id, None)
-        if leg is not None:
-            self._down48.close(leg.row_in)
-            self._up48.close(leg.row_out)
+        self._opus.pop(call_id, None)
         self._rebuild()
         cfg = call.config
         return [(call_id, call.rtcp_address, build_bye(ssrc=cfg.ssrc, cname=cfg.cname))]
@@ -220,9 +217,6 @@ class TickEngine:
         self._g711_out_list = [r[1] for r in rows]
         self._g711_out_rows = np.array(self._g711_out_list, dtype=np.intp)
         self._opus_order = [c for c in calls if c.config.codec == "opus"]
-        legs = [self._opus[c.config.call_id] for c in self._opus_order]
-        self._opus_in_rows = np.array([leg.row_in for leg in legs], dtype=np.intp)
-        self._opus_out_rows = np.array([leg.row_out for leg in legs], dtype=np.intp)
 
     def call(self, call_id: str) -> MediaCall:
         call = self._calls.get(call_id)
@@ -380,7 +374,7 @@ class TickEngine:
 
     def _inbound_opus(self, frames: dict[str, Frame], probes: dict[str, float], now: float) -> None:
         calls = self._opus_order
-        pcm48 = np.empty((len(calls), OPUS_FRAME), dtype=np.int16)
+        pcm24 = np.empty((len(calls), FRAME_SAMPLES), dtype=np.int16)
         for i, call in enumerate(calls):
             jb = call.jitter_buffer
             rx = call.reception
@@ -389,10 +383,9 @@ class TickEngine:
             if call.probe is not None and (arrived := call.probe_played(now)) is not None:
                 probes[call.config.call_id] = arrived
             decoder = self._opus[call.config.call_id].decoder
-            pcm = pcm48[i] = self._opus_decode(call, decoder, payload, jb.status, jb.fec_payload)
+            pcm = pcm24[i] = self._opus_decode(call, decoder, payload, jb.status, jb.fec_payload)
             if jb.wants_level:  # a shrink waits for a pause: tell it whether this frame was one (as G.711's test)
                 jb.heard(pcm_is_quiet(pcm))
-        pcm24 = self._down48.process(self._opus_in_rows, pcm48)
         pcm24.flags.writeable = False
         for i, call in enumerate(calls):
             frames[call.config.call_id] = unchecked_frame(call.inbound_index, pcm24[i])
@@ -409,7 +402,7 @@ class TickEngine:
         except OpusError:  # libopus rejected the peer's payload: counted, concealed
             self._count(call.drop("malformed_opus"))
             return decoder.conceal()
-        return _ZERO_48K
+        return _ZERO_24K
 
     # ---------------------------------------------------------------------------------- outbound tick
 
@@ -482,15 +475,12 @@ class TickEngine:
                 out.append((call.config.call_id, call.send_address, packet))
 
     def _outbound_opus(self, outbound: Mapping[str, OutboundFrame], now: float, out: list[Datagram]) -> None:
-        calls = self._opus_order
-        frames = [outbound.get(call.config.call_id) for call in calls]
-        pcm24 = np.stack([f.pcm if isinstance(f, Frame) else _ZERO_24K for f in frames])
-        pcm48 = self._up48.process(self._opus_out_rows, pcm24)
-        for i, call in enumerate(calls):
+        for call in self._opus_order:
             leg = self._opus[call.config.call_id]
-            mono = pcm48[i]
+            frame = outbound.get(call.config.call_id)
+            mono = frame.pcm if isinstance(frame, Frame) else _ZERO_24K  # the encoder takes the session's rate
             pcm = np.repeat(mono, 2) if call.config.channels == 2 else mono
-            packet = call.next_packet(leg.encoder.encode(pcm), isinstance(frames[i], Frame), now)
+            packet = call.next_packet(leg.encoder.encode(pcm), isinstance(frame, Frame), now)
             if packet is not None:
                 out.append((call.config.call_id, call.send_address, packet))
 

@@ -65,7 +65,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.frames import FRAME_SAMPLES, SAMPLE_RATE, Frame
 from telcodecs.opus import OpusEncoder
 from telcodecs.resample import StreamResampler
 
@@ -286,20 +286,23 @@ def rewrite_host_candidates(sdp: str, advertised_host: str) -> str:
 class OutboundAudio:
     """24 kHz agent frames (None: silence) -> one mono Opus packet per 20 ms (``av.Packet``, pts on the 48 kHz
     RTP clock), encoded as the SIP path encodes (:class:`telcodecs.opus.OpusEncoder`: voip, 32 kbit/s, in-band
-    FEC). The browser's decoder takes mono packets whatever channel count the SDP names (RFC 7587 §7)."""
+    FEC, fed the session's 24 kHz as it is). The browser's decoder takes mono packets whatever channel count the
+    SDP names (RFC 7587 §7)."""
 
     def __init__(self) -> None:
-        self._resampler = StreamResampler(24_000, OPUS_RATE)
-        self._encoder = OpusEncoder(channels=1)
+        self._encoder = OpusEncoder(channels=1, sample_rate=SAMPLE_RATE)
+        self._resampler: StreamResampler | None = None  # for raw() only: aiortc's encoder takes 48 kHz
         self._silence = np.zeros(FRAME_SAMPLES, dtype=np.int16)
         self._time_base = Fraction(1, OPUS_RATE)
 
     def _pcm48(self, frame: Frame | None) -> npt.NDArray[np.int16]:
-        # Silence goes through the resampler (and the encoder) too, so their state stays continuous across gaps.
+        # Silence goes through the resampler too, so its state stays continuous across gaps.
+        if self._resampler is None:
+            self._resampler = StreamResampler(SAMPLE_RATE, OPUS_RATE)
         return self._resampler.process(self._silence if frame is None else frame.pcm)
 
     def encode(self, frame: Frame | None, *, sequence: int) -> av.Packet:
-        out = av.Packet(self._encoder.encode(self._pcm48(frame)))
+        out = av.Packet(self._encoder.encode(self._silence if frame is None else frame.pcm))
         out.pts = sequence * WIRE_SAMPLES
         out.time_base = self._time_base
         return out
@@ -456,7 +459,7 @@ class WebRtcPeer:
         if audio is None:
             raise OfferError("SDP offer has no audio transceiver")
         if self._config.decoder == "gateway":
-            sink = OpusReceiveSink(self._on_pcm48)
+            sink = OpusReceiveSink(self._on_pcm24)
             if webrtc_receive.install(audio.receiver, sink):
                 self.receive_sink = sink
             else:
@@ -494,9 +497,9 @@ class WebRtcPeer:
             self._read_inbound(track), name=f"{self.name}-inbound"
         )
 
-    def _on_pcm48(self, pcm: npt.NDArray[np.int16]) -> None:
+    def _on_pcm24(self, pcm: npt.NDArray[np.int16]) -> None:
         self.last_frame_at = asyncio.get_running_loop().time()
-        self._deliver(self._inbound.feed_pcm48(pcm))
+        self._deliver(self._inbound.feed_pcm24(pcm))
 
     def _deliver(self, frames: list[Frame]) -> None:
         for frame in frames:

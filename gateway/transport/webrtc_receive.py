@@ -14,7 +14,7 @@ a profile of 8 browser calls the thread hand-offs were about a third of the work
 - order: a packet in sequence is decoded as it arrives; one after a hole waits for the missing packet for at
   most :data:`REORDER_PACKETS` packets, then the hole is taken as lost. A packet from behind what was decoded
   is late and dropped. Sequence numbers and timestamps are unwrapped; a jump far back is a new stream.
-- decoding: on the loop, with :class:`telcodecs.opus.OpusDecoder` (mono, as the SIP path decodes). A gap in
+- decoding: on the loop, with :class:`telcodecs.opus.OpusDecoder` (mono, to 24 kHz, as the SIP path decodes). A gap in
   the timestamps of up to :data:`MAX_CONCEAL_FRAMES` frames is filled by the decoder's concealment, its last
   frame rebuilt from the in-band FEC copy the packet after it carries (``decode_fec``), so the frames the
   session gets stay on the caller's timeline; a longer gap is the sender pausing (DTX, mute).
@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from aiortc.jitterbuffer import JitterBuffer
 
-from telcodecs.frames import Frame
+from telcodecs.frames import FRAME_SAMPLES, SAMPLE_RATE, Frame
 from telcodecs.opus import OpusDecoder, OpusError
 from telcodecs.resample import StreamResampler
 
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 OPUS_RATE = 48_000
 WIRE_SAMPLES = OPUS_RATE // 50  # 960: 20 ms at 48 kHz
+_CLOCK_PER_SAMPLE = OPUS_RATE // SAMPLE_RATE  # RTP clock ticks per decoded 24 kHz sample
 MAX_CONCEAL_FRAMES = 5  # a longer gap in the timestamps is the sender pausing, not loss
 REORDER_PACKETS = 2  # packets that wait behind a hole before it is taken as lost (40 ms at 20 ms a packet)
 _RESTART_PACKETS = 100  # a sequence number further back than this: the sender started a new stream
@@ -69,10 +70,11 @@ def downmix_s16(frame: av.AudioFrame) -> npt.NDArray[np.int16]:
 
 
 class InboundAudio:
-    """48 kHz caller audio (mono PCM, or aiortc's decoded s16/s16p frames) -> 24 kHz 20 ms frames."""
+    """Caller audio -> 24 kHz 20 ms frames: 24 kHz mono PCM as the gateway's decoder makes it (no resampling), or
+    48 kHz (mono PCM, or aiortc's decoded s16/s16p frames) through a resampler."""
 
     def __init__(self) -> None:
-        self._resampler = StreamResampler(OPUS_RATE, 24_000)
+        self._resampler: StreamResampler | None = None  # made for the first 48 kHz audio
         self._pending = np.zeros(0, dtype=np.int16)
         self._index = 0
         self._fallback: av.AudioResampler | None = None
@@ -92,17 +94,33 @@ class InboundAudio:
 
     def feed_pcm48(self, pcm: npt.NDArray[np.int16]) -> list[Frame]:
         """The whole 24 kHz frames these 48 kHz mono samples complete (usually exactly one per 20 ms packet)."""
-        if not self._pending.size and pcm.size == WIRE_SAMPLES:  # the usual case: one packet, one frame
-            frame = Frame(index=self._index, pcm=self._resampler.process(pcm))
+        resampler = self._resampler
+        if resampler is None:
+            resampler = self._resampler = StreamResampler(OPUS_RATE, SAMPLE_RATE)
+        return self._reframe(pcm, WIRE_SAMPLES, resampler.process)
+
+    def feed_pcm24(self, pcm: npt.NDArray[np.int16]) -> list[Frame]:
+        """The whole 24 kHz frames these 24 kHz mono samples complete (usually exactly one per 20 ms packet)."""
+        return self._reframe(pcm, FRAME_SAMPLES, None)
+
+    def _reframe(
+        self,
+        pcm: npt.NDArray[np.int16],
+        size: int,
+        convert: Callable[[npt.NDArray[np.int16]], npt.NDArray[np.int16]] | None,
+    ) -> list[Frame]:
+        # A call feeds one rate only, so one carry-over buffer serves both.
+        if not self._pending.size and pcm.size == size:  # the usual case: one packet, one frame
+            frame = Frame(index=self._index, pcm=pcm if convert is None else convert(pcm))
             self._index += 1
             return [frame]
         pending = np.concatenate((self._pending, pcm)) if self._pending.size else pcm
         out = []
         start = 0
-        while pending.size - start >= WIRE_SAMPLES:
-            piece = np.ascontiguousarray(pending[start : start + WIRE_SAMPLES])
-            start += WIRE_SAMPLES
-            out.append(Frame(index=self._index, pcm=self._resampler.process(piece)))
+        while pending.size - start >= size:
+            piece = np.ascontiguousarray(pending[start : start + size])
+            start += size
+            out.append(Frame(index=self._index, pcm=piece if convert is None else convert(piece)))
             self._index += 1
         self._pending = pending[start:].copy()
         return out
@@ -110,7 +128,8 @@ class InboundAudio:
 
 class OpusReceiveSink:
     """Takes the place of an aiortc receiver's audio jitter buffer and decoder queue: each RTP packet is put in
-    order as it arrives and decoded on the loop, and its 48 kHz mono PCM goes to ``on_pcm`` at once.
+    order as it arrives and decoded on the loop, and its 24 kHz mono PCM (libopus decodes to the session's rate)
+    goes to ``on_pcm`` at once.
 
     aiortc's receiver calls ``add(packet)`` (its ``JitterBuffer`` surface) for every packet after SRTP, RTCP
     statistics and depayloading; the sink answers ``(False, None)``, so aiortc queues nothing for its decoder
@@ -119,7 +138,7 @@ class OpusReceiveSink:
 
     def __init__(self, on_pcm: Callable[[npt.NDArray[np.int16]], None]) -> None:
         self._on_pcm = on_pcm
-        self._decoder = OpusDecoder(channels_out=1)
+        self._decoder = OpusDecoder(channels_out=1, sample_rate=SAMPLE_RATE)
         self._next_ts: int | None = None  # the timestamp the next frame should have (unwrapped)
         self._expected: int | None = None  # the next sequence number to decode (unwrapped)
         self._held: dict[int, tuple[int, bytes]] = {}  # packets after a hole: seq -> (timestamp, payload)
@@ -227,7 +246,7 @@ class OpusReceiveSink:
             self._conceal()
             return
         self.frames += 1
-        self._next_ts = timestamp + pcm.size
+        self._next_ts = timestamp + pcm.size * _CLOCK_PER_SAMPLE
         self._on_pcm(pcm)
 
     def _conceal(self) -> None:

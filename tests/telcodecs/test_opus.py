@@ -53,6 +53,26 @@ def test_round_trip_preserves_speech_like_audio() -> None:
     assert best_correlation(x, y) > 0.85
 
 
+def test_at_24_khz_no_resampler_is_needed_either_way() -> None:
+    x48 = speech_like()
+    x24 = np.ascontiguousarray(x48[::2])  # band-limited already: its harmonics stop at 3.5 kHz
+    encoder, decoder = OpusEncoder(sample_rate=24000), OpusDecoder(sample_rate=24000)
+    assert encoder.frame_samples == decoder.frame_samples == 480
+    packets = [encoder.encode(x24[i : i + 480]) for i in range(0, x24.shape[0] - 479, 480)]
+    y = np.concatenate([decoder.decode(p) for p in packets])
+    assert y.shape == (x24.shape[0],) and y.dtype == np.int16
+    assert best_correlation(x24, y) > 0.85
+    # The packets are Opus like any other: a 48 kHz decoder plays them at 48 kHz, and a 24 kHz decoder plays a
+    # 48 kHz encoder's packets at 24 kHz.
+    assert sum(OpusDecoder().decode(p).shape[0] for p in packets) == x48.shape[0]
+    encoder48 = OpusEncoder()
+    from48 = [encoder48.encode(f) for f in frames(x48)]
+    heard = np.concatenate([OpusDecoder(sample_rate=24000).decode(p) for p in from48])
+    assert heard.shape == (x24.shape[0],) and best_correlation(x24, heard) > 0.85
+    # A loss is filled at the decoder's rate too.
+    assert decoder.conceal().shape == (480,) and decoder.decode_fec(packets[5]).shape == (480,)
+
+
 def test_settled_silence_reuses_its_packet_and_speech_after_it_decodes_as_without() -> None:
     speech = frames(speech_like(1.0))
     later = frames(speech_like(1.0, seed=3))
@@ -212,3 +232,11 @@ def test_errors() -> None:
         OpusEncoder().encode(np.zeros(480, dtype=np.int16))
     with pytest.raises(OpusError):
         OpusDecoder().decode(b"")
+    with pytest.raises(OpusError, match="sample_rate must be one of"):
+        OpusEncoder(sample_rate=44100)
+    with pytest.raises(OpusError, match="sample_rate must be one of"):
+        OpusDecoder(sample_rate=32000)
+    with pytest.raises(OpusError, match=r"int16\[480\]"):
+        OpusEncoder(sample_rate=24000).encode(np.zeros(960, dtype=np.int16))
+    with pytest.raises(OpusError, match=r"corrupted stream|invalid"):
+        OpusDecoder().decode(bytes([0xFF, 0xFF]))  # code 3 with no frame count byte to speak of

@@ -1,4 +1,5 @@
-"""A browser caller's audio on its way in: the Opus sink that replaces aiortc's decoder thread, and 48k -> 24k.
+"""A browser caller's audio on its way in: the Opus sink that replaces aiortc's decoder thread (decoding to 24 kHz),
+and aiortc's 48 kHz frames -> 24 kHz.
 
 The sink is fed real Opus packets (libopus through :class:`telcodecs.opus.OpusEncoder`) with the timestamps
 aiortc's receiver gives them; what comes out must be the tone that went in, on the caller's timeline: a short
@@ -25,6 +26,7 @@ from gateway.transport.webrtc_receive import (
     OpusReceiveSink,
 )
 from telcodecs.frames import FRAME_SAMPLES, Frame
+from telcodecs.frames import SAMPLE_RATE as SESSION_RATE
 from telcodecs.opus import OpusEncoder
 from tests.gateway.transport.test_webrtc import RATE, dominant_hz, tone
 
@@ -47,15 +49,16 @@ class Collected:
         return sum(p.size for p in self.pieces)
 
 
-def test_the_sink_decodes_each_frame_to_48k_mono_with_the_tone_sent() -> None:
+def test_the_sink_decodes_each_frame_to_24k_mono_with_the_tone_sent() -> None:
     out = Collected()
     sink = OpusReceiveSink(out)
     for i, payload in enumerate(opus_packets(700, 25)):
         sink.receive(payload, 5_000 + i * WIRE_SAMPLES)  # timestamps as aiortc's mapper gives them
-    assert [p.size for p in out.pieces] == [WIRE_SAMPLES] * 25 and all(p.dtype == np.int16 for p in out.pieces)
+    # 20 ms at 24 kHz each: libopus decodes to the session's rate, so nothing is resampled on the way in.
+    assert [p.size for p in out.pieces] == [FRAME_SAMPLES] * 25 and all(p.dtype == np.int16 for p in out.pieces)
     pcm = np.concatenate(out.pieces)
-    assert abs(dominant_hz(pcm[WIRE_SAMPLES * 2 :], RATE) - 700) < 20
-    assert 0.2 < np.abs(pcm[WIRE_SAMPLES * 2 :]).max() / 32767 < 0.4
+    assert abs(dominant_hz(pcm[FRAME_SAMPLES * 2 :], SESSION_RATE) - 700) < 20
+    assert 0.2 < np.abs(pcm[FRAME_SAMPLES * 2 :]).max() / 32767 < 0.4
     assert (sink.frames, sink.concealed, sink.late, sink.bad_packets) == (25, 0, 0, 0)
 
 
@@ -66,23 +69,23 @@ def test_a_short_gap_is_concealed_and_a_pause_is_not() -> None:
     ts = [i * WIRE_SAMPLES for i in range(30)]
     for i in (0, 1, 2, 3, 6, 7):  # frames 4 and 5 lost: two 20 ms frames concealed, the timeline kept
         sink.receive(packets[i], ts[i])
-    assert sink.concealed == 2 and out.samples == 8 * WIRE_SAMPLES
+    assert sink.concealed == 2 and out.samples == 8 * FRAME_SAMPLES
     assert sink.bridged == 1  # the gap's last frame leans on the packet after it
     assert sink.frames == 6  # and that packet was decoded once, not again for the bridge
     concealed = np.concatenate(out.pieces[4:6])
     assert np.abs(concealed).max() > 1000  # the voice continues through the gap, not silence
-    assert abs(dominant_hz(concealed, RATE) - 500) < 30
+    assert abs(dominant_hz(concealed, SESSION_RATE) - 500) < 30
     # A gap longer than MAX_CONCEAL_FRAMES is the sender pausing (DTX, mute): nothing is made up.
     resume = 8 + MAX_CONCEAL_FRAMES + 5
     sink.receive(packets[resume], ts[resume])
-    assert sink.concealed == 2 and out.samples == 9 * WIRE_SAMPLES
+    assert sink.concealed == 2 and out.samples == 9 * FRAME_SAMPLES
     # A frame from before what was already played is dropped and counted.
     sink.receive(packets[9], ts[9])
-    assert sink.late == 1 and out.samples == 9 * WIRE_SAMPLES
+    assert sink.late == 1 and out.samples == 9 * FRAME_SAMPLES
     # Timestamps that start over (more than a second back) are followed, not taken as late.
     sink.receive(packets[20], ts[resume] - 60 * WIRE_SAMPLES)
     sink.receive(packets[21], ts[resume] - 59 * WIRE_SAMPLES)
-    assert sink.late == 1 and sink.concealed == 2 and out.samples == 11 * WIRE_SAMPLES
+    assert sink.late == 1 and sink.concealed == 2 and out.samples == 11 * FRAME_SAMPLES
 
 
 def test_a_packet_libopus_rejects_is_counted_and_concealed_and_the_call_goes_on() -> None:
@@ -95,8 +98,8 @@ def test_a_packet_libopus_rejects_is_counted_and_concealed_and_the_call_goes_on(
     assert sink.bad_packets == 1 and sink.concealed == 1
     for i in range(5, 10):
         sink.receive(packets[i], i * WIRE_SAMPLES)
-    assert sink.frames == 9 and sink.concealed == 1 and out.samples == 10 * WIRE_SAMPLES
-    assert abs(dominant_hz(np.concatenate(out.pieces[5:]), RATE) - 900) < 30
+    assert sink.frames == 9 and sink.concealed == 1 and out.samples == 10 * FRAME_SAMPLES
+    assert abs(dominant_hz(np.concatenate(out.pieces[5:]), SESSION_RATE) - 900) < 30
 
 
 def _packet(seq: int, payload: bytes) -> RtpPacket:
@@ -111,11 +114,11 @@ def test_the_sink_speaks_the_queue_calls_aiortc_makes() -> None:
     packets = opus_packets(440, 4)
     assert sink.get() is None  # the decoder thread aiortc starts reads None and ends
     sink.add(_packet(0, packets[0]))
-    assert out.samples == WIRE_SAMPLES
+    assert out.samples == FRAME_SAMPLES
     sink.put(None)  # aiortc stopping its decoder
     assert sink.closed
     sink.add(_packet(1, packets[1]))  # nothing is decoded after the stop
-    assert out.samples == WIRE_SAMPLES
+    assert out.samples == FRAME_SAMPLES
 
 
 def test_a_failure_behind_the_sink_is_counted_and_does_not_reach_aiortc() -> None:
@@ -234,8 +237,8 @@ def test_packets_through_the_jitter_buffer_surface_are_decoded() -> None:
         packet = RtpPacket(payload_type=111, sequence_number=seq + 100, timestamp=seq * WIRE_SAMPLES + 7)
         packet._data = payload  # type: ignore[attr-defined]  # what aiortc's depayloading leaves
         assert sink.add(packet) == (False, None)  # nothing for aiortc's decoder thread
-    assert sink.frames == 10 and out.samples == 10 * WIRE_SAMPLES
-    assert abs(dominant_hz(np.concatenate(out.pieces[2:]), RATE) - 600) < 20
+    assert sink.frames == 10 and out.samples == 10 * FRAME_SAMPLES
+    assert abs(dominant_hz(np.concatenate(out.pieces[2:]), SESSION_RATE) - 600) < 20
 
 
 # --------------------------------------------------------------------------------- 48k -> 24k
