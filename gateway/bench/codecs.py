@@ -3,7 +3,8 @@
 Two round trips are measured, each as one media tick for N calls (receive direction + send direction):
 
 * G.711 <-> 24 kHz: PCMU payload -> decode -> 8k->24k | 24 kHz frame -> 24k->8k -> encode -> payload;
-* Opus <-> 24 kHz: packet -> decode (48 kHz) -> 48k->24k | 24 kHz frame -> 24k->48k -> encode -> packet.
+* Opus <-> 24 kHz: packet -> decode (48 kHz) -> 48k->24k | 24 kHz frame -> 24k->48k -> encode -> packet; and
+  what the media tick does, libopus decoding to and encoding from 24 kHz itself (no resampler).
 
 Beside them, the Opus encode alone: a frame of speech, a frame of an agent's silence through libopus, and the
 same silence once the encoder has settled and reuses its packet (``OpusEncoder(reuse_silence=...)``). And the
@@ -56,7 +57,7 @@ G711_TARGET_RATIO = 10.0
 class Case:
     name: str
     family: str  # "g711", "opus", "opus-encode" or "opus-loss"
-    path: str  # "batched", "per-call", "aiortc", "pyav-codec", "av", "soxr", "audioop"
+    path: str  # "batched", "libopus-24k", "per-call", "aiortc", "pyav-codec", "av", "soxr", "audioop"
     calls: int
     frames: int  # ticks per timing
     build: Callable[[], Tick]
@@ -128,6 +129,26 @@ def _opus_batched(calls: int) -> Tick:
         down.process(rows, decoded)
         for encoder, pcm in zip(encoders, up.process(rows, outbound)):
             encoder.encode(pcm)
+
+    return tick
+
+
+def _opus_at_24k(calls: int) -> Tick:
+    """What the media tick does: libopus decodes to and encodes from 24 kHz itself, no resampler either way."""
+    decoders = [OpusDecoder(sample_rate=24000) for _ in range(calls)]
+    encoders = [OpusEncoder(sample_rate=24000) for _ in range(calls)]
+    packets = _opus_packets()
+    outbound = _speech_like(24000, 0.02)
+    position = [0]
+
+    def tick() -> None:
+        packet = packets[position[0] % len(packets)]
+        position[0] += 1
+        decoded = np.empty((calls, 480), dtype=np.int16)
+        for i, decoder in enumerate(decoders):
+            decoded[i] = decoder.decode(packet)
+        for encoder in encoders:
+            encoder.encode(outbound)
 
     return tick
 
@@ -453,6 +474,16 @@ def _cases(quick: bool) -> list[Case]:
                 build=lambda n=n: _opus_batched(n),
             )
         )
+    cases.append(
+        Case(
+            name="opus<->24k telcodecs, libopus at 24 kHz (no resampler)",
+            family="opus",
+            path="libopus-24k",
+            calls=per_call,
+            frames=max(2, frames_for(per_call) // 4),
+            build=lambda: _opus_at_24k(per_call),
+        )
+    )
     cases.append(
         Case(
             name="opus<->24k telcodecs per-call StreamResampler",

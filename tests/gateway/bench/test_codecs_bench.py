@@ -30,7 +30,7 @@ def test_quick_json_shape() -> None:
     paths = {(r["name"].split()[0], r["path"]) for r in results}
     for path in ("per-call", "aiortc", "av", "soxr"):
         assert ("g711<->24k", path) in paths
-    for path in ("batched", "aiortc", "pyav-codec"):
+    for path in ("batched", "libopus-24k", "aiortc", "pyav-codec"):
         assert ("opus<->24k", path) in paths
     encode = {r["name"]: r["us_per_call_frame"] for r in results if r["family"] == "opus-encode"}
     assert len(encode) == 3
