@@ -3,9 +3,9 @@
 This module owns one encoder and one decoder object per call direction. PCM is int16; stereo is
 interleaved. The PCM side runs at 48 kHz unless told otherwise: libopus encodes from and decodes to 8, 12, 16
 or 24 kHz as well, so a 24 kHz session needs no resampler in either direction (an encoder fed 24 kHz codes up
-to 12 kHz of audio, all there is). The packets are the same Opus whatever the rate, and their RTP clock is
-48 kHz regardless (RFC 7587). RTP payloading (RFC 7587: one Opus packet per RTP payload, 48 kHz clock) is the media
-layer's job; these objects take and return whole Opus packets.
+to 12 kHz of audio, all there is). The packets are the same Opus whatever the rate. RTP payloading (RFC 7587: one
+Opus packet per RTP payload, a 48 kHz clock whatever the PCM's rate) is the media layer's job; these objects
+take and return whole Opus packets.
 
 libopus is called directly (:mod:`telcodecs._libopus`, ctypes), not through PyAV's codec contexts: that costs
 less on every frame, and it reaches what FFmpeg's wrapper hides, libopus's own packet loss concealment

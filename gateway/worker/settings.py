@@ -28,9 +28,10 @@ class WorkerSettings(BaseSettings):
     rtp_ports: str = "20000-29999"
     codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
     # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
-    # takes 1 of it with PCMU/PCMA, opus_call_cost with Opus over SIP (about 8x the CPU: `gateway bench calls
-    # --codec opus`) and webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call,
-    # about 18x: `gateway bench webrtc`); admission counts what the live calls take, not how many.
+    # takes 1 of it with PCMU/PCMA, opus_call_cost with Opus over SIP (4.7x the CPU in `gateway bench calls
+    # --codec opus`, whose agent is mostly silent; 8 leaves room for one that talks throughout) and
+    # webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call, about 18x: `gateway
+    # bench webrtc`); admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)
     opus_call_cost: float = Field(default=8.0, ge=1.0, le=1000.0)
     webrtc_call_cost: float = Field(default=18.0, ge=1.0, le=1000.0)
