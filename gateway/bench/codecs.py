@@ -25,6 +25,7 @@ deployment sizes calls per core and runs one media worker per core.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -118,13 +119,11 @@ def _opus_batched(calls: int) -> Tick:
         up.open()
     decoders = [OpusDecoder() for _ in range(calls)]
     encoders = [OpusEncoder() for _ in range(calls)]
-    packets = _opus_packets()
+    next_packet = _packet_cycle()
     outbound = np.tile(_frames(_speech_like(24000, 0.02), 480, 1), (calls, 1))
-    position = [0]
 
     def tick() -> None:
-        packet = packets[position[0] % len(packets)]
-        position[0] += 1
+        packet = next_packet()
         decoded = np.stack([decoder.decode(packet) for decoder in decoders])
         down.process(rows, decoded)
         for encoder, pcm in zip(encoders, up.process(rows, outbound)):
@@ -137,13 +136,11 @@ def _opus_at_24k(calls: int) -> Tick:
     """What the media tick does: libopus decodes to and encodes from 24 kHz itself, no resampler either way."""
     decoders = [OpusDecoder(sample_rate=24000) for _ in range(calls)]
     encoders = [OpusEncoder(sample_rate=24000) for _ in range(calls)]
-    packets = _opus_packets()
+    next_packet = _packet_cycle()
     outbound = _speech_like(24000, 0.02)
-    position = [0]
 
     def tick() -> None:
-        packet = packets[position[0] % len(packets)]
-        position[0] += 1
+        packet = next_packet()
         decoded = np.empty((calls, 480), dtype=np.int16)
         for i, decoder in enumerate(decoders):
             decoded[i] = decoder.decode(packet)
@@ -158,13 +155,11 @@ def _opus_per_call(calls: int) -> Tick:
     ups = [StreamResampler(24000, 48000) for _ in range(calls)]
     decoders = [OpusDecoder() for _ in range(calls)]
     encoders = [OpusEncoder() for _ in range(calls)]
-    packets = _opus_packets()
+    next_packet = _packet_cycle()
     outbound = _speech_like(24000, 0.02)
-    position = [0]
 
     def tick() -> None:
-        packet = packets[position[0] % len(packets)]
-        position[0] += 1
+        packet = next_packet()
         for decoder, encoder, down, up in zip(decoders, encoders, downs, ups):
             down.process(decoder.decode(packet))
             encoder.encode(up.process(outbound))
@@ -217,6 +212,13 @@ def _opus_loss(calls: int, *, lost: str) -> Tick:
             decoder.decode(second)
 
     return tick
+
+
+def _packet_cycle() -> Callable[[], bytes]:
+    """The speech packets of :func:`_opus_packets`, one per call, round and round."""
+    packets = _opus_packets()
+    position = itertools.count()
+    return lambda: packets[next(position) % len(packets)]
 
 
 def _opus_packets() -> list[bytes]:
