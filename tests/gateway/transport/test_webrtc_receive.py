@@ -259,6 +259,21 @@ def test_inbound_pcm48_in_20ms_pieces_becomes_24k_frames_with_the_same_tone() ->
     assert [f.index for f in frames] == [10, 11, 12]
 
 
+def test_inbound_pcm24_is_framed_as_it_is_whatever_the_packet_duration() -> None:
+    inbound = InboundAudio()
+    pcm = tone(1000, FRAME_SAMPLES * 4, SESSION_RATE)
+    first = inbound.feed_pcm24(pcm[:FRAME_SAMPLES])
+    assert len(first) == 1 and np.array_equal(first[0].pcm, pcm[:FRAME_SAMPLES])  # not resampled: the same samples
+    # A 10 ms, a 30 ms and a 20 ms packet: whole frames out, in order, sample for sample.
+    pieces = (FRAME_SAMPLES // 2, FRAME_SAMPLES * 3 // 2, FRAME_SAMPLES)
+    frames, start = [], FRAME_SAMPLES
+    for size in pieces:
+        frames += inbound.feed_pcm24(pcm[start : start + size])
+        start += size
+    assert [f.index for f in frames] == [1, 2, 3]
+    assert np.array_equal(np.concatenate([f.pcm for f in frames]), pcm[FRAME_SAMPLES:])
+
+
 def test_inbound_stereo_packed_48k_becomes_24k_frames_with_the_same_tone() -> None:
     inbound = InboundAudio()
     left = tone(1000, 960 * 10, RATE)
