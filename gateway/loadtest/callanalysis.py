@@ -35,11 +35,6 @@ from gateway.loadtest.media import CallReceiver
 
 #: Correlation above which a returned spurt counts as the audio that was sent (two codec passes + resampling).
 CORRELATION_OK = {"PCMU": 0.85, "PCMA": 0.85, "opus": 0.6}
-#: Matched-filter score above which a spurt's marker counts as come back. After two Opus passes (the caller's
-#: encoder, then the gateway's) the chirp's waveform is bent: over 360 returned markers (20 call plans, three
-#: frame alignments) the true marker scored a median of 0.85 and 0.31 at the lowest, 9 of them under 0.5 and 2-3
-#: under 0.4, while no place in the speech around them scored over 0.29. G.711 returns the marker nearly intact.
-MARKER_MIN_SCORE = {"PCMU": 0.5, "PCMA": 0.5, "opus": 0.4}
 #: Pacing-error histogram: bins of 0.25 ms up to 250 ms (the last bin collects everything later).
 PACING_BIN_MS = 0.25
 PACING_BINS = 1000
@@ -219,7 +214,7 @@ def analyze_call(
         match, slip = None, 0
         if window.size:
             a, b = int(window[0]), int(window[-1]) + 1
-            found = find_marker(received[a:b], marker, min_score=MARKER_MIN_SCORE[codec], slips=slip_shifts)
+            found = find_marker(received[a:b], marker, slips=slip_shifts)
             if found is not None:
                 match, slip = a + found.offset, found.slip
         if match is None:

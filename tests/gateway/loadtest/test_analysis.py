@@ -65,6 +65,28 @@ def test_slip_tolerance_does_not_find_a_marker_in_speech() -> None:
         assert find_marker(speech[start : start + 33600], chirp(8000), slips=_SLIPS) is None
 
 
+def test_a_marker_whose_waveform_was_bent_is_found_by_its_spectrogram() -> None:
+    """Sound kept, waveform not (as a codec may): the chirp's sign flipped in 20 ms pieces."""
+    marker = chirp(8000)
+    flips = np.repeat([1.0, -1.0, 1.0], marker.size // 3)[: marker.size]
+    received = _noise(8000, seed=11, level=300)
+    received[3210 : 3210 + marker.size] += (marker * flips).astype(np.int16)
+    assert find_marker(received, marker, min_score=-1.0).score < 0.4  # the matched filter alone misses it
+    match = find_marker(received, marker, slips=_SLIPS)
+    assert match is not None and match.by_spectrogram and match.slip == 0
+    assert match.score > 0.9
+    assert abs(match.offset - 3210) <= 8  # within the spectrogram's hop (1 ms)
+
+
+@pytest.mark.parametrize("rate", [8000, 48000])
+def test_the_spectrogram_does_not_find_a_marker_in_speech(rate: int) -> None:
+    speech = source_audio("speech", rate)
+    marker = chirp(rate)
+    for start in range(0, speech.size - 2 * rate, rate // 2):
+        window = speech[start : start + 2 * rate]
+        assert find_marker(window, marker) is None, f"a marker found in speech at {start / rate:.1f} s"
+
+
 def test_echo_correlation_finds_lag_and_high_correlation() -> None:
     sent = _noise(16000, seed=3)
     received = np.concatenate([np.zeros(777, np.int16), sent, np.zeros(100, np.int16)])
