@@ -235,10 +235,12 @@ def blockwise_match(
 
     A move of the best lag by at least ``min_slip`` samples counts as a slip. A lossy codec (Opus) keeps the
     sound but not the waveform, and its blocks' best lags wobble by a few samples with no audio lost or added;
-    a jitter buffer slips by whole packets (10-20 ms).
+    a jitter buffer slips by whole packets (10-20 ms). Now and then a bent block matches best somewhere else
+    (near a pitch period away) and the next block is back where the one before it was: such a one-block
+    excursion is not a slip, since a jitter buffer's slip stays until the next one.
     """
     scores: list[float] = []
-    slips = 0
+    lags: list[int] = []
     current = lag
     for b0 in range(start, end - block + 1, block):
         piece = sent[b0 : b0 + block]
@@ -252,14 +254,26 @@ def blockwise_match(
         if found is None:
             scores.append(0.0)
             continue
-        found_lag = lo + found.offset - b0
-        if abs(found_lag - current) >= min_slip:
-            slips += 1
-        current = found_lag
+        current = lo + found.offset - b0
+        lags.append(current)
         scores.append(found.score)
     if not scores:
         return BlockMatch(score=0.0, slips=0)
-    return BlockMatch(score=float(np.median(scores)), slips=slips)
+    return BlockMatch(score=float(np.median(scores)), slips=_count_slips([lag, *lags], min_slip))
+
+
+def _count_slips(lags: Sequence[int], min_slip: int) -> int:
+    """Moves of at least ``min_slip`` along ``lags``, a one-element excursion and back not counted."""
+    slips = 0
+    last = lags[0]
+    for i in range(1, len(lags)):
+        here = lags[i]
+        if abs(here - last) >= min_slip:
+            if i + 1 < len(lags) and abs(lags[i + 1] - last) < min_slip:
+                continue  # an excursion: the next block is back where the one before it was
+            slips += 1
+        last = here
+    return slips
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -234,6 +234,9 @@ def test_an_opus_marker_two_passes_bent_still_counts_as_come_back(start: int) ->
     assert found.slip == 0  # not mistaken for a marker with a frame dropped from its middle (the 0.31 one was)
     result = analyze_call(plan, _receiver_for(echo, delay_frames=3, codec="opus"), codec="opus", frame_sent=_frame_sent)
     assert result.markers_expected == result.markers_found == 1 and result.audio_ok
+    # Nothing slipped. (Behind the first marker, one bent block of speech matches best 9 ms off and the next is
+    # back: before one-block excursions were discounted, that read as two slips.)
+    assert result.slips == 0
     # 3 frames + 1 ms transit + libopus's look-ahead (6.5 ms) in each pass, to within the spectrogram's 1 ms hop
     assert result.rtt_ms[0] == pytest.approx(61.0 + 2 * 6.5, abs=1.0)
 
@@ -381,3 +384,13 @@ def test_pauses_are_capped_and_the_speech_around_them_kept_in_order() -> None:
 def test_speech_source_has_no_pause_a_turn_detector_would_end_a_turn_on() -> None:
     for rate in (8000, 48000):
         assert max(_quiet_runs_ms(source_audio("speech", rate), rate)) <= PAUSE_CAP_MS
+
+
+def test_the_generator_decodes_a_corrupt_opus_payload_as_silence_and_goes_on() -> None:
+    """What came back is decoded after the load; a payload libopus refuses is 20 ms of zeros, as a lost one."""
+    tone = (np.sin(np.arange(960 * 4) * 2 * np.pi * 440 / 48000) * 8000).astype(np.int16)
+    good = _codec.encode(tone, "opus")
+    decoded = _codec.decode([good[0], b"\xff\xff\xff", None, good[3]], "opus")
+    assert decoded.size == 4 * 960
+    assert not decoded[960:2880].any()  # the corrupt payload and the lost one
+    assert np.abs(decoded[:960]).max() > 1000 and np.abs(decoded[2880:]).max() > 1000
