@@ -28,8 +28,8 @@ class WorkerSettings(BaseSettings):
     rtp_ports: str = "20000-29999"
     codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
     # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
-    # takes 1 of it with PCMU/PCMA, opus_call_cost with Opus over SIP (4.7x the CPU in `gateway bench calls
-    # --codec opus`, whose agent is mostly silent; 8 leaves room for one that talks throughout) and
+    # takes 1 of it with PCMU/PCMA, opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
+    # calls --codec opus`, whose agent is mostly silent, about 6x for one that talks throughout; 8 leaves room) and
     # webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call, about 18x: `gateway
     # bench webrtc`); admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)
