@@ -160,6 +160,14 @@ class OpusEncoder:
         """Samples per channel in one 20 ms frame at this encoder's rate."""
         return self._frame
 
+    @property
+    def settled_silence(self) -> bytes | None:
+        """The packet the last :meth:`encode` returned when it was the settled silence (exact zeros for longer than
+        :data:`SILENCE_SETTLE_FRAMES`), else None: a packet that may be repeated or left out without a sound."""
+        if self._reuse and self._quiet > SILENCE_SETTLE_FRAMES:
+            return self._quiet_packet
+        return None
+
     def encode(self, pcm: npt.NDArray[np.int16]) -> bytes:
         """One 20 ms packet from ``frame_samples * channels`` interleaved int16 samples."""
         want = self._frame * self._channels

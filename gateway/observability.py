@@ -21,6 +21,12 @@ CAPACITY_USED = Gauge(
     ["worker"],
     registry=REGISTRY,
 )
+OPUS_CALLS_AHEAD = Gauge(
+    "gateway_opus_calls_encoded_ahead",
+    "Opus calls over SIP whose frames are encoded a tick ahead (the tick's encodes over GATEWAY_OPUS_ENCODE_AHEAD_MS)",
+    ["worker"],
+    registry=REGISTRY,
+)
 CALLS_TOTAL = Counter("gateway_calls_total", "Calls ended, by end reason", ["worker", "end_reason"], registry=REGISTRY)
 CALL_SETUP_SECONDS = Histogram(
     "gateway_call_setup_seconds",

@@ -34,6 +34,7 @@ FORMAT = 1
 # push/pull and playout, the provider write, the clock. Modules that mypyc cannot compile (async generators,
 # subclasses of built-in exceptions other than Exception) stay out; what they cost is in the profile.
 MODULES: tuple[str, ...] = (
+    "gateway.media.ahead",
     "gateway.media.call",
     "gateway.media.jitter",
     "gateway.media.reception",

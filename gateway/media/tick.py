@@ -9,6 +9,9 @@ transport glue (the only owner of sockets and clocks) drives it:
   (``None`` = silence) into the RTP datagrams to send, and ``tick_inbound(now)`` pops one frame per call and
   returns a 24 kHz :class:`~telcodecs.frames.Frame` per call plus the DTMF presses. The two halves are
   independent; the worker sends first, so the caller's packets leave at the same point of every tick.
+- ``encode_ahead()`` once the tick's datagrams are sent: while ``opus_ahead`` is set, Opus calls (moved over at a
+  pause) have their frame encoded here and sent at the start of the next tick, so a tick's libopus encodes no
+  longer hold back the packets of the calls after them (one tick of delay on the agent's voice).
 - ``rtcp_due(now)`` (call it each tick; it is cheap) and ``rtcp_received`` for RTCP; ``remove_call`` returns
   the RTCP BYE to send.
 
@@ -127,11 +130,19 @@ class InboundTick:
 
 
 class _OpusLeg:
-    __slots__ = ("decoder", "encoder")
+    __slots__ = ("ahead", "decoder", "encoder", "pending", "pending_audio")
 
     def __init__(self, decoder: OpusDecoder, encoder: OpusEncoder) -> None:
         self.decoder = decoder
         self.encoder = encoder
+        self.ahead = False  # this call's frames are encoded a tick before they are sent
+        self.pending = b""  # while ahead: the payload encoded last tick, sent this tick
+        self.pending_audio = False
+
+
+def _opus_encode(leg: _OpusLeg, frame: OutboundFrame) -> bytes:
+    mono = frame.pcm if isinstance(frame, Frame) else _ZERO_24K  # the encoder takes the session's rate
+    return leg.encoder.encode(np.repeat(mono, 2) if leg.encoder.channels == 2 else mono)
 
 
 class TickEngine:
@@ -160,6 +171,9 @@ class TickEngine:
         # Opus.
         self._opus: dict[str, _OpusLeg] = {}
         self._opus_order: list[MediaCall] = []
+        # Encoding Opus a tick ahead (see tick_outbound): wanted by the worker; the frames queued for encode_ahead.
+        self.opus_ahead = False
+        self._later: list[tuple[_OpusLeg, OutboundFrame]] = []
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -475,14 +489,51 @@ class TickEngine:
                 out.append((call.config.call_id, call.send_address, packet))
 
     def _outbound_opus(self, outbound: Mapping[str, OutboundFrame], now: float, out: list[Datagram]) -> None:
+        want_ahead = self.opus_ahead
+        if self._later:  # encode_ahead was not called last tick: those frames go out now, late but whole
+            self.encode_ahead()
+        later = self._later
         for call in self._opus_order:
             leg = self._opus[call.config.call_id]
             frame = outbound.get(call.config.call_id)
-            mono = frame.pcm if isinstance(frame, Frame) else _ZERO_24K  # the encoder takes the session's rate
-            pcm = np.repeat(mono, 2) if call.config.channels == 2 else mono
-            packet = call.next_packet(leg.encoder.encode(pcm), isinstance(frame, Frame), now)
+            if leg.ahead != want_ahead and (quiet := leg.encoder.settled_silence) is not None:
+                # A change of mode costs the caller nothing only inside a pause: going ahead repeats the settled
+                # silence packet once (the agent's voice is a tick later from here), coming back leaves the
+                # pending one out (a tick sooner). The RTP stream stays seamless: the packet is built when sent.
+                if want_ahead:
+                    leg.ahead, leg.pending, leg.pending_audio = True, quiet, False
+                else:
+                    leg.ahead = False
+            if leg.ahead:
+                payload, audio = leg.pending, leg.pending_audio
+                later.append((leg, frame))
+            else:
+                payload, audio = _opus_encode(leg, frame), isinstance(frame, Frame)
+            packet = call.next_packet(payload, audio, now)
             if packet is not None:
                 out.append((call.config.call_id, call.send_address, packet))
+
+    def encode_ahead(self) -> None:
+        """Encode the frames ``tick_outbound`` took from calls encoded a tick ahead; they are sent next tick.
+
+        Call it after the tick's datagrams are sent. While :attr:`opus_ahead` is set, each Opus call moves to
+        this mode at its next pause and every packet then leaves at the start of its tick, however many
+        encodes the tick does (at the price of one tick of delay on the agent's voice); cleared, each call
+        moves back at its next pause."""
+        for leg, frame in self._later:
+            leg.pending = _opus_encode(leg, frame)
+            leg.pending_audio = isinstance(frame, Frame)
+        self._later.clear()
+
+    @property
+    def has_opus(self) -> bool:
+        """Whether any call's codec is Opus (the tick then encodes with libopus, call by call)."""
+        return bool(self._opus_order)
+
+    @property
+    def opus_calls_ahead(self) -> int:
+        """Opus calls whose frames are encoded a tick ahead now."""
+        return sum(1 for leg in self._opus.values() if leg.ahead)
 
     # ------------------------------------------------------------------------------------------- RTCP
 

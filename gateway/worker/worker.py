@@ -20,6 +20,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
+from time import perf_counter
 from typing import Any
 
 from gateway import __version__
@@ -35,6 +36,7 @@ from gateway.fleet.models import (
 )
 from gateway.fleet.protocols import ControlLink
 from gateway.heap import CollectorPolicy, PacedCollector, freeze_startup_heap
+from gateway.media.ahead import OpusAheadPolicy
 from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
     CALLER_AUDIO_WAIT_SECONDS,
@@ -42,6 +44,7 @@ from gateway.observability import (
     CAPACITY_USED,
     GC_PAUSE_SECONDS,
     LOOP_LAG_SECONDS,
+    OPUS_CALLS_AHEAD,
     TICK_OVERRUNS_TOTAL,
     TICK_SECONDS,
     TICKS_SKIPPED_TOTAL,
@@ -152,6 +155,7 @@ class MediaWorker:
         self.exit_when_empty = False
         self.exited = asyncio.Event()
         self._tick_no = 0
+        self._opus_ahead = OpusAheadPolicy(settings.opus_encode_ahead_ms / 1000)
         self._started = False
         self.closing = False
         self._metric_worker = settings.worker_id
@@ -309,6 +313,7 @@ class MediaWorker:
         self.counters.calls(per_call)
         CAPACITY.labels(self._metric_worker).set(self.settings.capacity)
         CAPACITY_USED.labels(self._metric_worker).set(self.capacity_used())
+        OPUS_CALLS_AHEAD.labels(self._metric_worker).set(self.engine.opus_calls_ahead)
 
     def model_for(self, provider: str) -> RealtimeModel:
         model = self._models.get(provider)
@@ -337,7 +342,11 @@ class MediaWorker:
             session = leg.session if leg is not None else None
             # A G.711 caller may be handed the provider's G.711 codes without PCM (sent as they are or via tables).
             outbound[call_id] = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
-        for call_id, destination, data in engine.tick_outbound(outbound, now):
+        opus = engine.has_opus
+        started = perf_counter() if opus else 0.0
+        datagrams = engine.tick_outbound(outbound, now)
+        encoding = perf_counter() - started if opus else 0.0
+        for call_id, destination, data in datagrams:
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:
                 leg.rtp.send_rtp(data, destination)
@@ -367,6 +376,20 @@ class MediaWorker:
             leg = legs.get(call_id)
             if leg is not None and leg.rtp is not None:
                 leg.rtp.send_rtcp(data, destination)
+        if opus:
+            # Opus calls encoded a tick ahead: their frames, for the start of the next tick (gateway/media/ahead.py).
+            started = perf_counter()
+            engine.encode_ahead()
+            ahead = self._opus_ahead.observed(encoding + perf_counter() - started)
+            if ahead != engine.opus_ahead:
+                engine.opus_ahead = ahead
+                log.info(
+                    "Opus callers' frames are encoded %s: a tick's outbound encoding took %.2f ms on average "
+                    "over the last second (GATEWAY_OPUS_ENCODE_AHEAD_MS=%g)",
+                    "a tick ahead from their next pause" if ahead else "in their tick again from their next pause",
+                    self._opus_ahead.last_mean * 1000,
+                    self.settings.opus_encode_ahead_ms,
+                )
         if self._tick_no % _RTP_CHECK_EVERY_TICKS == 0:
             self._check_inactivity(now)
 

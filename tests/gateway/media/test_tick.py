@@ -17,7 +17,7 @@ from gateway.media.rtp import build_rtp, parse_rtp
 from gateway.media.tick import TickEngine
 from telcodecs.frames import FRAME_SAMPLES, Frame
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
-from telcodecs.opus import SILENCE_SETTLE_FRAMES
+from telcodecs.opus import SILENCE_SETTLE_FRAMES, OpusEncoder
 
 PEER = ("192.0.2.10", 4000)
 
@@ -472,3 +472,65 @@ def test_an_opus_callers_excess_delay_is_given_back_in_a_pause_the_tick_heard() 
             first_drop = k
     # due within the first window, but the frames dropped come from the pause: tick k plays media frame ~k
     assert first_drop is not None and first_drop >= 40
+
+
+def _talk_and_pause(pattern: list[tuple[bool, int]]) -> list[Frame | None]:
+    """Outbound frames: a tone for each talking stretch, None (silence) for each pause, in ticks."""
+    frames: list[Frame | None] = []
+    for talking, ticks in pattern:
+        for _ in range(ticks):
+            k = len(frames)
+            pcm = tone(300 + 10 * k, 24000, 0.02, amp=6000)
+            frames.append(Frame(index=k, pcm=pcm) if talking else None)
+    return frames
+
+
+def test_opus_encoded_ahead_moves_a_tick_later_in_a_pause_and_back_in_the_next() -> None:
+    """Asked for in mid-speech, the change waits for the pause's settled silence: going ahead repeats that
+    packet once, coming back leaves one out. Every payload is the encoder's own, in order, and the RTP stream
+    has no gap: the caller's jitter buffer sees one tick of delay come and go inside pauses, nothing else."""
+    engine = TickEngine()
+    engine.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    frames = _talk_and_pause([(True, 10), (False, 10), (True, 10), (False, 15), (True, 10)])
+    reference = OpusEncoder(sample_rate=24000)
+    expected = [reference.encode(f.pcm if f is not None else np.zeros(480, np.int16)) for f in frames]
+    sent, ahead = [], []
+    for k, frame in enumerate(frames):
+        if k == 2:
+            engine.opus_ahead = True  # asked for while the agent talks
+        if k == 25:
+            engine.opus_ahead = False
+        sent += [parse_rtp(data) for _, _, data in engine.tick_outbound({"o": frame}, k * 0.02)]
+        engine.encode_ahead()
+        ahead.append(engine.opus_calls_ahead)
+    went, back = ahead.index(1), ahead.index(0, ahead.index(1))
+    # Ahead from the first tick after the pause settled (3 silent frames fed to the encoder, then its reused
+    # packet), back at the same point of the next pause, where the pending frame is that packet.
+    assert went == 10 + SILENCE_SETTLE_FRAMES + 1
+    assert back == 30 + SILENCE_SETTLE_FRAMES + 1
+    quiet = expected[went - 1]
+    assert expected[went - 2] == quiet and expected[back - 2] == expected[back - 1]  # settled silence, both
+    assert [p.payload for p in sent] == [*expected[:went], quiet, *expected[went : back - 1], *expected[back:]]
+    # One packet a tick, numbered and timed as one stream.
+    assert len(sent) == len(frames)
+    assert [(p.sequence_number - sent[0].sequence_number) % 65536 for p in sent] == list(range(len(sent)))
+    assert [(p.timestamp - sent[0].timestamp) % 2**32 for p in sent] == [960 * k for k in range(len(sent))]
+    # The talk spurt that began while ahead is marked on the packet that carries it, a tick after its frame.
+    assert [k for k, p in enumerate(sent) if p.marker] == [0, 21, 45]
+
+
+def test_opus_frames_queued_ahead_are_sent_even_when_encode_ahead_was_skipped() -> None:
+    engine = TickEngine()
+    engine.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    engine.opus_ahead = True
+    frames = _talk_and_pause([(False, SILENCE_SETTLE_FRAMES + 2), (True, 3)])
+    payloads = []
+    for k, frame in enumerate(frames):
+        payloads += [parse_rtp(data).payload for _, _, data in engine.tick_outbound({"o": frame}, k * 0.02)]
+        if k != len(frames) - 2:  # a tick that ended before its encodes (an exception in the worker's tick)
+            engine.encode_ahead()
+    reference = OpusEncoder(sample_rate=24000)
+    expected = [reference.encode(f.pcm if f is not None else np.zeros(480, np.int16)) for f in frames]
+    went = SILENCE_SETTLE_FRAMES + 1
+    assert engine.opus_calls_ahead == 1
+    assert payloads == [*expected[:went], expected[went - 1], *expected[went:-1]]  # nothing lost or repeated

@@ -1,6 +1,6 @@
 """A scripted SIP phone for worker tests: our own sans-I/O SipEndpoint + SipTransport + an RTP socket.
 
-It places calls to a worker on loopback, streams a G.711 signal at 20 ms, records what comes back, and
+It places calls to a worker on loopback, streams a G.711 (or Opus) signal at 20 ms, records what comes back, and
 exposes the SIP events it saw through an asyncio queue, so tests wait for events with deadlines.
 """
 
@@ -21,6 +21,7 @@ from gateway.sip.events import CallHandle, CallOffered, SipEvent
 from gateway.sip.sdp import LocalMedia, build_answer, build_offer, negotiate, parse_sdp
 from gateway.transport.sip_transport import SipTransport
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from telcodecs.opus import OpusDecoder, OpusEncoder
 
 
 @dataclass
@@ -34,6 +35,7 @@ class PeerCall:
     received_pts: list[int] = field(default_factory=list)
     received_seqs: list[int] = field(default_factory=list)
     received_timestamps: list[int] = field(default_factory=list)
+    opus_encoder: OpusEncoder | None = None
 
 
 class SipPeer:
@@ -160,9 +162,16 @@ class SipPeer:
         self.transport.pump()
 
     async def stream(self, call: PeerCall, pcm8k: np.ndarray, *, frames: int | None = None) -> None:
-        """Send ``pcm8k`` as 20 ms G.711 packets, paced on absolute deadlines."""
+        """Send ``pcm8k`` as 20 ms G.711 packets (Opus: libopus fed the 8 kHz signal), paced on absolute deadlines."""
         assert call.remote_rtp is not None
-        encode = ulaw_encode if call.codec == "PCMU" else alaw_encode
+        if call.codec == "opus":
+            if call.opus_encoder is None:
+                call.opus_encoder = OpusEncoder(sample_rate=8000)
+            encode = call.opus_encoder.encode
+            ticks = 960  # the RTP clock is 48 kHz whatever the audio's rate (RFC 7587)
+        else:
+            encode = ulaw_encode if call.codec == "PCMU" else alaw_encode
+            ticks = 160
         loop = asyncio.get_running_loop()
         count = frames if frames is not None else len(pcm8k) // 160
         start = loop.time()
@@ -173,7 +182,7 @@ class SipPeer:
             packet = build_rtp(
                 payload_type=call.payload_type,
                 sequence_number=1000 + i,
-                timestamp=160 * i,
+                timestamp=ticks * i,
                 ssrc=0x1234,
                 payload=encode(chunk.astype(np.int16)),
                 marker=i == 0,
@@ -184,6 +193,10 @@ class SipPeer:
                 await asyncio.sleep(delay)
 
     def heard(self, call: PeerCall) -> np.ndarray:
-        decode = ulaw_decode if call.codec == "PCMU" else alaw_decode
+        """What came back, at 8 kHz."""
+        if call.codec == "opus":
+            decode = OpusDecoder(sample_rate=8000).decode
+        else:
+            decode = ulaw_decode if call.codec == "PCMU" else alaw_decode
         audio = [decode(p) for p, pt in zip(call.received, call.received_pts) if pt == call.payload_type]
         return np.concatenate(audio) if audio else np.zeros(0, np.int16)

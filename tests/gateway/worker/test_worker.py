@@ -116,6 +116,37 @@ async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: M
     assert not [t for t in leftover if t.get_name().startswith(("call-", "worker-"))]
 
 
+@pytest.mark.parametrize(
+    "worker",
+    [{"opus_encode_ahead_ms": 0.0}, {"opus_encode_ahead_ms": 20.0}],
+    indirect=True,
+    ids=["encoded-ahead", "encoded-inline"],
+)
+async def test_an_opus_call_echoes_right_whether_encoded_ahead_or_inline(worker: MediaWorker) -> None:
+    """GATEWAY_OPUS_ENCODE_AHEAD_MS: 0 encodes every Opus call a tick ahead (from its first pause on), 20 never;
+    the caller hears its speech back either way, one packet a tick, none lost."""
+    ahead = worker.settings.opus_encode_ahead_ms == 0
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("opus",))
+        await _answered(peer, call)
+        assert call.codec == "opus"
+        sent = speechlike(2.0)
+        await peer.stream(call, sent)
+        await peer.stream(call, np.zeros(8000, np.int16), frames=15)  # let the echo drain
+        [leg] = list(worker.legs.values())
+        assert worker.engine.opus_calls_ahead == int(ahead)
+        worker.export_counters()
+        assert _sample("gateway_opus_calls_encoded_ahead", worker=worker.settings.worker_id) == int(ahead)
+        snapshot = worker.snapshot_of(leg)
+        assert snapshot.stats.rtp_lost == 0 and snapshot.stats.agent_audio_gaps == 0
+        peer.hang_up(call)
+        await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+        seqs = call.received_seqs
+        assert [(b - a) % 65536 for a, b in itertools.pairwise(seqs)] == [1] * (len(seqs) - 1)  # no gap, no repeat
+        correlation = best_correlation(sent, peer.heard(call))
+        assert correlation > 0.6, correlation  # two Opus passes keep about 0.77 of noise-like speech
+
+
 async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) -> None:
     async with SipPeer() as peer:
         call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
