@@ -27,6 +27,12 @@ OPUS_CALLS_AHEAD = Gauge(
     ["worker"],
     registry=REGISTRY,
 )
+OPUS_ENCODE_MOVES_TOTAL = Counter(
+    "gateway_opus_encode_moves_total",
+    "Opus SIP calls moved to having their frames encoded a tick ahead (to=ahead) or in their tick (to=inline)",
+    ["worker", "to"],
+    registry=REGISTRY,
+)
 CALLS_TOTAL = Counter("gateway_calls_total", "Calls ended, by end reason", ["worker", "end_reason"], registry=REGISTRY)
 CALL_SETUP_SECONDS = Histogram(
     "gateway_call_setup_seconds",

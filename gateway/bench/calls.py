@@ -330,6 +330,7 @@ class CallsBench:
         )
         all_up = asyncio.Event()
         async with httpx.AsyncClient(timeout=5.0) as client:
+            m_start = await self._metrics(client)
             task = asyncio.create_task(self._generate(load, all_up), name=f"bench-load-{calls}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(all_up.wait(), timeout=ramp_s + _UP_GRACE_S)
@@ -389,6 +390,10 @@ class CallsBench:
             "caller_wait_p99_ms": in_p99,
             "agent_wait_mean_ms": out_mean,
             "agent_wait_p99_ms": out_p99,
+            # Opus calls the worker moved to being encoded a tick ahead, from the step's start to the window's end
+            # (GATEWAY_OPUS_ENCODE_AHEAD_MS), and back
+            "opus_ahead": _counter(m_start, m1, "gateway_opus_encode_moves_total", 'to="ahead"'),
+            "opus_inline": _counter(m_start, m1, "gateway_opus_encode_moves_total", 'to="inline"'),
             "audio_ok": summary["audio_ok"],
             "audio_checked": summary["audio_checked"],
             "markers": f"{summary['markers_found']}/{summary['markers_expected']}",
@@ -537,6 +542,8 @@ _COLUMNS = (
     ("setup_p99_ms", "setup p99", "{:.0f}"),
     ("caller_wait_mean_ms", "in wait", "{:.0f}"),
     ("agent_wait_mean_ms", "out wait", "{:.0f}"),
+    ("opus_ahead", "ahead", "{:.0f}"),
+    ("opus_inline", "back", "{:.0f}"),
     ("audio_ok", "audio ok", "{}"),
     ("slips", "slips", "{:.0f}"),
     ("playout_underruns", "jb under", "{:.0f}"),

@@ -174,6 +174,7 @@ class TickEngine:
         # Encoding Opus a tick ahead (see tick_outbound): wanted by the worker; the frames queued for encode_ahead.
         self.opus_ahead = False
         self._later: list[tuple[_OpusLeg, OutboundFrame]] = []
+        self.opus_moves = {"ahead": 0, "inline": 0}  # calls moved to each mode, ever
 
     # ------------------------------------------------------------------------------------------ calls
 
@@ -499,11 +500,14 @@ class TickEngine:
             if leg.ahead != want_ahead and (quiet := leg.encoder.settled_silence) is not None:
                 # A change of mode costs the caller nothing only inside a pause: going ahead repeats the settled
                 # silence packet once (the agent's voice is a tick later from here), coming back leaves the
-                # pending one out (a tick sooner). The RTP stream stays seamless: the packet is built when sent.
+                # pending one out (a tick sooner) unless it carries a frame the session counted as heard. The
+                # RTP stream stays seamless: the packet is built when it is sent.
                 if want_ahead:
                     leg.ahead, leg.pending, leg.pending_audio = True, quiet, False
-                else:
+                    self.opus_moves["ahead"] += 1
+                elif not leg.pending_audio:
                     leg.ahead = False
+                    self.opus_moves["inline"] += 1
             if leg.ahead:
                 payload, audio = leg.pending, leg.pending_audio
                 later.append((leg, frame))

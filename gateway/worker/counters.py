@@ -15,6 +15,7 @@ from gateway.media.call import MediaCall, MediaStats
 from gateway.observability import (
     AGENT_AUDIO_GAPS_TOTAL,
     AGENT_AUDIO_WAIT_SECONDS,
+    OPUS_ENCODE_MOVES_TOTAL,
     PLAYOUT_EVENTS_TOTAL,
     PROVIDER_LATENCY_SECONDS,
     RTP_DROPPED_TOTAL,
@@ -112,6 +113,11 @@ class CounterExporter:
             delta = self._delta("rtp_packets", direction, value)
             if delta > 0:
                 RTP_PACKETS_TOTAL.labels(self.worker, direction).inc(delta)
+
+    def opus_moves(self, moves: Mapping[str, int]) -> None:
+        for to, count in moves.items():
+            if (delta := self._delta("opus_moves", to, count)) > 0:
+                OPUS_ENCODE_MOVES_TOTAL.labels(self.worker, to).inc(delta)
 
     def calls(self, calls: Iterable[CallFigures]) -> None:
         """Every live call's totals: loss, playout events and agent audio gaps grow; one jitter sample each."""

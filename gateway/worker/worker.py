@@ -297,6 +297,7 @@ class MediaWorker:
         """Push the SIP and media cores' counters into the Prometheus registry (see counters.py)."""
         self.counters.sip(self.endpoint.stats)
         self.counters.rtp_dropped(self.engine.dropped)
+        self.counters.opus_moves(self.engine.opus_moves)
         received, sent = self.sip_calls.rtp_in_done, self.sip_calls.rtp_out_done
         per_call = []
         for leg in self.legs.values():
@@ -384,10 +385,10 @@ class MediaWorker:
             if ahead != engine.opus_ahead:
                 engine.opus_ahead = ahead
                 log.info(
-                    "Opus callers' frames are encoded %s: a tick's outbound encoding took %.2f ms on average "
-                    "over the last second (GATEWAY_OPUS_ENCODE_AHEAD_MS=%g)",
+                    "Opus callers' frames are encoded %s: a tick's outbound encoding took %.2f ms at the 90th "
+                    "percentile over the last second (GATEWAY_OPUS_ENCODE_AHEAD_MS=%g)",
                     "a tick ahead from their next pause" if ahead else "in their tick again from their next pause",
-                    self._opus_ahead.last_mean * 1000,
+                    self._opus_ahead.last_p90 * 1000,
                     self.settings.opus_encode_ahead_ms,
                 )
         if self._tick_no % _RTP_CHECK_EVERY_TICKS == 0:

@@ -534,3 +534,25 @@ def test_opus_frames_queued_ahead_are_sent_even_when_encode_ahead_was_skipped() 
     went = SILENCE_SETTLE_FRAMES + 1
     assert engine.opus_calls_ahead == 1
     assert payloads == [*expected[:went], expected[went - 1], *expected[went:-1]]  # nothing lost or repeated
+
+
+def test_an_opus_call_comes_back_inline_only_by_leaving_out_silence_the_agent_did_not_send() -> None:
+    """The session counts every frame it hands out as heard (barge-in truncation): a pending frame of the agent's
+    own digital silence is sent, and the call comes back inline at a pause with no agent audio."""
+    engine = TickEngine()
+    engine.add_call(config("o", "opus", remote_rtp=("10.0.0.2", 5000)), now=0.0)
+    engine.opus_ahead = True
+    zeros = np.zeros(480, np.int16)
+    frames: list[Frame | None] = [None] * 6 + [Frame(index=k, pcm=zeros) for k in range(6, 16)] + [None] * 6
+    ahead, sent = [], 0
+    assert engine.opus_moves == {"ahead": 0, "inline": 0}
+    for k, frame in enumerate(frames):
+        if k == 8:
+            engine.opus_ahead = False  # inside the agent's digital silence, the encoder long settled
+        sent += len(engine.tick_outbound({"o": frame}, k * 0.02))
+        engine.encode_ahead()
+        ahead.append(engine.opus_calls_ahead)
+    assert ahead.index(1) == SILENCE_SETTLE_FRAMES + 1
+    assert ahead.index(0, ahead.index(1)) == 17  # the first tick whose pending frame was no agent audio
+    assert engine.opus_moves == {"ahead": 1, "inline": 1}
+    assert sent == len(frames)

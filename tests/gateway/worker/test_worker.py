@@ -126,10 +126,14 @@ async def test_an_opus_call_echoes_right_whether_encoded_ahead_or_inline(worker:
     """GATEWAY_OPUS_ENCODE_AHEAD_MS: 0 encodes every Opus call a tick ahead (from its first pause on), 20 never;
     the caller hears its speech back either way, one packet a tick, none lost."""
     ahead = worker.settings.opus_encode_ahead_ms == 0
+    labels = {"worker": worker.settings.worker_id, "to": "ahead"}
+    moved_before = _sample("gateway_opus_encode_moves_total", **labels)
     async with SipPeer() as peer:
         call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("opus",))
         await _answered(peer, call)
         assert call.codec == "opus"
+        if ahead:  # the call moves in the agent's first pause: the echo agent's silence before the caller talks
+            await _until(lambda: worker.engine.opus_calls_ahead == 1, within=2.0)
         sent = speechlike(2.0)
         await peer.stream(call, sent)
         await peer.stream(call, np.zeros(8000, np.int16), frames=15)  # let the echo drain
@@ -137,6 +141,7 @@ async def test_an_opus_call_echoes_right_whether_encoded_ahead_or_inline(worker:
         assert worker.engine.opus_calls_ahead == int(ahead)
         worker.export_counters()
         assert _sample("gateway_opus_calls_encoded_ahead", worker=worker.settings.worker_id) == int(ahead)
+        assert _sample("gateway_opus_encode_moves_total", **labels) - moved_before == int(ahead)
         snapshot = worker.snapshot_of(leg)
         assert snapshot.stats.rtp_lost == 0 and snapshot.stats.agent_audio_gaps == 0
         peer.hang_up(call)
