@@ -101,6 +101,7 @@ _READ_METRICS = (
     "gateway_agent_audio_wait",
     "gateway_playout_events",
     "gateway_agent_audio_gaps",
+    "gateway_opus_encode_moves",
 )
 
 

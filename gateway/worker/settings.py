@@ -37,8 +37,8 @@ class WorkerSettings(BaseSettings):
     webrtc_call_cost: float = Field(default=18.0, ge=1.0, le=1000.0)
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Opus callers' frames are encoded a tick ahead (their packets leave at the start of the tick, 20 ms more
-    # delay on the agent's voice) once a tenth of a second's ticks spend more than this encoding; back inline
-    # after 10 s under half of it (docs/adr/0013). 0: always ahead; 20 or more: never.
+    # delay on the agent's voice) once more than a tenth of the ticks in a second spend more than this encoding;
+    # back inline after 10 s under half of it (docs/adr/0013). 0: always ahead; 20 or more: never.
     opus_encode_ahead_ms: float = Field(default=2.0, ge=0.0, le=1000.0)
     # Symmetric RTP: latch only to packets from the IP the SDP named (False: latch to any source).
     rtp_strict_source: bool = True

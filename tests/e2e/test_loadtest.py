@@ -51,15 +51,22 @@ async def test_thirty_echo_calls_lose_nothing_and_come_back_right(tmp_path: Path
     assert summary["setup_ms"]["count"] == 30
 
 
-async def test_opus_callers_over_a_lossy_network_come_back_right(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ahead_ms", ["2", "0"], ids=["default", "encoded-ahead"])
+async def test_opus_callers_over_a_lossy_network_come_back_right(tmp_path: Path, ahead_ms: str) -> None:
     """Opus both ways, 3 % of the callers' packets lost on the way in. Each marker goes through two Opus passes
     (the caller's encoder, then the gateway's), which bend some markers' waveform; every marker must still be
-    found, every call's speech match, and nothing slip: the gateway conceals a lost frame in its place."""
+    found, every call's speech match, and nothing slip: the gateway conceals a lost frame in its place. The same
+    with every call encoded a tick ahead (GATEWAY_OPUS_ENCODE_AHEAD_MS=0), each moved inside a pause."""
     report = tmp_path / "loadtest.json"
+    env = {"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000", "GATEWAY_OPUS_ENCODE_AHEAD_MS": ahead_ms}
     async with ProcessGroup(tmp_path / "logs") as procs:
-        gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
+        gateway = await start_gateway(procs, env=env, lifetime=120)
         options = ("--codec", "opus", "--calls", "10", "--cps", "10", "--duration", "16", "--impair-loss", "3")
         await run_loadtest(procs, gateway, report, *options)
+        async with gateway.client() as client:
+            metrics = (await client.get("/metrics")).text
+    if ahead_ms == "0":
+        assert _counter(metrics, "gateway_opus_encode_moves_total", 'to="ahead"') == 10
     summary = json.loads(report.read_text())
     assert summary["calls"] == 10 and summary["answered"] == 10, summary["statuses"]
     assert summary["generator"]["impair_dropped"] > 0

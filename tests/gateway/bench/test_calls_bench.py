@@ -198,3 +198,14 @@ def test_the_ratio_pairs_the_steps_both_workers_ran() -> None:
     }
     assert _ratios(rows) == [(100, 130.0, 104.0)]
     assert _ratios({"source": rows["source"]}) == []
+
+
+def test_opus_calls_moved_ahead_and_back_are_read_from_the_workers_counter() -> None:
+    from gateway.observability import OPUS_ENCODE_MOVES_TOTAL, REGISTRY
+
+    before = _parse_metrics(generate_latest(REGISTRY).decode())
+    OPUS_ENCODE_MOVES_TOTAL.labels("bench-opus", "ahead").inc(30)
+    OPUS_ENCODE_MOVES_TOTAL.labels("bench-opus", "inline").inc(4)
+    after = _parse_metrics(generate_latest(REGISTRY).decode())
+    assert _counter(before, after, "gateway_opus_encode_moves_total", 'to="ahead"') == 30
+    assert _counter(before, after, "gateway_opus_encode_moves_total", 'to="inline"') == 4
