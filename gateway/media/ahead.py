@@ -11,7 +11,8 @@ dominated by the ticks where few do). Ahead when it is over the budget; back inl
 half of it for ``calm_windows`` windows in a row, so that agents' turns coming and going do not make the mode
 flap. A few slow ticks in a window (a collector pass, a stolen slice of the core) are above its 90th percentile.
 
-Pure: fed durations in seconds, no clock of its own.
+A budget of 0 is always ahead; a budget of a tick (20 ms) or more, never. Pure: fed durations in seconds, no
+clock of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from gateway.media.errors import LocalMediaError
 
 WINDOW_TICKS = 50  # one second of ticks per decision
+NEVER_S = 0.020  # a budget of a whole tick or more: never ahead
 CALM_WINDOWS = 10  # windows under half the budget, in a row, before coming back inline
 
 
@@ -47,7 +49,7 @@ class OpusAheadPolicy:
         """One tick's outbound encode time; returns whether Opus calls should be encoded ahead now."""
         times = self._times
         times.append(seconds)
-        if len(times) < self._window or not self._budget:
+        if len(times) < self._window or not self._budget or self._budget >= NEVER_S:
             if len(times) >= self._window:
                 times.clear()
             return self.ahead

@@ -34,12 +34,14 @@ def test_back_inline_only_after_a_calm_of_several_windows() -> None:
     assert policy.changes == 2
 
 
-def test_a_budget_of_zero_is_always_ahead_and_bad_settings_are_refused() -> None:
+def test_a_budget_of_zero_is_always_ahead_one_of_a_tick_never_and_bad_ones_are_refused() -> None:
     policy = OpusAheadPolicy(0.0)
     assert policy.ahead
     for _ in range(2 * CALM_WINDOWS):
         assert all(window(policy, 0.0, busy_ticks=1))
     assert policy.changes == 0
+    never = OpusAheadPolicy(0.020)
+    assert not any(window(never, 0.045, busy_ticks=50)) and not never.ahead  # even encodes over a tick
     with pytest.raises(LocalMediaError, match="budget"):
         OpusAheadPolicy(-0.001)
     with pytest.raises(LocalMediaError, match="window"):
