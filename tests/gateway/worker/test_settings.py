@@ -83,3 +83,13 @@ def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_call_cost_below_a_g711_calls_or_absurd_is_refused(name: str, bad: float) -> None:
     with pytest.raises(ValidationError, match=name):
         WorkerSettings(**{name: bad})
+
+
+def test_the_opus_encode_ahead_budget_comes_from_the_environment_and_a_negative_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GATEWAY_OPUS_ENCODE_AHEAD_MS", "0")
+    assert WorkerSettings().opus_encode_ahead_ms == 0.0
+    monkeypatch.setenv("GATEWAY_OPUS_ENCODE_AHEAD_MS", "-1")
+    with pytest.raises(ValidationError, match="opus_encode_ahead_ms"):
+        WorkerSettings()
