@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.gateway_proc import GatewayProcess, start_gateway
+from tests.e2e.ops_support import metric_value, poll
 from tests.support.audio import align_and_correlate, read_wav, with_silence, write_wav
 from tests.support.baresip import BaresipPhone
 from tests.support.peers import require_binary, require_module
@@ -56,6 +57,41 @@ async def test_baresip_hears_its_own_speech(
     if codec == "pcmu":
         pressed = [line["text"] for line in call["transcript"] if line["role"] == "user" and "pressed" in line["text"]]
         assert [text.split("pressed ")[1][0] for text in pressed] == ["1", "2", "3", "#"]
+
+
+async def test_baresip_hears_its_own_speech_encoded_a_tick_ahead(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_48k_stereo: Path
+) -> None:
+    """A budget of 0 (GATEWAY_OPUS_ENCODE_AHEAD_MS) moves every Opus call ahead at its first settled pause: here
+    the second of silence before the phone speaks. The phone then hears its speech through the packets encoded a
+    tick early and sent at the start of the next tick, and it must come back as it went."""
+    require_binary("baresip", package="baresip baresip-core")
+    gateway = await start_gateway(peer_procs, env={"GATEWAY_OPUS_ENCODE_AHEAD_MS": "0"})
+    speech = read_wav(speech_48k_stereo)
+    source = write_wav(tmp_path / "pause_then_speech.wav", with_silence(speech, lead=1.5).samples, speech.rate)
+    phone = BaresipPhone(peer_procs, tmp_path, source_wav=source, codecs=("opus",), tail_silence=1.5)
+
+    async def calls_ahead() -> float | None:
+        async with gateway.client() as client:
+            value = metric_value((await client.get("/metrics")).text, "gateway_opus_calls_encoded_ahead")
+        return value if value else None
+
+    async with phone:
+        await phone.dial(gateway.sip_uri)
+        await phone.wait_established(within=15)
+        # The exporter publishes once a second; the move itself needs the agent's echo of the silence to settle.
+        assert await poll(calls_ahead, within=10, what="the call encoded ahead") == 1
+        await phone.wait_closed(within=40)
+    heard = read_wav(phone.last_recording().decoded)
+    correlation, lag = align_and_correlate(read_wav(source).samples, heard.samples, 48000, max_slip_seconds=0.25)
+    assert correlation >= 0.9, f"echo correlation {correlation:.3f} (lag {lag})"
+
+    async with gateway.client() as client:
+        metrics = (await client.get("/metrics")).text
+    moved = {to: metric_value(metrics, "gateway_opus_encode_moves_total", {"to": to}) for to in ("ahead", "inline")}
+    assert moved["ahead"] == 1 and not moved["inline"], moved  # a budget of 0 never brings a call back
+    call = await _ended_call(gateway)
+    assert call["codec"].lower() == "opus" and call["end_reason"] == "caller_hangup"
 
 
 async def test_pjsua_echo_with_rfc4733_dtmf(peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path) -> None:
