@@ -220,7 +220,7 @@ class CallsBench:
                 pin(fake.popen.pid, c.load_core)
                 renice(fake.popen.pid, c.nice)
             argv_worker_extra = ["--openai-url", url]
-        self.sip_port = free_port(socket.SOCK_DGRAM)
+        self.sip_port = free_port(kind=socket.SOCK_DGRAM)
         self.metrics_port = free_port()
         argv = [sys.executable]
         if c.profile and c.profile.endswith(".prof"):

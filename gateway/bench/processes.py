@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Collection
@@ -14,13 +13,9 @@ from pathlib import Path
 
 import psutil
 
+from gateway.transport.ports import free_port
+
 __all__ = ["BenchProcess", "free_port", "pin", "renice"]
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def renice(pid: int, nice: int) -> None:

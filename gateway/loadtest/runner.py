@@ -39,6 +39,7 @@ from gateway.loadtest.results import CallResult, GeneratorStats, Progress, RunRe
 from gateway.sip.config import SessionTimerConfig, SipConfig
 from gateway.sip.endpoint import SipEndpoint
 from gateway.transport.clock import MediaClock
+from gateway.transport.ports import free_port
 from gateway.transport.rtp_socket import RtpEndpoint, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
 
@@ -58,14 +59,6 @@ class _Media:
     sender: CallSender | None = None
     remote: tuple[str, int] | None = None
     send_t0: float | None = None
-
-
-def _free_port(host: str, transport: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    kind = socket.SOCK_STREAM if transport == "tcp" else socket.SOCK_DGRAM
-    with socket.socket(family, kind) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class LoadRunner:
@@ -143,7 +136,8 @@ class LoadRunner:
         # counting frees what it can meanwhile and the cycles are collected once the run is over (ADR 0006).
         collecting = gc.isenabled()
         gc.collect()  # what earlier runs in this process left behind: collected now, not during this run
-        port = _free_port(config.local_host, config.transport)
+        kind = socket.SOCK_STREAM if config.transport == "tcp" else socket.SOCK_DGRAM
+        port = free_port(config.local_host, kind=kind)
         self.endpoint = SipEndpoint(
             SipConfig(
                 local_host=config.local_host,

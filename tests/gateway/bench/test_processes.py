@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
-from gateway.bench.processes import BenchProcess, cpu_list, cpus_named, free_port, pin
+from gateway.bench.processes import BenchProcess, cpu_list, cpus_named, pin
 
 
 def test_a_process_is_waited_for_by_its_ready_line_and_stopped(tmp_path: Path) -> None:
@@ -31,13 +30,6 @@ def test_a_process_that_exits_before_it_is_ready_is_reported_with_its_output(tmp
     with pytest.raises(RuntimeError, match=r"quitter exited \(3\):\nno config"):
         proc.wait_for(r"ready", within=30)
     proc.stop()
-
-
-def test_a_free_port_can_be_bound_on_loopback() -> None:
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        port = free_port(kind)
-        with socket.socket(socket.AF_INET, kind) as sock:
-            sock.bind(("127.0.0.1", port))
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
