@@ -22,6 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from gateway.providers import fake_audio
 from gateway.providers.fake_server import FakeOptions, FakeRealtimeServer
+from telcodecs.frames import dbfs
 from tests.gateway.providers.helpers import noise_frames, silent_frames
 
 pytestmark = pytest.mark.timeout(60)
@@ -136,12 +137,23 @@ def test_the_vad_decides_the_same_however_the_audio_is_cut(cuts: list[int]) -> N
     assert [d for piece in pieces for d in vad.feed(piece)] == whole
 
 
-def test_the_vad_level_is_the_rms_in_dbfs() -> None:
-    pcm = (np.sin(np.arange(480) * 0.1) * 3000).astype("<i2")
-    vad = fake_audio.EnergyVad("audio/pcm")
-    rms = float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
-    assert vad._level_dbfs(pcm.tobytes()) == pytest.approx(20 * np.log10(rms / 32768), abs=1e-9)
-    assert vad._level_dbfs(bytes(960)) == float("-inf")
+@pytest.mark.parametrize("fmt", ["audio/pcm", "audio/pcmu", "audio/pcma"])
+def test_a_frame_is_loud_when_its_rms_in_dbfs_is_over_the_threshold(fmt: fake_audio.AudioFormat) -> None:
+    """Alone (a 20 ms append) or in a batch (a quiet caller's 100 ms append), each frame is judged as
+    telcodecs.frames.dbfs would judge it, at levels from well under to well over the threshold."""
+    rate = fake_audio.sample_rate(fmt)
+    n = rate // 50
+    levels = [0.0, 10.0, 50.0, 150.0, 180.0, 190.0, 200.0, 250.0, 3000.0]  # -45 dBFS is an RMS of about 184
+    rng = np.random.default_rng(7)
+    pcm = [(rng.standard_normal(n) * level).astype(np.int16) for level in levels]
+    coded = [fake_audio.encode(fmt, frame) for frame in pcm]
+    expected = [dbfs(fake_audio.decode(fmt, frame)) > -45.0 for frame in coded]
+    assert expected[:3] == [False] * 3 and expected[-2:] == [True] * 2  # the levels straddle the threshold
+    vad = fake_audio.EnergyVad(fmt, threshold_dbfs=-45.0)
+    assert [vad._loud(memoryview(frame))[0] for frame in coded] == expected
+    assert vad._loud(memoryview(b"".join(coded))) == expected
+    silent = fake_audio.encode(fmt, np.zeros(n, dtype=np.int16))
+    assert vad._loud(memoryview(silent * 3)) == [False] * 3
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
