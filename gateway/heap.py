@@ -4,11 +4,8 @@ full passes paced by the media clock (docs/adr/0010-full-collections-paced-by-th
 A full (generation 2) pass walks every live object: 30-95 ms in a worker that holds a few thousand SIP
 transactions for their 32 s, long enough to hold back every live call's next frames. CPython starts one from
 whichever allocation crosses its thresholds, every 10-30 s at 50 calls a second. :class:`PacedCollector`
-keeps CPython's generation-0 passes as they are and takes the others over. A full pass runs right after a media
-tick, as soon as one is due while no call is live, and at most once per ``full_interval_s`` while calls are. A
-middle (generation 1) pass walks what survived the young passes since the last one: 3-4 ms with 400 calls up,
-enough to push a 17 ms tick past its deadline wherever it lands. It runs after a tick that left room for it before
-the next deadline, and at the latest once CPython would have run ``middle_overdue`` of them.
+keeps CPython's young-generation passes as they are and takes the full passes over: right after a media
+tick, as soon as one is due while no call is live, and at most once per ``full_interval_s`` while calls are.
 """
 
 from __future__ import annotations
@@ -51,20 +48,12 @@ class CollectorPolicy:
 
     full_after: int = 10
     full_interval_s: float = 120.0
-    # CPython's second threshold: generation-0 passes since the last middle pass before another is due. A due
-    # pass waits for a tick that leaves it room, but never past ``middle_overdue`` times that many.
-    middle_after: int = 10
-    middle_overdue: int = 4
 
     def __post_init__(self) -> None:
         if self.full_after < 0:
             raise ValueError(f"full_after must be >= 0, got {self.full_after}")
         if self.full_interval_s <= 0:
             raise ValueError(f"full_interval_s must be > 0, got {self.full_interval_s}")
-        if self.middle_after < 1:
-            raise ValueError(f"middle_after must be >= 1, got {self.middle_after}")
-        if self.middle_overdue < 1:
-            raise ValueError(f"middle_overdue must be >= 1, got {self.middle_overdue}")
 
 
 def full_pass_due(middle_passes: int, policy: CollectorPolicy, *, idle: bool, late: bool, since_full_s: float) -> bool:
@@ -77,27 +66,6 @@ def full_pass_due(middle_passes: int, policy: CollectorPolicy, *, idle: bool, la
     if late or middle_passes <= policy.full_after:
         return False
     return idle or since_full_s >= policy.full_interval_s
-
-
-def middle_pass_due(young_passes: int, policy: CollectorPolicy, *, slack_s: float | None, expected_s: float) -> bool:
-    """Whether to run a middle (generation 1) pass now, after a tick.
-
-    ``young_passes`` is ``gc.get_count()[1]``: generation-0 passes since the last middle one. ``slack_s``: time
-    left before the next tick's deadline (None: unknown, run when due). ``expected_s``: how long the last middle
-    pass took; the pass runs when twice that and a millisecond fit in the slack, or once it is overdue.
-    """
-    if young_passes <= policy.middle_after:
-        return False
-    if young_passes > policy.middle_after * policy.middle_overdue or slack_s is None:
-        return True
-    return slack_s >= 2 * expected_s + 0.001
-
-
-def cpython_policy(*, full_interval_s: float = 120.0) -> CollectorPolicy:
-    """The policy with CPython's own thresholds for when a pass is due (those it had before any collector
-    opened: an open one holds its second and third out of reach)."""
-    _, middle, full = _switch.saved if _switch.holders else gc.get_threshold()
-    return CollectorPolicy(full_after=full, full_interval_s=full_interval_s, middle_after=max(1, middle))
 
 
 Observe = Callable[[int, float, bool], None]  # (generation, seconds, paced)
@@ -127,11 +95,11 @@ _switch = _Switch()
 
 
 class PacedCollector:
-    """Runs the collector's middle and full passes after media ticks; CPython keeps running generation 0's.
+    """Runs the collector's full passes after media ticks; CPython keeps running the young generations' passes.
 
     One per media worker; several in one process (tests) share the switch: the first :meth:`open` moves CPython's
-    second and third thresholds out of reach and starts ``observe`` hearing every pass in the process (paced or
-    not, with its duration); the last :meth:`close` restores the thresholds.
+    third threshold out of reach and starts ``observe`` hearing every pass in the process (paced or not, with
+    its duration); the last :meth:`close` restores the thresholds.
     """
 
     def __init__(
@@ -141,15 +109,13 @@ class PacedCollector:
         observe: Observe | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy = policy if policy is not None else cpython_policy()
+        self.policy = policy if policy is not None else CollectorPolicy(full_after=gc.get_threshold()[2])
         self._observe = observe
         self._monotonic = monotonic
         self._open = False
         self._held = 0
         self._last_full = monotonic()
         self.full_passes = 0
-        self.middle_passes = 0
-        self._middle_s = 0.002  # how long the last paced middle pass took
 
     def open(self) -> None:
         if self._open:
@@ -157,8 +123,8 @@ class PacedCollector:
         self._open = True
         if _switch.holders == 0:
             _switch.saved = gc.get_threshold()
-            young, _, _ = _switch.saved
-            gc.set_threshold(young, _NEVER, _NEVER)
+            young, middle, _ = _switch.saved
+            gc.set_threshold(young, middle, _NEVER)
             _switch.observe = self._observe
             gc.callbacks.append(_switch.on_gc)
         _switch.holders += 1
@@ -183,30 +149,18 @@ class PacedCollector:
         finally:
             self._held -= 1
 
-    def after_tick(self, *, idle: bool, late: bool, slack_s: float | None = None) -> bool:
-        """Run a full or a middle pass if one is due; True if one ran. ``slack_s``: time left before the next
-        tick's deadline (None: unknown)."""
-        if not self._open or self._held or not gc.isenabled() or late:
+    def after_tick(self, *, idle: bool, late: bool) -> bool:
+        """Run a full pass if one is due; True if it ran."""
+        if not self._open or self._held or not gc.isenabled():
             return False
-        _, young_passes, middle_passes = gc.get_count()
         now = self._monotonic()
-        if full_pass_due(middle_passes, self.policy, idle=idle, late=late, since_full_s=now - self._last_full):
-            self._collect(2)
-            self._last_full = self._monotonic()
-            self.full_passes += 1
-            return True
-        if middle_pass_due(young_passes, self.policy, slack_s=slack_s, expected_s=self._middle_s):
-            started = time.perf_counter()
-            self._collect(1)
-            self._middle_s = time.perf_counter() - started
-            self.middle_passes += 1
-            return True
-        return False
-
-    @staticmethod
-    def _collect(generation: int) -> None:
+        if not full_pass_due(gc.get_count()[2], self.policy, idle=idle, late=late, since_full_s=now - self._last_full):
+            return False
         _switch.pacing = True
         try:
-            gc.collect(generation)
+            gc.collect()
         finally:
             _switch.pacing = False
+        self._last_full = self._monotonic()
+        self.full_passes += 1
+        return True

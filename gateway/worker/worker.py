@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import secrets
 import time
@@ -34,7 +35,7 @@ from gateway.fleet.models import (
     WorkerInfo,
 )
 from gateway.fleet.protocols import ControlLink
-from gateway.heap import PacedCollector, cpython_policy, freeze_startup_heap
+from gateway.heap import CollectorPolicy, PacedCollector, freeze_startup_heap
 from gateway.media.ahead import OpusAheadPolicy
 from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
@@ -132,7 +133,10 @@ class MediaWorker:
         self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured, on_skipped=self._on_ticks_skipped)
         # Full collector passes, run after a tick when no call is live or rarely (ADR 0010); None: CPython's own.
         self.collector = (
-            PacedCollector(cpython_policy(full_interval_s=settings.gc_full_interval_s), observe=_observe_gc_pass)
+            PacedCollector(
+                CollectorPolicy(full_after=gc.get_threshold()[2], full_interval_s=settings.gc_full_interval_s),
+                observe=_observe_gc_pass,
+            )
             if settings.gc_paced
             else None
         )
@@ -407,8 +411,7 @@ class MediaWorker:
         if overrun:
             TICK_OVERRUNS_TOTAL.labels(self._metric_worker).inc()
         if self.collector is not None:
-            slack = self.clock.period - lag - duration  # before the next tick's deadline
-            self.collector.after_tick(idle=not self.legs and not self.webrtc.legs, late=overrun, slack_s=slack)
+            self.collector.after_tick(idle=not self.legs and not self.webrtc.legs, late=overrun)
 
     def _on_ticks_skipped(self, ticks: int) -> None:
         self.engine.skip_ticks(ticks)  # the phones see a gap in the timestamps, not every later packet late

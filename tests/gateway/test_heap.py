@@ -1,4 +1,4 @@
-"""Middle and full collector passes paced by the media clock (docs/adr/0010-full-collections-paced-by-the-tick.md)."""
+"""Full collector passes paced by the media clock (docs/adr/0010-full-collections-paced-by-the-tick.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.heap import CollectorPolicy, PacedCollector, cpython_policy, full_pass_due, middle_pass_due
+from gateway.heap import CollectorPolicy, PacedCollector, full_pass_due
 
 POLICY = CollectorPolicy(full_after=10, full_interval_s=120.0)
 
@@ -29,26 +29,7 @@ def test_a_full_pass_is_due_by_cpythons_count_then_by_idleness_or_the_interval(
     assert full_pass_due(middle_passes, POLICY, idle=idle, late=late, since_full_s=since_full_s) is expected
 
 
-@pytest.mark.parametrize(
-    ("young_passes", "slack_s", "expected"),
-    [
-        (10, 0.019, False),  # CPython's count must pass its threshold
-        (11, None, True),  # no room known: as soon as it is due
-        (11, 0.0049, False),  # twice the last pass (2 ms) and a millisecond do not fit: wait for a shorter tick
-        (11, 0.0051, True),
-        (40, 0.0, False),  # still waiting at four times CPython's pace ...
-        (41, 0.0, True),  # ... and not one pass later
-    ],
-)
-def test_a_middle_pass_is_due_by_cpythons_count_then_by_room_before_the_next_tick(
-    young_passes: int, slack_s: float | None, expected: bool
-) -> None:
-    assert middle_pass_due(young_passes, POLICY, slack_s=slack_s, expected_s=0.002) is expected
-
-
-@pytest.mark.parametrize(
-    "kwargs", [{"full_after": -1}, {"full_interval_s": 0.0}, {"middle_after": 0}, {"middle_overdue": 0}]
-)
+@pytest.mark.parametrize("kwargs", [{"full_after": -1}, {"full_interval_s": 0.0}])
 def test_a_policy_out_of_range_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         CollectorPolicy(**kwargs)  # type: ignore[arg-type]
@@ -85,23 +66,23 @@ def clean_heap() -> Iterator[None]:
     gc.collect()
 
 
-def test_cpython_runs_only_young_passes_while_open_and_the_collector_a_full_one_after_a_tick(clean_heap: None) -> None:
+def test_cpython_runs_no_full_pass_while_open_and_the_collector_runs_it_after_a_tick(clean_heap: None) -> None:
     seen: list[tuple[int, bool]] = []
     collector = PacedCollector(POLICY, observe=lambda gen, seconds, paced: seen.append((gen, paced)))
     young, middle, full = gc.get_threshold()
     collector.open()
     try:
-        assert gc.get_threshold()[0] == young and min(gc.get_threshold()[1:]) > 1_000_000
+        assert gc.get_threshold()[:2] == (young, middle) and gc.get_threshold()[2] > 1_000_000
         probe = old_cyclic_garbage()
-        seen.clear()  # that helper's own middle passes
-        for _ in range(60):  # 120,000 objects in cycles: CPython's young passes run, no middle or full one
+        for _ in range(60):  # 120,000 objects in cycles: CPython's young passes run, no full one
             for _ in range(1_000):
                 a, b = Node(), Node()
                 a.other, b.other = b, a
             del a, b
         assert probe() is not None
-        assert seen and all(gen == 0 for gen, _ in seen), "CPython runs its young passes and no other"
-        bump_middle_passes(POLICY.full_after + 1)  # as if the collector had run that many middle passes
+        assert gc.get_count()[2] > POLICY.full_after
+        assert any(gen == 1 and not paced for gen, paced in seen)
+        assert all(gen < 2 for gen, _ in seen)
         assert collector.after_tick(idle=False, late=False) is False  # calls live, interval not passed
         assert collector.after_tick(idle=True, late=False) is True
         assert probe() is None
@@ -110,37 +91,6 @@ def test_cpython_runs_only_young_passes_while_open_and_the_collector_a_full_one_
     finally:
         collector.close()
     assert gc.get_threshold() == (young, middle, full)
-
-
-def test_a_middle_pass_runs_after_a_tick_that_leaves_it_room_or_once_overdue(clean_heap: None) -> None:
-    seen: list[tuple[int, bool]] = []
-    collector = PacedCollector(POLICY, observe=lambda gen, seconds, paced: seen.append((gen, paced)))
-    collector.open()
-    try:
-        gc.collect(1)
-        for _ in range(POLICY.middle_after + 1):
-            gc.collect(0)  # each counts as one young pass towards the middle one
-        assert collector.after_tick(idle=False, late=False, slack_s=0.0) is False
-        assert collector.after_tick(idle=False, late=False, slack_s=0.019) is True
-        assert seen[-1] == (1, True) and collector.middle_passes == 1 and gc.get_count()[1] == 0
-        for _ in range(POLICY.middle_after * POLICY.middle_overdue + 1):
-            gc.collect(0)
-        assert collector.after_tick(idle=False, late=True, slack_s=0.0) is False  # never after a late tick
-        assert collector.after_tick(idle=False, late=False, slack_s=0.0) is True  # overdue: runs without room
-        assert collector.middle_passes == 2
-    finally:
-        collector.close()
-
-
-def test_the_default_policy_keeps_cpythons_thresholds_while_a_collector_holds_them(clean_heap: None) -> None:
-    _, middle, full = gc.get_threshold()
-    collector = PacedCollector()
-    collector.open()
-    try:
-        assert (cpython_policy().middle_after, cpython_policy().full_after) == (middle, full)
-        assert PacedCollector().policy == collector.policy
-    finally:
-        collector.close()
 
 
 def test_collectors_share_the_switch_and_the_last_to_close_restores_the_thresholds(clean_heap: None) -> None:
