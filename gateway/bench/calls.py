@@ -102,6 +102,7 @@ _READ_METRICS = (
     "gateway_playout_events",
     "gateway_agent_audio_gaps",
     "gateway_opus_encode_moves",
+    "gateway_gc_pause",
 )
 
 
@@ -186,6 +187,17 @@ def _running(process: psutil.Process) -> bool:
 def _counter(before: dict[str, float], after: dict[str, float], prefix: str, having: str = "") -> float:
     """Growth over the interval of every sample named ``prefix...`` whose labels include ``having``."""
     return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix) and having in k)
+
+
+def _collector_passes(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The worker's middle and full collector passes over the interval, and the middle ones' mean in ms."""
+    middle = _counter(before, after, "gateway_gc_pause_seconds_count", 'generation="1"')
+    middle_s = _counter(before, after, "gateway_gc_pause_seconds_sum", 'generation="1"')
+    return {
+        "gc_middle_passes": middle,
+        "gc_middle_mean_ms": 1000 * middle_s / middle if middle else 0.0,
+        "gc_full_passes": _counter(before, after, "gateway_gc_pause_seconds_count", 'generation="2"'),
+    }
 
 
 class CallsBench:
@@ -404,6 +416,9 @@ class CallsBench:
             "playout_underruns": _counter(m0, m1, "gateway_playout_events_total", 'event="underrun"'),
             "playout_discarded": _counter(m0, m1, "gateway_playout_events_total", 'event="discarded"'),
             "agent_audio_gaps": _counter(m0, m1, "gateway_agent_audio_gaps_total"),
+            # the worker's cyclic-collector passes in the window: middle (generation 1) ones and their mean length,
+            # and full ones (a pass of a few ms in a long tick is one way a tick overruns; ADR 0010)
+            **_collector_passes(m0, m1),
             "audio_failures": [_audio_failure(call) for call in result.calls if call.audio_ok is False],
             "fake_cpu_pct": 100 * (f1 - f0) / window,
             "loadgen_cpu_pct": 100 * (l1 - l0) / window,
@@ -550,6 +565,9 @@ _COLUMNS = (
     ("playout_underruns", "jb under", "{:.0f}"),
     ("playout_discarded", "jb drop", "{:.0f}"),
     ("agent_audio_gaps", "out gaps", "{:.0f}"),
+    ("gc_middle_passes", "gc1", "{:.0f}"),
+    ("gc_middle_mean_ms", "gc1 ms", "{:.1f}"),
+    ("gc_full_passes", "gc2", "{:.0f}"),
     ("fake_cpu_pct", "fake %", "{:.0f}"),
     ("loadgen_cpu_pct", "gen %", "{:.0f}"),
     ("steal_pct", "steal %", "{:.1f}"),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from prometheus_client import generate_latest
 
 from gateway.bench._profile import categorize
-from gateway.bench.calls import _bucket_p99, _counter, _median_row, _parse_metrics, headline
+from gateway.bench.calls import _bucket_p99, _collector_passes, _counter, _median_row, _parse_metrics, headline
 
 BEFORE = """
 # HELP gateway_tick_seconds Work done in one 20 ms media tick
@@ -209,3 +210,18 @@ def test_opus_calls_moved_ahead_and_back_are_read_from_the_workers_counter() -> 
     after = _parse_metrics(generate_latest(REGISTRY).decode())
     assert _counter(before, after, "gateway_opus_encode_moves_total", 'to="ahead"') == 30
     assert _counter(before, after, "gateway_opus_encode_moves_total", 'to="inline"') == 4
+
+
+def test_the_workers_collector_passes_are_read_from_its_histogram() -> None:
+    from gateway.observability import GC_PAUSE_SECONDS, REGISTRY
+
+    before = _parse_metrics(generate_latest(REGISTRY).decode())
+    for seconds in (0.002, 0.003, 0.004):
+        GC_PAUSE_SECONDS.labels("1", "other").observe(seconds)
+    GC_PAUSE_SECONDS.labels("0", "other").observe(0.0005)  # young passes are not counted
+    GC_PAUSE_SECONDS.labels("2", "tick").observe(0.05)
+    after = _parse_metrics(generate_latest(REGISTRY).decode())
+    passes = _collector_passes(before, after)
+    assert passes["gc_middle_passes"] == 3 and passes["gc_full_passes"] == 1
+    assert passes["gc_middle_mean_ms"] == pytest.approx(3.0)
+    assert _collector_passes(after, after) == {"gc_middle_passes": 0, "gc_middle_mean_ms": 0.0, "gc_full_passes": 0}
