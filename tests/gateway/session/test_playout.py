@@ -1,6 +1,9 @@
-"""Playout of a provider's G.711 codes: framed per item like PCM, kept as codes, counted in 24 kHz samples."""
+"""Playout of a provider's G.711 codes: framed per item like PCM, kept as codes, counted in 24 kHz samples; and
+what queued audio costs the collector."""
 
 from __future__ import annotations
+
+import gc
 
 import numpy as np
 import pytest
@@ -106,3 +109,25 @@ def test_pcm_and_code_items_share_one_queue_in_order() -> None:
     while (p := buffer.pop()) is not None:
         kinds.append((p[1].item_id, "codes" if isinstance(p[0], G711Codes) else "pcm"))
     assert kinds == [("old", "pcm"), ("old", "pcm"), ("new", "codes"), ("new", "codes")]
+
+
+@pytest.mark.parametrize("law", [None, "pcmu"])
+def test_queued_audio_is_one_tracked_object_per_delta_not_per_frame(law: str | None) -> None:
+    """Ten seconds of agent speech queued as 100 ms deltas: at most one object the collector tracks per delta,
+    so its passes do not walk an object per 20 ms of queued speech (500 here)."""
+    delta = codes(800) if law else pcm_for(800)
+    buffer = PlayoutBuffer()
+    buffer.add(response_id="r", item_id="i", content_index=0, pcm=delta, law=law)  # type: ignore[arg-type]
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for _ in range(99):
+            buffer.add(response_id="r", item_id="i", content_index=0, pcm=delta, law=law)  # type: ignore[arg-type]
+        grown = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert buffer.queued_frames == 500
+    assert grown <= 99 + 5, f"{grown} tracked objects for 99 deltas of 5 frames"
+    played = b"".join(p[0].codes if isinstance(p[0], G711Codes) else p[0].tobytes() for p in iter(buffer.pop, None))
+    assert played == delta * 100, "the frames taken are the deltas' audio in order"
