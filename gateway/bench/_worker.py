@@ -8,9 +8,10 @@ CallSession per call, the provider websocket) without the control plane: admissi
 benchmark: ``--engine percall`` swaps the batched tick engine for the
 per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` / ``--quiet-chunk-ms`` set
 ``SessionConfig.inbound_chunk_ms`` / ``inbound_quiet_chunk_ms``.
-``/metrics`` is served on ``--metrics-port`` (prometheus-client's thread). SIGINT/SIGTERM end the calls and
-exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m gateway.bench._worker``) writes
-its output.
+``--gc-census FILE`` appends a census of what the collector's middle passes walk to FILE
+(:mod:`gateway.bench.census`). ``/metrics`` is served on ``--metrics-port`` (prometheus-client's thread).
+SIGINT/SIGTERM end the calls and exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m
+gateway.bench._worker``) writes its output.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider-format", choices=["pcm24k", "pcmu"], default="pcm24k")
     parser.add_argument("--capacity", type=int, default=5000)
     parser.add_argument("--no-uvloop", action="store_true")
+    parser.add_argument("--gc-census", metavar="FILE", default="")
     args = parser.parse_args(argv)
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -78,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
 
         install(worker)
     start_http_server(args.metrics_port, addr="127.0.0.1", registry=REGISTRY)
+    if args.gc_census:
+        from pathlib import Path
+
+        from gateway.bench.census import YoungCensus
+
+        YoungCensus(Path(args.gc_census)).install()
 
     async def amain() -> int:
         stop = asyncio.Event()

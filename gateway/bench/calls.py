@@ -50,6 +50,7 @@ from typing import Any
 import httpx
 import psutil
 
+from gateway.bench import census
 from gateway.bench.processes import BenchProcess, cpus_named, free_port, pin, renice
 from gateway.compiled import ENV as ENV_COMPILED
 from gateway.loadtest.config import LoadConfig, TalkPattern
@@ -90,6 +91,7 @@ class CallsBenchConfig:
     nice: int = 0  # niceness of the worker, the fake and the generator (negative needs root)
     compiled: str | None = None  # a `gateway compile` build the worker runs on (GATEWAY_COMPILED)
     against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
+    gc_census: bool = False  # the worker counts what its middle collector passes walk (gateway.bench.census)
 
 
 _READ_METRICS = (
@@ -210,6 +212,7 @@ class CallsBench:
         self.steal_core: int | None = None
         self.media_plane = ""
         self.load_processes: list[psutil.Process] = []  # this step's --load-workers processes, as they started
+        self.census_path = directory / "gc-census.jsonl"
 
     # ------------------------------------------------------------------------------ processes
 
@@ -258,6 +261,8 @@ class CallsBench:
             c.provider_format,
             *argv_worker_extra,
         ]
+        if c.gc_census:
+            argv += ["--gc-census", str(self.census_path)]
         if not c.uvloop:
             argv.append("--no-uvloop")
         env = {k: v for k, v in os.environ.items() if k != ENV_COMPILED}
@@ -348,7 +353,7 @@ class CallsBench:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(all_up.wait(), timeout=ramp_s + _UP_GRACE_S)
             await asyncio.sleep(_SETTLE_S)
-            m0, t0 = await self._metrics(client), time.monotonic()
+            m0, t0, wall0 = await self._metrics(client), time.monotonic(), time.time()
             w0 = self.worker.cpu_s()
             f0 = sum(fake.cpu_s() for fake in self.fakes)
             l0 = self._loadgen_cpu_s()
@@ -357,7 +362,7 @@ class CallsBench:
             await asyncio.sleep(c.window_s)
             if spy is not None:
                 await asyncio.to_thread(spy.wait, c.window_s + 30)
-            m1, t1 = await self._metrics(client), time.monotonic()
+            m1, t1, wall1 = await self._metrics(client), time.monotonic(), time.time()
             w1 = self.worker.cpu_s()
             f1 = sum(fake.cpu_s() for fake in self.fakes)
             l1 = self._loadgen_cpu_s()
@@ -426,6 +431,8 @@ class CallsBench:
             # time the hypervisor ran something else on the worker's vCPU while it had work (Linux "steal")
             "steal_pct": 100 * (s1 - s0) / window if s0 is not None and s1 is not None else math.nan,
         }
+        if c.gc_census:
+            row["gc_census"] = census.read(self.census_path, since=wall0, until=wall1)
         row["sustained"] = bool(
             row["answered"] == calls
             and row["lost"] == 0
@@ -707,6 +714,9 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
             f"sustained by one worker core: {best[label]} calls "
             f"(zero loss, pacing p99 <= {PACING_LIMIT_MS:.0f} ms, no overruns)"
         )
+        for row in rows:
+            if "gc_census" in row:
+                print(f"gc census, {row['calls']} calls: {census.summary(row['gc_census'])}")
     ratios = _ratios(rows_of)
     for calls, source_us, compiled_us in ratios:
         print(

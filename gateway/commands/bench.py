@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(sees into a --compiled worker); any other name: py-spy into FILE-CALLS.txt. "
         "Read them with python -m gateway.bench._profile",
     )
+    calls.add_argument(
+        "--gc-census",
+        action="store_true",
+        help="count what the worker's middle collector passes walk, by kind, and print it per step "
+        "(costs a few ms per census: judge overruns in runs without it)",
+    )
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker, generator and fake")
     calls.add_argument(
@@ -146,6 +152,7 @@ def main(args: argparse.Namespace) -> int:
             nice=args.nice,
             compiled=args.compiled,
             against_source=args.against_source,
+            gc_census=args.gc_census,
         )
         if args.fakes < 1 or args.load_workers < 1:
             raise SystemExit("gateway bench calls: --fakes and --load-workers must be at least 1")
