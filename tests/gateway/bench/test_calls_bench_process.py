@@ -152,10 +152,11 @@ def _child(parent: psutil.Process, marker: str) -> psutil.Process | None:
 
 def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call(tmp_path: Path) -> None:
     """``--fakes 2 --load-workers 2``: two fake providers on one port and two generator processes share the
-    calls of a step, and the bench still checks every call's audio and counts the processes' CPU."""
+    calls of a step, and the bench still checks every call's audio and counts the processes' CPU. With
+    ``--gc-census`` the worker counts its middle collector passes' objects and the step reports them."""
     report = tmp_path / "bench.json"
     argv = ["gateway", "bench", "calls", "--steps", "4", "--window", "4", "--fakes", "2", "--load-workers", "2"]
-    argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report)]
+    argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report), "--gc-census"]
     done = subprocess.run(
         [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
@@ -168,6 +169,9 @@ def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call
     # The generator's CPU includes its two processes: more than the bench process alone spends relaying.
     assert row["loadgen_cpu_pct"] > 1.0 and row["fake_cpu_pct"] > 0.5
     assert "fakes 2, load workers 2" in done.stdout
+    # Four calls may not fill the young generations within the window: whether a census ran or not, it is reported.
+    assert isinstance(row["gc_census"], list)
+    assert "gc census, 4 calls: " in done.stdout
 
 
 @pytest.mark.parametrize(
