@@ -7,8 +7,8 @@ counts those objects by kind and appends one JSON line to a file: the wall time,
 about to walk, and the most common kinds. A tuple's kind names the kinds of its first items, so a queue of
 ``(frame, item, samples)`` tuples reads as one kind rather than as "tuple".
 
-Counting walks the same objects in Python and costs a few milliseconds at 400 calls, in the pass's tick: a
-step with a census measures what is walked, not the overruns.
+Counting walks the same objects in Python, about 20 ms for the 20,000 of a 400-call worker, in the pass's
+tick: a step with a census measures what is walked, not the overruns.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gc-census",
         action="store_true",
         help="count what the worker's middle collector passes walk, by kind, and print it per step "
-        "(costs a few ms per census: judge overruns in runs without it)",
+        "(each census stalls the worker ~20 ms at 400 calls: judge overruns in runs without it)",
     )
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker, generator and fake")
