@@ -26,10 +26,15 @@ _TUPLE_ITEMS = 4  # items of a tuple that name its kind
 
 
 def kind(obj: object) -> str:
-    """The census name of an object: its type's qualified name, a tuple's with the kinds of its first items."""
+    """The census name of an object: its type's qualified name, a tuple's with the kinds of its first items.
+
+    A tuple's items are read the way the collector reads them (``gc.get_referents``, its traversal), never by
+    indexing: the young generations can hold a tuple still being built, whose empty slots are NULL, and
+    indexing or slicing it would touch them (a segfault)."""
     if type(obj) is tuple:
-        inner = ",".join(type(item).__qualname__ for item in obj[:_TUPLE_ITEMS])
-        more = f",+{len(obj) - _TUPLE_ITEMS}" if len(obj) > _TUPLE_ITEMS else ""
+        items = gc.get_referents(obj)[::-1]  # a tuple's traversal goes from its last item to its first
+        inner = ",".join(type(item).__qualname__ for item in items[:_TUPLE_ITEMS])
+        more = f",+{len(items) - _TUPLE_ITEMS}" if len(items) > _TUPLE_ITEMS else ""
         return f"tuple({inner}{more})"
     return type(obj).__qualname__
 

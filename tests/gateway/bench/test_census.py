@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +22,26 @@ def test_a_tuple_is_named_by_the_kinds_of_its_first_items() -> None:
     assert kind(Frame()) == "Frame"
     walked, kinds = count([(Frame(), 1)] * 3 + [Frame(), {}], top=2)
     assert walked == 5 and kinds == [("tuple(Frame,int)", 3), ("Frame", 1)]
+
+
+def test_a_tuple_still_being_built_is_named_without_touching_its_empty_slots() -> None:
+    """The young generations can hold a tuple whose slots are not filled yet (NULL): a census that indexed it
+    crashed a benchmark's worker. In a child process, so that a regression fails this test, not the run."""
+    code = (
+        "import ctypes\n"
+        "from gateway.bench.census import kind\n"
+        "new = ctypes.pythonapi.PyTuple_New\n"
+        "new.restype, new.argtypes = ctypes.py_object, [ctypes.c_ssize_t]\n"
+        "half = new(6)  # tracked by the collector, every slot NULL\n"
+        "item = 7\n"
+        "ctypes.pythonapi.Py_IncRef(ctypes.py_object(item))  # the slot's own reference\n"
+        "slots = id(half) + tuple.__basicsize__  # ob_item[0], just past the header\n"
+        "ctypes.c_void_p.from_address(slots).value = id(item)  # the first slot filled, five still NULL\n"
+        "print(kind(half))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "tuple(int)"
 
 
 def test_a_middle_pass_is_counted_once_per_interval_and_the_hook_comes_out(tmp_path: Path) -> None:
