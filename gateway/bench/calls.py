@@ -202,6 +202,10 @@ def _collector_passes(before: dict[str, float], after: dict[str, float]) -> dict
     }
 
 
+class WorkerExitedError(RuntimeError):
+    """The worker under test ended during a run (a crash, or killed): the message says how, with its log's end."""
+
+
 class CallsBench:
     def __init__(self, config: CallsBenchConfig, *, directory: Path) -> None:
         self.config = config
@@ -315,7 +319,13 @@ class CallsBench:
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def _metrics(self, client: httpx.AsyncClient) -> dict[str, float]:
-        response = await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        try:
+            response = await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        except httpx.TransportError:
+            report = self.worker.exit_report() if self.worker is not None else None
+            if report is not None:  # not a network fault: the worker is gone, and how it went is the news
+                raise WorkerExitedError(report) from None
+            raise
         return _parse_metrics(response.text)
 
     async def _wait_idle(self, client: httpx.AsyncClient, within: float = 20.0) -> None:
@@ -683,6 +693,9 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
     except KeyboardInterrupt:
         print("gateway bench calls: interrupted; the worker and the fake provider are stopped", file=sys.stderr)
         return 130
+    except WorkerExitedError as exc:
+        print(f"gateway bench calls: no result, the {exc}", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
     rows_of: dict[str, list[dict[str, Any]]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Collection
@@ -85,6 +86,21 @@ class BenchProcess:
                 raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{text[-2000:]}")
             time.sleep(0.05)
         raise TimeoutError(f"{self.name} not ready within {within} s:\n{self.log_path.read_text()[-2000:]}")
+
+    def exit_report(self) -> str | None:
+        """None while the process runs; else how it ended (its exit status or the signal that killed it) and the
+        end of its log."""
+        code = self.popen.poll()
+        if code is None:
+            return None
+        how = f"exit status {code}"
+        if code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        return f"{self.name} exited ({how}); its log ends:\n{tail}"
 
     def cpu_s(self) -> float:
         times = self.psutil.cpu_times()

@@ -1,7 +1,9 @@
-"""``gateway bench calls`` as a process: both designs carry calls right; Ctrl-C or SIGTERM mid-step stops it all."""
+"""``gateway bench calls`` as a process: both designs carry calls right; Ctrl-C or SIGTERM mid-step stops it all;
+a worker that dies mid-run is reported with how it ended."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -13,8 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 import psutil
 import pytest
+
+import gateway.bench.calls as calls_module
+from gateway.bench.calls import CallsBench, CallsBenchConfig, WorkerExitedError
+from gateway.bench.processes import BenchProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
@@ -194,3 +201,30 @@ def test_a_load_side_that_cannot_be_built_is_refused_with_the_reason(argument: s
         check=False,
     )
     assert done.returncode != 0 and reason in done.stderr, done.stderr
+
+
+def test_a_worker_that_dies_mid_run_is_reported_with_how_it_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker crashing mid-step (a segfault, say) ends the run with how it ended and its log's end, not with
+    the connection error of the next /metrics read."""
+    crash = "import os, signal; print('serving calls', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
+    worker = BenchProcess("worker", [sys.executable, "-c", crash], tmp_path)
+    worker.popen.wait(30)
+    bench = CallsBench(CallsBenchConfig(), directory=tmp_path)
+    bench.worker, bench.metrics_port = worker, free_port()
+
+    async def read_metrics() -> None:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            await bench._metrics(client)
+
+    with pytest.raises(WorkerExitedError, match=r"^worker exited \(killed by SIGSEGV\); its log ends:\nserving calls"):
+        asyncio.run(read_metrics())
+    worker.stop()
+
+    def crashed(config: CallsBenchConfig) -> None:
+        raise WorkerExitedError("worker exited (killed by SIGSEGV); its log ends:\nserving calls")
+
+    monkeypatch.setattr(calls_module, "_measure", crashed)
+    assert calls_module.run(CallsBenchConfig()) == 1
+    assert "gateway bench calls: no result, the worker exited (killed by SIGSEGV)" in capsys.readouterr().err
