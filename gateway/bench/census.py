@@ -53,7 +53,6 @@ class YoungCensus:
         self.path = path
         self.every_s = every_s
         self.top = top
-        self.taken = 0
         self._next = 0.0
 
     def install(self) -> None:
@@ -76,7 +75,6 @@ class YoungCensus:
         line = json.dumps({"at": time.time(), "walked": walked, "kinds": kinds})
         with self.path.open("a") as out:
             out.write(line + "\n")
-        self.taken += 1
 
 
 def read(path: Path, *, since: float, until: float) -> list[dict[str, Any]]:
