@@ -47,9 +47,11 @@ def test_a_small_run_measures_both_decoders_and_g711_with_every_calls_audio_righ
     assert rows[ours]["audio_right"] == [2]
     assert rows[theirs]["audio_right"] == [2]
     assert rows["G.711 SIP (PCMU)"]["audio_right"] == [4]
-    # A browser call (aiortc: Opus both ways, SRTP, ICE) costs the worker far more than a G.711 one.
-    assert rows[ours]["us_per_call_frame"] > 3 * rows["G.711 SIP (PCMU)"]["us_per_call_frame"] > 0
-    assert "a browser call / a G.711 call:" in done.stdout
+    # Each row holds a cost, and the printed ratio is the rows' own. How far apart they are is the benchmark's
+    # figure (docs/performance.md), not this test's: with two and four calls on a shared host it is noise.
+    costs = {label: row["us_per_call_frame"] for label, row in rows.items()}
+    assert all(cost > 0 for cost in costs.values()), costs
+    assert f"a browser call / a G.711 call: {costs[ours] / costs['G.711 SIP (PCMU)']:.1f}x" in done.stdout
     assert f"{theirs} / {ours}:" in done.stdout
     # aiortc's jitter buffer holds four packets (80 ms) before its decoder sees one; the gateway's does not.
     [ours_echo], [theirs_echo] = rows[ours]["echo_ms"], rows[theirs]["echo_ms"]

@@ -137,16 +137,17 @@ async def test_slow_reader_loses_oldest_audio_not_control_events() -> None:
     assert session.dropped_events == 100 + 2 - 20
 
 
-async def test_hundreds_of_sessions_are_cheap() -> None:
+async def test_hundreds_of_sessions_run_no_task_of_their_own() -> None:
+    # What a session costs per frame is measured by `gateway bench calls`; here: 500 sessions fed a second of
+    # audio each echo it from the caller's own send, with no timer or task per session.
     model = EchoModel()
     sessions = [await model.connect(AgentProfile()) for _ in range(500)]
     frame = bytes(960)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    echoed = 0
     for _ in range(50):  # one second of audio for 500 calls
         for session in sessions:
             await session.send_audio(frame)
+            echoed += sum(isinstance(event, AudioReceived) for event in session._events)
             session._events.clear()
-    elapsed = loop.time() - started
-    assert elapsed < 1.0, f"echo costs {elapsed / 25_000 * 1e6:.1f} µs per call-frame"
+    assert echoed == 500 * 49, echoed  # every frame but the one still held (delay_frames=1)
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("echo")]
