@@ -153,7 +153,7 @@ def _find_by_spectrogram(x: np.ndarray, m: np.ndarray, *, waveform: np.ndarray, 
     """
     size = m.size
     win, hop = max(8, size // 15), max(1, size // 60)
-    if x.size < size or size < win:
+    if size < win:
         return None
     template = _spectrogram(m, win, hop)
     band = template.sum(axis=0)
@@ -161,9 +161,7 @@ def _find_by_spectrogram(x: np.ndarray, m: np.ndarray, *, waveform: np.ndarray, 
     template = template[:, band]
     frames = _spectrogram(x, win, hop)[:, band]
     length = template.shape[0]
-    count = frames.shape[0] - length + 1
-    if count <= 0:
-        return None
+    count = frames.shape[0] - length + 1  # >= 1: find_marker hands over only x at least as long as m
     template = template - template.mean()
     products = frames @ template.T  # [frame, template frame]
     corr = np.zeros(count)
