@@ -108,7 +108,8 @@ TICK_SECONDS = Histogram(
     "gateway_tick_seconds",
     "Work done in one 20 ms media tick",
     ["worker"],
-    buckets=(0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.04),
+    # 2 ms apart from 10 to 20 ms: how close a loaded worker's ticks come to the period is its headroom.
+    buckets=(0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.012, 0.014, 0.016, 0.018, 0.02, 0.03, 0.04),
     registry=REGISTRY,
 )
 TICK_OVERRUNS_TOTAL = Counter(
