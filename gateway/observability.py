@@ -3,11 +3,22 @@
 Defined once here (the lowest layer that may use prometheus-client) so the media tick, the SIP glue, the
 session core and the control plane all count into the same registry, which ``GET /metrics`` serves.
 Names follow Prometheus conventions: ``_total`` counters, ``_seconds`` histograms, base units.
+
+:func:`exposition` is how ``GET /metrics`` renders the registry in a process that carries calls: the text of
+``generate_latest``, made one metric family at a time, with the event loop let in at least every half
+millisecond. ``generate_latest`` holds the loop for the whole registry (3-4 ms for a loaded worker's 200-odd
+samples), long enough that a scrape landing just before a deadline makes a busy worker's media tick late.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import asyncio
+import time
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -148,3 +159,32 @@ ADMISSIONS_TOTAL = Counter(
     registry=REGISTRY,
 )
 SSE_CLIENTS = Gauge("gateway_sse_clients", "Open GET /v1/events streams on this process", registry=REGISTRY)
+
+
+class _Family(Collector):
+    """One collected metric family, as the collector ``generate_latest`` formats."""
+
+    def __init__(self, family: Metric) -> None:
+        self._family = family
+
+    def collect(self) -> Iterable[Metric]:
+        return (self._family,)
+
+
+async def exposition(registry: Collector = REGISTRY, *, slice_s: float = 0.0005) -> bytes:
+    """``generate_latest(registry)``, byte for byte, without holding the event loop for more than about
+    ``slice_s`` plus one family at a time.
+
+    Each family is collected and formatted by prometheus-client itself; between families, once ``slice_s``
+    has passed, the loop runs what is due (a media tick first: uvloop runs due timers before ready callbacks).
+    A family's samples are read together, so each is consistent in itself, as in one ``generate_latest``;
+    families are read moments apart, as two scrapes would be."""
+    parts: list[bytes] = []
+    clock = time.perf_counter
+    started = clock()
+    for family in registry.collect():
+        parts.append(generate_latest(_Family(family)))
+        if clock() - started >= slice_s:
+            await asyncio.sleep(0)
+            started = clock()
+    return b"".join(parts)

@@ -9,7 +9,9 @@ benchmark: ``--engine percall`` swaps the batched tick engine for the
 per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` / ``--quiet-chunk-ms`` set
 ``SessionConfig.inbound_chunk_ms`` / ``inbound_quiet_chunk_ms``.
 ``--gc-census FILE`` appends a census of what the collector's middle passes walk to FILE
-(:mod:`gateway.bench.census`). ``/metrics`` is served on ``--metrics-port`` (prometheus-client's thread).
+(:mod:`gateway.bench.census`). ``/metrics`` is served on ``--metrics-port`` by uvicorn on the worker's own loop
+and rendered as ``gateway worker`` renders it (:func:`gateway.observability.exposition`), so the benchmark's
+own scrapes weigh on the tick as a production scrape does.
 SIGINT/SIGTERM end the calls and exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m
 gateway.bench._worker``) writes its output.
 """
@@ -18,9 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
+import socket
 import sys
+from collections.abc import Iterator
 
 from gateway.providers.base import RealtimeModel
 
@@ -42,11 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from prometheus_client import start_http_server
+    import uvicorn
+    from prometheus_client import CONTENT_TYPE_LATEST
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
 
     from gateway.compiled import status as compiled_status
     from gateway.fleet.models import ProfileModel
-    from gateway.observability import REGISTRY
+    from gateway.observability import REGISTRY, exposition
     from gateway.providers.registry import ProviderSettings, create_model
     from gateway.session.config import SessionConfig
     from gateway.worker.settings import WorkerSettings
@@ -79,7 +89,21 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.bench._percall import install
 
         install(worker)
-    start_http_server(args.metrics_port, addr="127.0.0.1", registry=REGISTRY)
+
+    async def metrics(request: Request) -> Response:
+        return Response(await exposition(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    class MetricsServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the worker's own handlers (below) end the calls first, then stop this server
+
+    # Bound and listening before "ready" is printed: the benchmark's first scrape may come at once.
+    listener = socket.create_server(("127.0.0.1", args.metrics_port))
+    config = uvicorn.Config(
+        Starlette(routes=[Route("/metrics", metrics)]), lifespan="off", log_level="warning", access_log=False
+    )
+    metrics_server = MetricsServer(config)
     if args.gc_census:
         from pathlib import Path
 
@@ -93,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         await worker.start()
+        serving = asyncio.create_task(metrics_server.serve(sockets=[listener]), name="bench-metrics")
         print(
             f"bench worker ready: sip {args.sip_port} metrics {args.metrics_port} engine {args.engine} "
             f"{compiled_status()}",
@@ -100,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         await stop.wait()
         await worker.aclose("shutdown")
+        metrics_server.should_exit = True
+        await serving
         return 0
 
     if not args.no_uvloop:

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from fastapi import FastAPI, Request, Response
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST
     from pydantic import ValidationError
 
     from gateway.commands._serve import run_loop, serve
@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     from gateway.fleet.http import HttpControlLink
     from gateway.fleet.json_errors import error_response, install_json_errors
     from gateway.fleet.worker_api import worker_api
-    from gateway.observability import REGISTRY
+    from gateway.observability import REGISTRY, exposition
     from gateway.providers.errors import ProviderError
     from gateway.worker.worker import MediaWorker
 
@@ -85,7 +85,8 @@ def main(args: argparse.Namespace) -> int:
             return error_response(
                 401, "unauthorized", "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
             )
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        # Rendered in slices: this loop runs the media tick (gateway.observability.exposition).
+        return Response(await exposition(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     app.add_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
 

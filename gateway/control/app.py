@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from gateway.control import api, events, internal
@@ -32,7 +32,7 @@ from gateway.control.settings import ControlSettings
 from gateway.control.store import MemoryStore, StateStore
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkError, WorkerNotFoundError
 from gateway.fleet.json_errors import error_response, install_json_errors
-from gateway.observability import REGISTRY
+from gateway.observability import REGISTRY, exposition
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def _add_operational_routes(app: FastAPI, settings: ControlSettings) -> None:
     )
     async def metrics() -> Response:
         """Prometheus text exposition of the shared registry (token required unless GATEWAY_METRICS_PUBLIC)."""
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(await exposition(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 def _add_dashboard(app: FastAPI) -> None:
