@@ -92,6 +92,7 @@ class CallsBenchConfig:
     compiled: str | None = None  # a `gateway compile` build the worker runs on (GATEWAY_COMPILED)
     against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
     gc_census: bool = False  # the worker counts what its middle collector passes walk (gateway.bench.census)
+    scrape_every_s: float = 0.0  # > 0: GET /metrics this often through the window, as a Prometheus server would
 
 
 _READ_METRICS = (
@@ -328,6 +329,23 @@ class CallsBench:
             raise
         return _parse_metrics(response.text)
 
+    async def _window(self, client: httpx.AsyncClient, seconds: float) -> int:
+        """Wait out the measured window; with ``scrape_every_s``, scrape ``/metrics`` at that interval meanwhile
+        (what a scrape costs the worker then shows in its overruns). Returns how many scrapes were made."""
+        every = self.config.scrape_every_s
+        if every <= 0:
+            await asyncio.sleep(seconds)
+            return 0
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        scrapes = 0
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(every, left))
+            if loop.time() < end:
+                await self._metrics(client)
+                scrapes += 1
+        return scrapes
+
     async def _wait_idle(self, client: httpx.AsyncClient, within: float = 20.0) -> None:
         """Until the worker reports no active calls (bounded): the next step starts from a clean worker."""
         deadline = time.monotonic() + within
@@ -369,7 +387,7 @@ class CallsBench:
             l0 = self._loadgen_cpu_s()
             s0 = _steal_s(self.steal_core)
             spy = self._sampler(calls)
-            await asyncio.sleep(c.window_s)
+            scrapes = await self._window(client, c.window_s)
             if spy is not None:
                 await asyncio.to_thread(spy.wait, c.window_s + 30)
             m1, t1, wall1 = await self._metrics(client), time.monotonic(), time.time()
@@ -402,6 +420,7 @@ class CallsBench:
             "tick_lag_mean_ms": lag_mean,
             "ticks": ticks,
             "overruns": overruns,
+            "scrapes": scrapes,  # GET /metrics made in the window besides the two that bound it (--scrape-every)
             # ticks the worker's clock skipped after stalls longer than its catch-up (every call's audio has a gap)
             "ticks_skipped": _counter(m0, m1, "gateway_ticks_skipped_total"),
             "loss_pct": summary["loss_pct"],
@@ -716,7 +735,8 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
         f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, load cpus: {cpus_named(config.load_core)}, "
         f"fakes {config.fakes}, load workers {config.load_workers}, nice {config.nice}, "
-        f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
+        + (f"/metrics scraped every {config.scrape_every_s:g} s, " if config.scrape_every_s > 0 else "")
+        + f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
     )
     best: dict[str, int] = {}
     for label, rows in rows_of.items():

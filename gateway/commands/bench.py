@@ -79,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="count what the worker's middle collector passes walk, by kind, and print it per step "
         "(each census stalls the worker ~20 ms at 400 calls: judge overruns in runs without it)",
     )
+    calls.add_argument(
+        "--scrape-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="GET the worker's /metrics this often through each window, as a Prometheus server would "
+        "(default: only the two scrapes that bound the window)",
+    )
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker, generator and fake")
     calls.add_argument(
@@ -165,9 +173,12 @@ def main(args: argparse.Namespace) -> int:
             compiled=args.compiled,
             against_source=args.against_source,
             gc_census=args.gc_census,
+            scrape_every_s=args.scrape_every,
         )
         if args.fakes < 1 or args.load_workers < 1:
             raise SystemExit("gateway bench calls: --fakes and --load-workers must be at least 1")
+        if args.scrape_every < 0:
+            raise SystemExit("gateway bench calls: --scrape-every must be 0 (off) or a number of seconds")
         if args.fakes > 1 and args.provider != "openai":
             raise SystemExit("gateway bench calls: --fakes runs fake OpenAI servers; it needs --provider openai")
         if args.load_workers > min(steps):

@@ -160,10 +160,11 @@ def _child(parent: psutil.Process, marker: str) -> psutil.Process | None:
 def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call(tmp_path: Path) -> None:
     """``--fakes 2 --load-workers 2``: two fake providers on one port and two generator processes share the
     calls of a step, and the bench still checks every call's audio and counts the processes' CPU. With
-    ``--gc-census`` the worker counts its middle collector passes' objects and the step reports them."""
+    ``--gc-census`` the worker counts its middle collector passes' objects and the step reports them; with
+    ``--scrape-every`` the window's scrapes of the worker's /metrics are made and counted."""
     report = tmp_path / "bench.json"
     argv = ["gateway", "bench", "calls", "--steps", "4", "--window", "4", "--fakes", "2", "--load-workers", "2"]
-    argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report), "--gc-census"]
+    argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report), "--gc-census", "--scrape-every", "0.5"]
     done = subprocess.run(
         [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
@@ -176,6 +177,8 @@ def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call
     # The generator's CPU includes its two processes: more than the bench process alone spends relaying.
     assert row["loadgen_cpu_pct"] > 1.0 and row["fake_cpu_pct"] > 0.5
     assert "fakes 2, load workers 2" in done.stdout
+    # Every 0.5 s of a 4 s window: 7 when each scrape is quick, fewer if the scrapes themselves take long.
+    assert 4 <= row["scrapes"] <= 7 and "/metrics scraped every 0.5 s" in done.stdout
     # Four calls may not fill the young generations within the window: whether a census ran or not, it is reported.
     assert isinstance(row["gc_census"], list)
     assert "gc census, 4 calls: " in done.stdout
@@ -189,6 +192,7 @@ def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call
         ("--load-workers=9", "9 load workers for a step of 4 calls"),
         ("--load-core=2-1", "not a CPU list: '2-1'"),
         ("--fakes=2 --provider=echo", "--fakes runs fake OpenAI servers; it needs --provider openai"),
+        ("--scrape-every=-1", "--scrape-every must be 0 (off) or a number of seconds"),
     ],
 )
 def test_a_load_side_that_cannot_be_built_is_refused_with_the_reason(argument: str, reason: str) -> None:
