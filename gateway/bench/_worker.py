@@ -11,7 +11,8 @@ per-call design of :mod:`gateway.bench._percall`, and ``--chunk-ms`` / ``--quiet
 ``--gc-census FILE`` appends a census of what the collector's middle passes walk to FILE
 (:mod:`gateway.bench.census`). ``/metrics`` is served on ``--metrics-port`` by uvicorn on the worker's own loop
 and rendered as ``gateway worker`` renders it (:func:`gateway.observability.exposition`), so the benchmark's
-own scrapes weigh on the tick as a production scrape does.
+own scrapes weigh on the tick as a production scrape does (``--metrics-render generate_latest``: in one stretch,
+for comparison).
 SIGINT/SIGTERM end the calls and exit 0, so a profiler wrapping the process (``python -m cProfile -o FILE -m
 gateway.bench._worker``) writes its output.
 """
@@ -44,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=5000)
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--gc-census", metavar="FILE", default="")
+    parser.add_argument("--metrics-render", choices=["exposition", "generate_latest"], default="exposition")
     args = parser.parse_args(argv)
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     import uvicorn
-    from prometheus_client import CONTENT_TYPE_LATEST
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         install(worker)
 
     async def metrics(request: Request) -> Response:
+        if args.metrics_render == "generate_latest":  # the comparison: the whole registry in one stretch
+            return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
         return Response(await exposition(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     class MetricsServer(uvicorn.Server):

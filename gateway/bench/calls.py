@@ -93,6 +93,7 @@ class CallsBenchConfig:
     against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
     gc_census: bool = False  # the worker counts what its middle collector passes walk (gateway.bench.census)
     scrape_every_s: float = 0.0  # > 0: GET /metrics this often through the window, as a Prometheus server would
+    metrics_render: str = "exposition"  # or "generate_latest": how the worker renders /metrics (one stretch)
 
 
 _READ_METRICS = (
@@ -268,6 +269,7 @@ class CallsBench:
         ]
         if c.gc_census:
             argv += ["--gc-census", str(self.census_path)]
+        argv += ["--metrics-render", c.metrics_render]
         if not c.uvloop:
             argv.append("--no-uvloop")
         env = {k: v for k, v in os.environ.items() if k != ENV_COMPILED}
@@ -735,7 +737,11 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
         f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, load cpus: {cpus_named(config.load_core)}, "
         f"fakes {config.fakes}, load workers {config.load_workers}, nice {config.nice}, "
-        + (f"/metrics scraped every {config.scrape_every_s:g} s, " if config.scrape_every_s > 0 else "")
+        + (
+            f"/metrics scraped every {config.scrape_every_s:g} s (rendered by {config.metrics_render}), "
+            if config.scrape_every_s > 0
+            else ""
+        )
         + f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f}"
     )
     best: dict[str, int] = {}

@@ -87,6 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GET the worker's /metrics this often through each window, as a Prometheus server would "
         "(default: only the two scrapes that bound the window)",
     )
+    calls.add_argument(
+        "--metrics-render",
+        choices=["exposition", "generate_latest"],
+        default="exposition",
+        help="how the worker renders /metrics: in slices, as gateway worker does (default), or in one stretch "
+        "with prometheus-client's generate_latest (the comparison)",
+    )
     calls.add_argument("--json", metavar="FILE", help="write every row as JSON")
     calls.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker, generator and fake")
     calls.add_argument(
@@ -174,6 +181,7 @@ def main(args: argparse.Namespace) -> int:
             against_source=args.against_source,
             gc_census=args.gc_census,
             scrape_every_s=args.scrape_every,
+            metrics_render=args.metrics_render,
         )
         if args.fakes < 1 or args.load_workers < 1:
             raise SystemExit("gateway bench calls: --fakes and --load-workers must be at least 1")

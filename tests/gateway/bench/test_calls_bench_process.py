@@ -165,6 +165,7 @@ def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call
     report = tmp_path / "bench.json"
     argv = ["gateway", "bench", "calls", "--steps", "4", "--window", "4", "--fakes", "2", "--load-workers", "2"]
     argv += ["--worker-core", "-1", "--load-core", "-1", "--json", str(report), "--gc-census", "--scrape-every", "0.5"]
+    argv += ["--metrics-render", "generate_latest"]
     done = subprocess.run(
         [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
@@ -178,7 +179,7 @@ def test_a_load_side_of_several_fakes_and_generator_processes_carries_every_call
     assert row["loadgen_cpu_pct"] > 1.0 and row["fake_cpu_pct"] > 0.5
     assert "fakes 2, load workers 2" in done.stdout
     # Every 0.5 s of a 4 s window: 7 when each scrape is quick, fewer if the scrapes themselves take long.
-    assert 4 <= row["scrapes"] <= 7 and "/metrics scraped every 0.5 s" in done.stdout
+    assert 4 <= row["scrapes"] <= 7 and "/metrics scraped every 0.5 s (rendered by generate_latest)" in done.stdout
     # Four calls may not fill the young generations within the window: whether a census ran or not, it is reported.
     assert isinstance(row["gc_census"], list)
     assert "gc census, 4 calls: " in done.stdout
