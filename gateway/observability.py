@@ -7,19 +7,19 @@ Names follow Prometheus conventions: ``_total`` counters, ``_seconds`` histogram
 :func:`exposition` is how ``GET /metrics`` renders the registry in a process that carries calls: the text of
 ``generate_latest``, made one metric family at a time, with the event loop let in at least every half
 millisecond. ``generate_latest`` holds the loop for the whole registry (3.7 ms for the 338 samples of
-``gateway bench scrape``'s loaded registry; a slice holds it 0.9 ms), long enough that a scrape landing just
+``gateway bench stalls``'s loaded registry; a slice holds it 0.9 ms), long enough that a scrape landing just
 before a deadline makes a busy worker's media tick late.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from gateway.slices import SLICE_S, Slices
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -172,7 +172,7 @@ class _Family(Collector):
         return (self._family,)
 
 
-async def exposition(registry: Collector = REGISTRY, *, slice_s: float = 0.0005) -> bytes:
+async def exposition(registry: Collector = REGISTRY, *, slice_s: float = SLICE_S) -> bytes:
     """``generate_latest(registry)``, byte for byte, without holding the event loop for more than about
     ``slice_s`` plus one family at a time.
 
@@ -181,11 +181,8 @@ async def exposition(registry: Collector = REGISTRY, *, slice_s: float = 0.0005)
     A family's samples are read together, so each is consistent in itself, as in one ``generate_latest``;
     families are read moments apart, as two scrapes would be."""
     parts: list[bytes] = []
-    clock = time.perf_counter
-    started = clock()
+    slices = Slices(slice_s)
     for family in registry.collect():
         parts.append(generate_latest(_Family(family)))
-        if clock() - started >= slice_s:
-            await asyncio.sleep(0)
-            started = clock()
+        await slices.next()
     return b"".join(parts)

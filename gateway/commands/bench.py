@@ -1,6 +1,6 @@
 """``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker; ``frames``
 the per-message work of the provider path (websocket framing, base64); ``webrtc`` what a browser call costs;
-``scrape`` how long rendering ``/metrics`` holds a worker's event loop."""
+``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     frames.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     frames.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
     frames.add_argument("--count", type=int, default=20000, help="messages per timing")
-    scrape = sub.add_parser(
-        "scrape", help="how long a GET /metrics holds the event loop: generate_latest vs the gateway's exposition"
+    stalls = sub.add_parser(
+        "stalls", help="how long /metrics and a heartbeat hold the event loop: in one stretch vs in slices"
     )
-    scrape.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    scrape.add_argument("--renders", type=int, default=200, help="renders each way, interleaved")
+    stalls.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    stalls.add_argument("--renders", type=int, default=200, help="times each piece of work runs each way")
+    stalls.add_argument("--calls", type=int, default=400, help="calls in the heartbeat")
     calls = sub.add_parser(
         "calls",
         help="concurrent bridged calls one worker core sustains, AI leg active (see docs/performance.md)",
@@ -145,12 +146,12 @@ def main(args: argparse.Namespace) -> int:
         if args.repeats < 1 or args.count < 1:
             raise SystemExit("gateway bench frames: --repeats and --count must be at least 1")
         return run_frames(json_output=args.json, repeats=args.repeats, count=args.count)
-    if args.bench == "scrape":
-        from gateway.bench.scrape import run as run_scrape
+    if args.bench == "stalls":
+        from gateway.bench.stalls import run as run_stalls
 
-        if args.renders < 1:
-            raise SystemExit("gateway bench scrape: --renders must be at least 1")
-        return run_scrape(renders=args.renders, json_output=args.json)
+        if args.renders < 1 or args.calls < 1:
+            raise SystemExit("gateway bench stalls: --renders and --calls must be at least 1")
+        return run_stalls(renders=args.renders, calls=args.calls, json_output=args.json)
     if args.bench == "calls":
         from gateway.bench.calls import DEFAULT_STEPS, QUICK_STEPS, CallsBenchConfig
         from gateway.bench.calls import run as run_calls

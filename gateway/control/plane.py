@@ -39,6 +39,7 @@ from gateway.fleet.models import (
 )
 from gateway.fleet.protocols import WorkerCommands
 from gateway.observability import ADMISSIONS_TOTAL, WORKERS
+from gateway.slices import Slices
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,11 @@ class ControlPlane:
                 stored.capacity,
             ):
                 await self._publish("worker.updated", stored.model_dump(mode="json"))
+        # In `gateway run` this loop also runs the worker's media tick: each call's tracking is its own slice.
+        slices = Slices()
         for call in calls:
             await self._track(call.model_copy(update={"worker": info.id}))
+            await slices.next()
         await self._reconcile(info.id, {call.id for call in calls})
         return stored
 
@@ -245,7 +249,10 @@ class ControlPlane:
         if previous == call:
             return
         if previous is not None and previous.state == "ended" and call.state != "ended":
-            log.info("call %s reported live again after it ended (%s)", call.id, previous.end_reason)
+            # A heartbeat's snapshot taken before the call ended, arriving after its end was reported (the two
+            # travel apart): a call never comes back, so the older news is dropped.
+            log.info("call %s: a live snapshot after it ended (%s) is ignored", call.id, previous.end_reason)
+            return
         await self.store.put_call(call)
         if call.state == "ended":
             await self.store.release(call.id)

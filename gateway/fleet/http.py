@@ -21,6 +21,7 @@ from typing import Any
 from uuid import uuid4
 
 import httpx
+import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkAuthError, LinkError, WorkerNotFoundError
@@ -31,7 +32,6 @@ from gateway.fleet.models import (
     DrainRequest,
     DtmfRequest,
     HangupRequest,
-    HeartbeatRequest,
     OriginateCommand,
     OriginateRequest,
     ReportRequest,
@@ -39,6 +39,7 @@ from gateway.fleet.models import (
     WorkerEvent,
     WorkerInfo,
 )
+from gateway.slices import Slices
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,18 @@ class _JsonClient:
 
     async def request(self, method: str, path: str, body: Any = None) -> Any:
         url = self._base_url + path
+        # orjson: a heartbeat of 400 calls is 375 kB of JSON, 7.6 ms through the stdlib encoder httpx's json=
+        # uses and 0.8 ms here, on the loop that runs the worker's media tick.
+        content, headers = None, self._headers
+        if body is not None:
+            content, headers = orjson.dumps(body), {**self._headers, "Content-Type": "application/json"}
         last_error: LinkError | None = None
         for attempt in range(max(1, self._policy.attempts)):
             if attempt:
                 await asyncio.sleep(self._policy.delay(attempt - 1))
             try:
                 response = await self._client.request(
-                    method, url, json=body, headers=self._headers, timeout=self._policy.timeout_s
+                    method, url, content=content, headers=headers, timeout=self._policy.timeout_s
                 )
             except httpx.HTTPError as exc:  # connect, read, timeout, protocol
                 last_error = LinkError(f"{method} {url}: {type(exc).__name__}: {exc}")
@@ -165,7 +171,13 @@ class HttpControlLink:
         return _parse(WorkerInfo, data, "register")  # type: ignore[no-any-return]
 
     async def heartbeat(self, info: WorkerInfo, calls: Sequence[CallSnapshot]) -> WorkerInfo:
-        body = HeartbeatRequest(info=info, calls=list(calls)).model_dump(mode="json", by_alias=True)
+        # HeartbeatRequest's JSON, one call at a time with the loop let in between (400 calls: 2 ms in one go).
+        slices = Slices()
+        dumped = []
+        for call in calls:
+            dumped.append(call.model_dump(mode="json", by_alias=True))
+            await slices.next()
+        body = {"info": info.model_dump(mode="json", by_alias=True), "calls": dumped}
         data = await self._http.request("POST", f"/workers/{info.id}/heartbeat", body)
         return _parse(WorkerInfo, data, "heartbeat")  # type: ignore[no-any-return]
 

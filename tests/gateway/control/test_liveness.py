@@ -87,3 +87,21 @@ async def test_worker_gone_after_drain_ends_its_remaining_calls(env: Env) -> Non
     await env.plane.report([WorkerEvent(type="worker.gone", worker="worker-a", time=env.clock())])
     assert (await env.plane.get_worker("worker-a")).status == "gone"
     assert (await env.plane.get_call(decision.call_id)).end_reason == "worker_gone"
+
+
+async def test_a_heartbeat_snapshot_older_than_the_calls_end_does_not_bring_it_back(env: Env) -> None:
+    # The heartbeat's snapshots are taken before the call ends and reach the plane after its end (they travel
+    # apart over HTTP, and the worker builds them a slice at a time): the call stays ended, with its reason.
+    decision = await env.worker.place_call("+15550199")
+    stale = await env.worker.snapshot()
+    await env.worker.end_call(decision.call_id, reason="caller_hangup")
+    mark = await env.plane.store.last_event_id()
+    assert env.worker.link is not None
+    await env.worker.link.heartbeat(env.worker.info(), stale)
+    call = await env.plane.get_call(decision.call_id)
+    assert (call.state, call.end_reason) == ("ended", "caller_hangup")
+    assert await env.plane.store.get_reservation(decision.call_id) is None
+    assert [t for t, _ in await _event_types(env, mark)] == []
+    env.clock.advance(11)
+    await env.worker.heartbeat()
+    assert (await env.plane.get_call(decision.call_id)).end_reason == "caller_hangup"  # not "vanished"

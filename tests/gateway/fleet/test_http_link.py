@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from gateway.fleet import (
     install_json_errors,
     worker_api,
 )
+from gateway.fleet.models import HeartbeatRequest
 from tests.gateway.control.conftest import make_config
 from tests.gateway.fleet.fake_worker import FakeWorker
 from tests.gateway.fleet.servers import serve
@@ -176,3 +178,26 @@ async def test_server_errors_are_retried_then_succeed_and_4xx_are_not() -> None:
 def test_retry_delays_grow_and_are_capped() -> None:
     policy = RetryPolicy(base_delay_s=0.1, max_delay_s=0.5)
     assert [policy.delay(n) for n in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+
+
+async def test_a_heartbeat_sends_the_json_of_a_heartbeat_request_with_every_call(split: Split) -> None:
+    """The link dumps the calls one at a time (the loop let in between) and encodes with orjson: the plane gets
+    exactly what HeartbeatRequest would have dumped, as application/json."""
+    calls = []
+    for number in range(3):
+        decision = await split.worker.place_call(f"+1555020{number}")
+        calls.append(split.worker.calls[decision.call_id])
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=split.worker.info().model_dump(mode="json"))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        link = HttpControlLink("http://plane.test", TOKEN, client=client)
+        await link.heartbeat(split.worker.info(), calls)
+    [request] = sent
+    assert request.headers["content-type"] == "application/json"
+    expected = HeartbeatRequest(info=split.worker.info(), calls=calls).model_dump(mode="json", by_alias=True)
+    assert json.loads(request.content) == expected
+    assert [call["from"] for call in expected["calls"]] == ["+15550100"] * 3  # aliases, as the plane reads them

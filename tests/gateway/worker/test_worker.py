@@ -17,6 +17,7 @@ from gateway.transport.rtp_socket import RtpDrain
 from gateway.worker.legs import CallLeg
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
+from tests.gateway.test_slices import LoopTurns
 from tests.gateway.worker.sip_peer import SipPeer
 from tests.support.audio import align_and_correlate
 from tests.support.procs import free_ports
@@ -649,3 +650,27 @@ async def test_the_workers_sessions_take_the_quiet_chunk_settings() -> None:
     config = MediaWorker(settings, model_factory=lambda name: EchoModel()).session_config
     assert (config.inbound_chunk_ms, config.inbound_quiet_chunk_ms, config.inbound_quiet_after_ms) == (40, 160, 600)
     assert config.quiet_chunk_frames == 8
+
+
+async def test_walks_of_every_call_let_the_loop_in_between_calls(worker: MediaWorker) -> None:
+    """The heartbeat's snapshots and the counters' export walk every call off the tick: with a zero slice the
+    loop runs between any two calls (at the default, every half millisecond), and nothing is left out."""
+    target = f"sip:agent@127.0.0.1:{worker.settings.sip_port}"
+    async with SipPeer() as peer:
+        calls = [peer.invite(target, codecs=("PCMU",)) for _ in range(3)]
+        for call in calls:
+            await _answered(peer, call)
+        await _until(lambda: sum(leg.media_added for leg in worker.legs.values()) == 3)
+        worker.slice_s = 0.0
+        turns = LoopTurns()
+        await asyncio.sleep(0)
+        before = turns.turns
+        snapshots = await worker.snapshot()
+        assert sorted(s.id for s in snapshots) == sorted(worker.legs) and turns.turns - before >= 3
+        before = turns.turns
+        await worker.export_counters_in_slices()
+        assert turns.turns - before >= 3
+        turns.running = False
+        for call in calls:
+            peer.hang_up(call)
+        await _until(lambda: not worker.legs)
