@@ -7,6 +7,7 @@ import asyncio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.observability import REGISTRY, TICK_SECONDS, exposition
+from tests.support.loop_turns import LoopTurns
 
 
 def _registry() -> CollectorRegistry:
@@ -22,20 +23,6 @@ def _registry() -> CollectorRegistry:
     return registry
 
 
-class _Probe:
-    """Counts the loop's turns: a callback that re-queues itself until stopped."""
-
-    def __init__(self) -> None:
-        self.turns = 0
-        self.running = True
-        asyncio.get_running_loop().call_soon(self._turn)
-
-    def _turn(self) -> None:
-        if self.running:
-            self.turns += 1
-            asyncio.get_running_loop().call_soon(self._turn)
-
-
 async def test_it_renders_the_bytes_generate_latest_renders() -> None:
     registry = _registry()
     assert await exposition(registry) == generate_latest(registry)
@@ -49,7 +36,7 @@ async def test_the_loop_runs_between_families_and_not_inside_generate_latest() -
     families = len(list(registry.collect()))
     assert families == 3
 
-    probe = _Probe()
+    probe = LoopTurns()
     await asyncio.sleep(0)  # the probe's first turn
     before = probe.turns
     generate_latest(registry)

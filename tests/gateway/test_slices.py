@@ -5,20 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.slices import Slices
-
-
-class LoopTurns:
-    """Counts the loop's turns: a callback that re-queues itself until stopped."""
-
-    def __init__(self) -> None:
-        self.turns = 0
-        self.running = True
-        asyncio.get_running_loop().call_soon(self._turn)
-
-    def _turn(self) -> None:
-        if self.running:
-            self.turns += 1
-            asyncio.get_running_loop().call_soon(self._turn)
+from tests.support.loop_turns import LoopTurns
 
 
 async def test_a_zero_slice_lets_the_loop_in_at_every_item() -> None:

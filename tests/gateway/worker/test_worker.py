@@ -17,9 +17,9 @@ from gateway.transport.rtp_socket import RtpDrain
 from gateway.worker.legs import CallLeg
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
-from tests.gateway.test_slices import LoopTurns
 from tests.gateway.worker.sip_peer import SipPeer
 from tests.support.audio import align_and_correlate
+from tests.support.loop_turns import LoopTurns
 from tests.support.procs import free_ports
 
 pytestmark = pytest.mark.timeout(60)
