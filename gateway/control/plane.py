@@ -43,6 +43,10 @@ from gateway.slices import Slices
 
 log = logging.getLogger(__name__)
 
+# Ends the plane decides for want of news from the worker: a call ended so comes back when the worker reports
+# it live (a worker taken for lost that was only out of reach). Any other end was the worker's own report.
+_ENDED_FOR_WANT_OF_NEWS = frozenset({"worker_lost", "vanished"})
+
 _STATUSES = ("up", "draining", "lost", "gone")
 
 
@@ -249,10 +253,12 @@ class ControlPlane:
         if previous == call:
             return
         if previous is not None and previous.state == "ended" and call.state != "ended":
-            # A heartbeat's snapshot taken before the call ended, arriving after its end was reported (the two
-            # travel apart): a call never comes back, so the older news is dropped.
-            log.info("call %s: a live snapshot after it ended (%s) is ignored", call.id, previous.end_reason)
-            return
+            if previous.end_reason not in _ENDED_FOR_WANT_OF_NEWS:
+                # A heartbeat's snapshot taken before the call ended, arriving after the worker reported its end
+                # (the two travel apart): the older news is dropped.
+                log.info("call %s: a live snapshot after it ended (%s) is ignored", call.id, previous.end_reason)
+                return
+            log.info("call %s reported live again after it ended (%s)", call.id, previous.end_reason)
         await self.store.put_call(call)
         if call.state == "ended":
             await self.store.release(call.id)

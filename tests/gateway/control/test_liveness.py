@@ -105,3 +105,15 @@ async def test_a_heartbeat_snapshot_older_than_the_calls_end_does_not_bring_it_b
     env.clock.advance(11)
     await env.worker.heartbeat()
     assert (await env.plane.get_call(decision.call_id)).end_reason == "caller_hangup"  # not "vanished"
+
+
+async def test_a_call_ended_as_worker_lost_comes_back_when_its_worker_reports_it_live(env: Env) -> None:
+    # The plane ended it for want of news, not on the worker's word: the worker's snapshot is newer news.
+    decision = await env.worker.place_call("+15550199")
+    env.clock.advance(10)
+    await env.plane.sweep()
+    assert (await env.plane.get_call(decision.call_id)).end_reason == "worker_lost"
+    await env.worker.heartbeat()
+    call = await env.plane.get_call(decision.call_id)
+    assert (call.state, call.end_reason) == ("active", "")
+    assert await env.plane.store.get_reservation(decision.call_id) is not None
