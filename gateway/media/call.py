@@ -16,8 +16,9 @@ Rules (pure logic, no I/O):
   Telephone-events are honoured whatever the direction.
 - **Telephone-events on receive** are handled on arrival (not through the jitter buffer). A sender replaces
   audio with them, so the audio playout sees a gap for the event's length: it is concealed (faded) and then
-  silent, and playout re-anchors on the next audio packet; the gap is counted in ``concealed``/``underruns``
-  but not in ``lost`` (sequence numbers stay contiguous).
+  silent; the next audio packet resumes playout in place if its frame is not yet due, else playout re-anchors on
+  it (an underrun). The gap is counted in ``concealed`` (and ``underruns`` when it re-anchored) but not in
+  ``lost`` (sequence numbers stay contiguous).
 - **Sender.** SSRC, first sequence number and first timestamp are passed in (random, from the caller). Each
   tick advances the timestamp by 20 ms of the clock (160 at 8 kHz, 960 at 48 kHz) whether or not a packet is
   sent; the sequence number advances per packet sent. Ticks the worker's clock skipped after a stall advance

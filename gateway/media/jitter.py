@@ -12,12 +12,21 @@ The buffer keys payload *units* by extended RTP timestamp relative to an anchor 
 Playout states (``pop`` is called once per 20 ms tick)::
 
     IDLE ──push──> PREFILL ──buffered >= target──> PLAYING ──frame missing, nothing newer──> REBUFFER
-      ^                ^                              │                                        │
-      └── reset() ─────┴──── discontinuity (push) ────┘<──────────── push (re-anchor) ─────────┘
+      ^                ^  ^                           │  ^                                      │  │
+      │                │  │                           │  └───── push on time (it was a loss) ───┘  │
+      │                │  └──────────────────────── push late (an underrun: re-anchor) ────────────┘
+      └── reset() ─────┴──── discontinuity (push) ────┘
 
 - In PLAYING a missing frame with newer data buffered is a loss: conceal it and move on. A missing frame with
-  nothing newer is an underrun: the delay was too small (or the sender paused), so playout re-anchors on the
-  next packet and prefills to the target again - this is how the delay grows.
+  nothing newer is concealed too, and what it was is decided by the next packet. If that packet is for a
+  frame not yet due (the missing one was lost, and the next had not arrived yet when its turn came: a loss
+  while the buffer is at its shallowest, which a buffer a frame deep meets every time the next packet is a
+  little late), playout goes on in the same place: the gap was concealed where the lost frames were, and
+  nothing after it moves. If the packet is for a frame whose turn has passed, or nothing came while the gap
+  could be concealed (``max_conceal_frames``: the sender paused), it is an *underrun*: the delay was too
+  small, so playout re-anchors on the next packet and prefills to the target again - this is how the delay
+  grows. Re-anchoring on every such gap would insert a frame of silence inside the caller's speech at each
+  loss that met a shallow buffer, and keep the delay a frame longer.
 - A packet whose frame was already played or concealed is *late* and dropped. A packet more than
   ``horizon_ms`` ahead (or, in sequence order, that far behind) is a timestamp discontinuity: re-anchor.
 - The target delay follows the RFC 3550 A.8 jitter: ``frame + jitter_factor * J`` rounded up to a unit,
@@ -112,6 +121,7 @@ class JitterBuffer:
         "_played_end",
         "_quiet",
         "_quiet_run",
+        "_rebuffering",
         "_slots",
         "_state",
         "_unit_bytes",
@@ -178,6 +188,7 @@ class JitterBuffer:
         self._due = 0
         self._debt = 0
         self._quiet_run = 0
+        self._rebuffering = 0
 
     def reset(self) -> None:
         """Forget the stream (SSRC change or sequence restart); the next push re-anchors playout."""
@@ -193,7 +204,11 @@ class JitterBuffer:
             if self._played_end is not None and ext_ts < self._played_end:
                 self.late += 1
                 return LATE
-            if state != _PREFILL:
+            if state == _REBUFFER and self._rebuffering and self._resumes(ext_ts):
+                pass  # on the timeline it had: stored below, in PLAYING
+            elif state != _PREFILL:
+                if self._rebuffering:
+                    self._underrun()
                 self._anchor_at(ext_ts)
         rel = ext_ts - self._anchor
         unit = rel // self._unit_samples
@@ -241,6 +256,24 @@ class JitterBuffer:
             self._high = last
         return status
 
+    def _resumes(self, ext_ts: int) -> bool:
+        """After a frame found missing with nothing newer: if this packet is for a frame not yet due, the gap
+        was a loss and playout resumes where it was (the frames popped since were concealed in place)."""
+        due = self._next + self._rebuffering * self._upf
+        unit = (ext_ts - self._anchor) // self._unit_samples
+        if not due <= unit <= due + self.config.horizon_ms // self._unit_ms:
+            return False
+        self._next = due
+        self._state = _PLAYING
+        self._rebuffering = 0
+        return True
+
+    def _underrun(self) -> None:
+        self.underruns += 1
+        self._hold = self.config.shrink_hold_frames
+        self._due = 0
+        self._rebuffering = 0
+
     def _anchor_at(self, ext_ts: int) -> None:
         self._slots.clear()
         self._anchor = ext_ts
@@ -251,11 +284,20 @@ class JitterBuffer:
         self._window = 0
         self._due = 0
         self._debt = 0
+        self._rebuffering = 0
 
     def skip(self, frames: int) -> None:
         """The tick skipped ``frames`` pops (a stall): owe that many frames, dropped in the caller's next pause."""
         if frames > 0 and self._state == _PLAYING:
             self._debt = min(self._debt + frames, self.config.horizon_ms // 20)
+        elif frames > 0 and self._rebuffering:
+            self._rebuffered(frames)
+
+    def _rebuffered(self, frames: int) -> None:
+        """``frames`` more of a gap's frames went by; once it outlasts concealment, it is an underrun."""
+        self._rebuffering += frames
+        if self._rebuffering > self.config.max_conceal_frames:
+            self._underrun()
 
     # ---------------------------------------------------------------------------------------------- pop
 
@@ -277,6 +319,8 @@ class JitterBuffer:
         if state == _PREFILL and (self._high + 1 - self._next) * self._unit_ms >= self.target_ms:
             self._state = state = _PLAYING
         if state != _PLAYING:
+            if self._rebuffering:
+                self._rebuffered(1)
             self._gap_frame()
             return None
         slots = self._slots
@@ -297,10 +341,9 @@ class JitterBuffer:
                 fec = slots.get(nxt + upf)
                 self.fec_payload = fec if fec else None
             else:
-                self.underruns += 1
                 self._state = _REBUFFER
-                self._hold = self.config.shrink_hold_frames
-                self._due = 0
+                self._rebuffering = 0
+                self._rebuffered(1)
             self._gap_frame()
             return None
         nxt += upf

@@ -268,13 +268,20 @@ def frame_number(payload: bytes) -> int:
 
 
 def play_timeline(
-    call: MediaCall, late_by: dict[int, int], count: int, *, speech: range = range(0)
+    call: MediaCall,
+    late_by: dict[int, int],
+    count: int,
+    *,
+    speech: range = range(0),
+    lost: frozenset[int] = frozenset(),
 ) -> tuple[list[int], list[int]]:
     """Packet k (20 ms; speech when in ``speech``, else a pause) is sent at tick k and arrives ``late_by[k]``
-    ticks later; one pop per tick. Returns the statuses of the pops and the numbers of the frames played."""
+    ticks later, unless it is ``lost``; one pop per tick. Returns the statuses of the pops and the numbers of
+    the frames played."""
     arrivals: dict[int, list[int]] = {}
     for k in range(count):
-        arrivals.setdefault(k + late_by.get(k, 0), []).append(k)
+        if k not in lost:
+            arrivals.setdefault(k + late_by.get(k, 0), []).append(k)
     statuses, played = [], []
     for tick in range(count):
         for k in arrivals.get(tick, []):
@@ -300,6 +307,65 @@ def shrinking(*, hold: int, wait: int = 250, pause: int = 0) -> JitterConfig:
         shrink_wait_frames=wait,
         shrink_pause_frames=pause,
     )
+
+
+def played_at(statuses: list[int], played: list[int]) -> dict[int, int]:
+    """Frame number -> the tick that played it."""
+    ticks = [tick for tick, status in enumerate(statuses) if status == jitter.PLAYED]
+    return dict(zip(played, ticks, strict=True))
+
+
+def forty_ms() -> JitterConfig:
+    return JitterConfig(warmup_packets=0, min_delay_ms=40, start_delay_ms=40)
+
+
+def test_a_loss_met_at_the_shallowest_point_is_concealed_in_place_not_rebuffered() -> None:
+    # 40 ms of delay, and from frame 30 on each packet arrives just after the pop it would have met in time
+    # (a tick later): the buffer is a frame deep when frame 29 is found missing, and nothing newer is there.
+    call = make_call(jitter=forty_ms())
+    statuses, played = play_timeline(call, {k: 1 for k in range(30, 80)}, 80, lost=frozenset({29}))
+    at = played_at(statuses, played)
+    jb = call.jitter_buffer
+    assert played == [k for k in range(79) if k != 29]
+    # Frame 30 comes on time for its turn: the gap was a loss, concealed in its place; nothing moved.
+    assert all(at[k] == k + 1 for k in played) and statuses[30] == jitter.CONCEALED
+    assert jb.concealed == 1 and jb.underruns == 0
+
+
+def test_a_packet_behind_the_gap_is_an_underrun_and_the_delay_grows() -> None:
+    # Frames 29-31 are held and delivered together two ticks late: frame 29's turn passed while nothing was
+    # there, so this is an underrun: playout re-anchors on frame 29 and the delay grows by the wait.
+    call = make_call(jitter=forty_ms())
+    statuses, played = play_timeline(call, {29: 2, 30: 1}, 80)
+    at = played_at(statuses, played)
+    jb = call.jitter_buffer
+    assert jb.underruns == 1 and played == list(range(len(played)))  # nothing lost
+    assert at[28] == 29 and at[29] > 30 and at[60] - 60 > at[28] - 28
+
+
+def test_a_stall_while_the_gap_was_undecided_counts_its_frames_as_passed() -> None:
+    call = make_call(jitter=forty_ms())
+    play_timeline(call, {}, 10)  # frames 0-9 arrived, 0-8 played
+    jb = call.jitter_buffer
+    assert jb.pop() is not None and jb.pop() is None  # frame 9, then 10 is missing with nothing newer
+    jb.skip(2)  # the tick skipped the turns of frames 11 and 12
+    # Frame 11 would have been on time without the stall; after it, its turn has gone by.
+    send(call, 11, 11 * 160, tagged(11, loud=True), 0.25)
+    assert jb.underruns == 1 and not jb.playing
+
+
+def test_a_gap_longer_than_concealment_is_an_underrun_once_it_outlasts_it() -> None:
+    call = make_call(jitter=forty_ms())
+    play_timeline(call, {}, 10)
+    jb = call.jitter_buffer
+    assert jb.pop() is not None
+    for _ in range(jb.config.max_conceal_frames):
+        assert jb.pop() is None and jb.status == jitter.CONCEALED
+    assert jb.underruns == 0  # the next packet may yet come on time
+    assert jb.pop() is None and jb.status == jitter.SILENT and jb.underruns == 1
+    # The sender resumes after the pause: playout re-anchors (prefills), and the underrun is not counted twice.
+    send(call, 30, 30 * 160, tagged(30, loud=True), 0.6)
+    assert jb.underruns == 1 and not jb.playing
 
 
 def test_delay_grown_by_an_underrun_is_held_against_the_next_burst() -> None:
