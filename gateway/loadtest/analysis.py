@@ -231,11 +231,13 @@ def blockwise_match(
     normalized matched filter of :func:`find_marker`) within ``search`` samples of where the previous block
     was found, and the score is the median of the blocks' best correlations.
 
-    A move of the best lag by at least ``min_slip`` samples counts as a slip. A lossy codec (Opus) keeps the
-    sound but not the waveform, and its blocks' best lags wobble by a few samples with no audio lost or added;
-    a jitter buffer slips by whole packets (10-20 ms). Now and then a bent block matches best somewhere else
-    (near a pitch period away) and the next block is back where the one before it was: such a one-block
-    excursion is not a slip, since a jitter buffer's slip stays until the next one.
+    A move of the best lag by at least ``min_slip`` samples that the next block confirms (it is found within
+    ``min_slip`` of the new lag) counts as a slip. A lossy codec (Opus) keeps the sound but not the waveform:
+    its blocks' best lags wobble by a sample or fifty with no audio lost or added, and now and then a bent
+    block (concealment of a lost packet, a vowel) matches best somewhere else, near a pitch period away, for a
+    block or two that do not agree with each other before the blocks are back in line. A jitter buffer slips
+    by whole packets (10-20 ms), and its slip stays until the next one: the block after it is found at the
+    same new lag. A slip in a spurt's last block has no block to confirm it and is not counted.
     """
     scores: list[float] = []
     lags: list[int] = []
@@ -261,16 +263,17 @@ def blockwise_match(
 
 
 def _count_slips(lags: Sequence[int], min_slip: int) -> int:
-    """Moves of at least ``min_slip`` along ``lags``, a one-element excursion and back not counted."""
+    """Moves of at least ``min_slip`` along ``lags`` to a lag the next element confirms; excursions not counted."""
     slips = 0
-    last = lags[0]
+    level = lags[0]
     for i in range(1, len(lags)):
         here = lags[i]
-        if abs(here - last) >= min_slip:
-            if i + 1 < len(lags) and abs(lags[i + 1] - last) < min_slip:
-                continue  # an excursion: the next block is back where the one before it was
-            slips += 1
-        last = here
+        if abs(here - level) < min_slip:
+            level = here  # the codec's wobble
+        elif i + 1 < len(lags) and abs(lags[i + 1] - here) < min_slip:
+            slips += 1  # a new lag, and the next block is found there too
+            level = here
+        # else an excursion: the next block is not where this one is (or there is none); the level holds
     return slips
 
 

@@ -236,7 +236,7 @@ def analyze_call(
             lag=lag,
             block=rate // 10,
             search=2 * n + _SEARCH_SLACK,
-            min_slip=rate // 1000,  # 1 ms: less is a lossy codec's wobble, not a packet gone or repeated
+            min_slip=rate // 200,  # 5 ms: half the least a jitter buffer slips by (10 ms); Opus wobbles ~1 ms
         )
         corr = blocks.score
         slips += blocks.slips

@@ -76,9 +76,9 @@ async def test_opus_callers_over_a_lossy_network_come_back_right(tmp_path: Path,
     assert summary["markers_expected"] == 30  # three talk spurts a call
     assert summary["markers_found"] == 30 and summary["calls_with_all_markers"] == 10
     assert summary["audio_checked"] == 10 and summary["audio_ok"] == 10
-    # Nothing moved: the gateway conceals each lost frame in its place (0 slips in every run here). A stall of a
-    # busy machine may make a jitter buffer drop or insert a frame or two; the analysis that took bent Opus blocks
-    # and markers for slips counted 6 in this run.
+    # Nothing moved: the gateway conceals each lost frame in its place, also a loss met when its jitter buffer
+    # was a frame deep (that one used to re-buffer: 3-4 slips in some runs, two of them in CI). A stall of a
+    # busy machine may make a jitter buffer drop or insert a frame or two.
     assert summary["slips"] <= 2, summary["slips"]
 
 

@@ -127,9 +127,35 @@ def test_an_opus_round_trip_wobbles_but_does_not_slip_and_a_lost_frame_does() ->
     # Counting every move of the best lag would count the codec's phase wobble as slips: no audio was lost.
     wobbly = blockwise_match(sent, decoded, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120)
     assert wobbly.score == kept.score
-    # A jitter buffer dropping one 20 ms frame mid-way is counted (twice when the block over the cut lands between
-    # the two alignments).
+    # A jitter buffer dropping one 20 ms frame mid-way is counted once (the block over the cut, found between the
+    # two alignments, is an excursion the next block does not confirm).
     cut = decoded.size // 2
     dropped = np.concatenate([decoded[:cut], decoded[cut + 960 :], np.zeros(960, np.int16)])
-    lost = blockwise_match(sent, dropped, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120, min_slip=48)
-    assert 1 <= lost.slips <= 2 and lost.score > 0.9
+    for min_slip in (48, 240):
+        lost = blockwise_match(
+            sent, dropped, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120, min_slip=min_slip
+        )
+        assert lost.slips == 1 and lost.score > 0.9
+
+
+def test_blocks_bent_out_of_line_for_a_while_are_not_slips_and_a_bend_that_stays_is_one() -> None:
+    """Two blocks in a row found out of line, each somewhere else, then the rest in line: what two Opus passes and
+    concealment did to a vowel in a CI run (10 ms late, then 10 ms early), counted as three slips before a
+    slip had to be confirmed by the block after it."""
+    sent = source_audio("speech", 48000)[: 4 * 48000]
+    decoded = _opus_round_trip(sent)
+    lag = _lag_of(sent, decoded)
+    a = 2 * 48000 + lag  # where sent[96000:] came back
+    bent = decoded.copy()
+    bent[a : a + 4800] = decoded[a - 480 : a + 4320]  # this block is found 10 ms late
+    bent[a + 4800 : a + 9600] = decoded[a + 5280 : a + 10080]  # the next one partly early, about 2 ms off
+    slipped = np.concatenate([decoded[:a], decoded[a - 960 :]])  # a frame repeated: every block after, 20 ms late
+    for min_slip in (48, 240):
+        match = blockwise_match(
+            sent, bent, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120, min_slip=min_slip
+        )
+        assert match.slips == 0
+        match = blockwise_match(
+            sent, slipped, start=0, end=sent.size - 9600, lag=lag, block=4800, search=2120, min_slip=min_slip
+        )
+        assert match.slips == 1
