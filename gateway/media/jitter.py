@@ -192,6 +192,8 @@ class JitterBuffer:
 
     def reset(self) -> None:
         """Forget the stream (SSRC change or sequence restart); the next push re-anchors playout."""
+        if self._rebuffering:
+            self._underrun()  # the old stream ran dry before the new one came: playout re-buffers
         self._reset()
 
     # --------------------------------------------------------------------------------------------- push

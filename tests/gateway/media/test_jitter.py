@@ -368,6 +368,15 @@ def test_a_gap_longer_than_concealment_is_an_underrun_once_it_outlasts_it() -> N
     assert jb.underruns == 1 and not jb.playing
 
 
+def test_a_new_stream_while_a_gap_was_undecided_is_an_underrun() -> None:
+    call = make_call(jitter=forty_ms())
+    play_timeline(call, {}, 10)
+    jb = call.jitter_buffer
+    assert jb.pop() is not None and jb.pop() is None and jb.underruns == 0
+    send(call, 500, 90_000, tagged(0, loud=True), 0.25, ssrc=78)  # another source: its stream starts afresh
+    assert jb.underruns == 1 and not jb.playing
+
+
 def test_delay_grown_by_an_underrun_is_held_against_the_next_burst() -> None:
     call = make_call(jitter=shrinking(hold=100))
     # Two 80 ms bursts 40 frames apart: the first is an underrun that grows the delay to what it needed;
