@@ -62,7 +62,8 @@ RTP_DROPPED_TOTAL = Counter(
 RTP_LOST_TOTAL = Counter("gateway_rtp_lost_total", "Inbound RTP packets lost", ["worker"], registry=REGISTRY)
 PLAYOUT_EVENTS_TOTAL = Counter(
     "gateway_playout_events_total",
-    "Caller audio playout (jitter buffer): frames concealed, frames discarded to cut delay, underruns",
+    "Caller audio playout (jitter buffer): frames concealed, frames discarded to cut delay, frames inserted to "
+    "grow it, underruns",
     ["worker", "event"],
     registry=REGISTRY,
 )

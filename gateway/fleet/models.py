@@ -110,6 +110,12 @@ class CallStats(_Model):
     concealed: int = Field(default=0, ge=0, description="Caller frames played as concealment (lost or late audio)")
     underruns: int = Field(default=0, ge=0, description="Times the caller's jitter buffer ran empty and re-buffered")
     discarded: int = Field(default=0, ge=0, description="Caller frames dropped to bring the playout delay down")
+    inserted: int = Field(
+        default=0,
+        ge=0,
+        description="Frames inserted in the caller's pauses to grow the playout delay (Opus: so that in-band FEC "
+        "can mend the next lost packet)",
+    )
     agent_audio_gaps: int = Field(
         default=0, ge=0, description="Times the agent's audio ran out while its item was still arriving"
     )

@@ -124,6 +124,7 @@ class MediaStats:
     reordered: int
     concealed: int
     discarded: int
+    inserted: int = 0  # frames inserted in a pause to grow the delay (Opus: so FEC serves the next loss)
     underruns: int
     resyncs: int
     jitter_ts: float
@@ -202,6 +203,7 @@ class MediaCall:
             unit_bytes=unit_bytes,
             config=config.jitter,
             quiet=quiet,
+            fec=config.codec == "opus",
         )
         self.reception = ReceptionStats(clock)
         self.dtmf_in = DtmfReceiver(config.call_id)
@@ -469,6 +471,7 @@ class MediaCall:
             reordered=rx.reordered,
             concealed=jb.concealed,
             discarded=jb.discarded,
+            inserted=jb.inserted,
             underruns=jb.underruns,
             resyncs=jb.resyncs + rx.source_changes + rx.restarts,
             jitter_ts=rx.jitter,

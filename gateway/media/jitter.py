@@ -27,6 +27,11 @@ Playout states (``pop`` is called once per 20 ms tick)::
   small, so playout re-anchors on the next packet and prefills to the target again - this is how the delay
   grows. Re-anchoring on every such gap would insert a frame of silence inside the caller's speech at each
   loss that met a shallow buffer, and keep the delay a frame longer.
+- With ``fec`` (Opus: the packet after a lost frame carries it again, in-band FEC, handed out as
+  ``fec_payload``) a loss of one frame met at the shallowest point, whose next packet came just after the lost
+  frame's turn, is one FEC would have mended with a frame more of delay. That frame is *inserted* in the
+  caller's next pause (a concealed frame played in place of the next quiet one, which then plays a tick
+  later), and the shrink is held off as after an underrun, so the next such loss finds its FEC buffered.
 - A packet whose frame was already played or concealed is *late* and dropped. A packet more than
   ``horizon_ms`` ahead (or, in sequence order, that far behind) is a timestamp discontinuity: re-anchor.
 - The target delay follows the RFC 3550 A.8 jitter: ``frame + jitter_factor * J`` rounded up to a unit,
@@ -47,9 +52,10 @@ was played. That excess is a *debt*, paid in the caller's next pause: quiet whol
 as many as are owed, as long as the target delay stays buffered. No word is cut and the delay is back by the
 end of the pause, instead of one frame a second through the shrink above.
 
-``status`` after ``pop`` is PLAYED, CONCEALED (a gap inside a talkspurt: the caller runs PLC; ``fec_payload``
-holds the next frame's payload if buffered, for Opus in-band FEC) or SILENT (nothing to play: before the first
-packet, or after ``max_conceal_frames`` of a gap, where the sender has evidently paused).
+``status`` after ``pop`` is PLAYED, CONCEALED (a gap inside a talkspurt, or a frame inserted in a pause: the
+caller runs PLC; ``fec_payload`` holds the next frame's payload if buffered, for Opus in-band FEC) or SILENT
+(nothing to play: before the first packet, or after ``max_conceal_frames`` of a gap, where the sender has
+evidently paused).
 """
 
 from __future__ import annotations
@@ -111,8 +117,10 @@ class JitterBuffer:
         "_anchor",
         "_debt",
         "_due",
+        "_fec",
         "_frame_bytes",
         "_gap",
+        "_grow",
         "_heard_quiet",
         "_high",
         "_hold",
@@ -134,6 +142,7 @@ class JitterBuffer:
         "discarded",
         "duplicates",
         "fec_payload",
+        "inserted",
         "late",
         "played",
         "resyncs",
@@ -151,11 +160,14 @@ class JitterBuffer:
         unit_bytes: int,
         config: JitterConfig,
         quiet: Callable[[bytes], bool] | None = None,
+        fec: bool = False,
     ) -> None:
         """``unit_bytes`` > 0 re-frames payloads into units of that size; 0 takes each payload as one unit.
 
         ``quiet(payload)`` tells a frame the caller would not miss (a pause); without it a shrink drops the next
-        frame whatever it holds."""
+        frame whatever it holds. ``fec``: the caller recovers a lost frame from the next packet (Opus in-band
+        FEC, through ``fec_payload``), so a loss met with nothing newer buffered grows the delay by a frame in the
+        caller's next pause."""
         if unit_samples * units_per_frame * 50 != clock_rate:
             raise LocalMediaError("unit_samples * units_per_frame must be 20 ms of the clock rate")
         self.config = config
@@ -169,7 +181,8 @@ class JitterBuffer:
         self.status = SILENT
         self.fec_payload: bytes | None = None
         self.late = self.duplicates = self.concealed = self.played = 0
-        self.discarded = self.resyncs = self.underruns = 0
+        self.discarded = self.resyncs = self.underruns = self.inserted = 0
+        self._fec = fec
         self._gap = config.max_conceal_frames  # not playing yet: gaps are silence, not concealment
         self._hold = 0
         self._quiet = quiet
@@ -189,6 +202,7 @@ class JitterBuffer:
         self._debt = 0
         self._quiet_run = 0
         self._rebuffering = 0
+        self._grow = False
 
     def reset(self) -> None:
         """Forget the stream (SSRC change or sequence restart); the next push re-anchors playout."""
@@ -265,6 +279,14 @@ class JitterBuffer:
         unit = (ext_ts - self._anchor) // self._unit_samples
         if not due <= unit <= due + self.config.horizon_ms // self._unit_ms:
             return False
+        if self._fec and self._rebuffering == 1 and unit == due and not self._debt:
+            # One frame lost, and the next packet (its FEC) came just after that frame's turn: a frame more of
+            # delay, inserted in the next pause, lets the next packet serve the next such loss. A longer gap (a
+            # burst lost, or telephone events in place of audio) is not one FEC would have mended.
+            self._grow = True
+            self._due = 0
+            self._quiet_run = 0
+            self._heard_quiet = False
         self._next = due
         self._state = _PLAYING
         self._rebuffering = 0
@@ -287,6 +309,7 @@ class JitterBuffer:
         self._due = 0
         self._debt = 0
         self._rebuffering = 0
+        self._grow = False
 
     def skip(self, frames: int) -> None:
         """The tick skipped ``frames`` pops (a stall): owe that many frames, dropped in the caller's next pause."""
@@ -328,6 +351,8 @@ class JitterBuffer:
         slots = self._slots
         nxt = self._next
         upf = self._upf
+        if self._grow and self._grown_in_pause(nxt):
+            return None
         first = slots.pop(nxt, None)
         if upf == 1 or (first is not None and len(first) == self._frame_bytes):
             payload = first
@@ -367,7 +392,7 @@ class JitterBuffer:
             self.status = SILENT
 
     def _shrink(self, nxt: int, played: bytes) -> None:
-        if self._due or self._debt:
+        if self._due or self._debt or self._grow:
             quiet = self._quiet
             # Without a payload test the level comes from heard(), one frame behind: the run is just as long.
             played_quiet = quiet(played) if quiet is not None else self._heard_quiet
@@ -415,10 +440,27 @@ class JitterBuffer:
                 break  # judged by the level of the frame heard: one frame per tick
         return nxt
 
+    def _grown_in_pause(self, nxt: int) -> bool:
+        """A frame of delay is owed: once the caller is in a pause, play a concealed frame in place of the next."""
+        cfg = self.config
+        following = self._slots.get(nxt)
+        if self._quiet_run < cfg.shrink_pause_frames or not following:
+            return False
+        if self._quiet is not None and not self._quiet(following):
+            return False
+        self._grow = False
+        if (self._high + 1 - nxt) * self._unit_ms + 20 > cfg.max_delay_ms:
+            return False
+        self._hold = cfg.shrink_hold_frames  # as after an underrun: the shrink would give the frame back at once
+        self.inserted += 1
+        self.status = CONCEALED
+        return True
+
     @property
     def wants_level(self) -> bool:
-        """Waiting for a pause (a due shrink, a debt) and only the decoded audio can tell one: report heard()."""
-        return (self._due > 0 or self._debt > 0) and self._quiet is None
+        """Waiting for a pause (a due shrink, a debt, a frame to insert) and only the decoded audio can tell one:
+        report heard()."""
+        return (self._due > 0 or self._debt > 0 or self._grow) and self._quiet is None
 
     def heard(self, quiet: bool) -> None:
         """Whether the frame just played was quiet, judged from its decoded audio (codecs without a quiet test)."""

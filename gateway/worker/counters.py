@@ -51,11 +51,19 @@ class CallFigures(NamedTuple):
     underruns: int
     discarded: int
     agent_audio_gaps: int
+    inserted: int = 0
 
 
 def call_figures(call_id: str, media: MediaStats, *, agent_audio_gaps: int) -> CallFigures:
     return CallFigures(
-        call_id, media.lost, media.jitter_ms, media.concealed, media.underruns, media.discarded, agent_audio_gaps
+        call_id,
+        media.lost,
+        media.jitter_ms,
+        media.concealed,
+        media.underruns,
+        media.discarded,
+        agent_audio_gaps,
+        media.inserted,
     )
 
 
@@ -64,7 +72,14 @@ def live_call_figures(call_id: str, media: MediaCall, *, agent_audio_gaps: int) 
     :class:`MediaStats` snapshot (the export runs every second for every call)."""
     rx, jb = media.reception, media.jitter_buffer
     return CallFigures(
-        call_id, rx.cumulative_lost, rx.jitter_ms, jb.concealed, jb.underruns, jb.discarded, agent_audio_gaps
+        call_id,
+        rx.cumulative_lost,
+        rx.jitter_ms,
+        jb.concealed,
+        jb.underruns,
+        jb.discarded,
+        agent_audio_gaps,
+        jb.inserted,
     )
 
 
@@ -75,7 +90,12 @@ def session_figures(call_id: str, *, agent_audio_gaps: int, concealed: int = 0) 
 
 
 # CallFigures fields exported as gateway_playout_events_total{event}
-_PLAYOUT_EVENTS = (("concealed", "concealed"), ("underrun", "underruns"), ("discarded", "discarded"))
+_PLAYOUT_EVENTS = (
+    ("concealed", "concealed"),
+    ("underrun", "underruns"),
+    ("discarded", "discarded"),
+    ("inserted", "inserted"),
+)
 
 
 class CounterExporter:

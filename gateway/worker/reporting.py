@@ -42,6 +42,7 @@ def media_fields(
     concealed: int = 0,
     underruns: int = 0,
     discarded: int = 0,
+    inserted: int = 0,
 ) -> dict[str, Any]:
     """The media half of CallStats, with an E-model MOS estimate from loss and one-way delay."""
     loss_pct = min(100.0, max(0.0, loss_pct))
@@ -56,6 +57,7 @@ def media_fields(
         "concealed": concealed,
         "underruns": underruns,
         "discarded": discarded,
+        "inserted": inserted,
     }
     if packets_in:
         fields["mos"] = estimate_mos(loss_pct=loss_pct, delay_ms=delay_ms + (rtt_ms or 0.0) / 2, codec=codec)

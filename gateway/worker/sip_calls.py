@@ -517,7 +517,7 @@ class SipCalls:
         else:
             log.info(
                 "call %s ended: %s; rtp received=%d lost=%d late=%d jitter_ms=%.1f playout concealed=%d "
-                "underruns=%d discarded=%d resyncs=%d target_ms=%d",
+                "underruns=%d discarded=%d inserted=%d resyncs=%d target_ms=%d",
                 leg.id,
                 leg.end_reason,
                 media.received,
@@ -527,6 +527,7 @@ class SipCalls:
                 media.concealed,
                 media.underruns,
                 media.discarded,
+                media.inserted,
                 media.resyncs,
                 media.target_delay_ms,
             )
@@ -636,6 +637,7 @@ class SipCalls:
                 concealed=media.concealed,
                 underruns=media.underruns,
                 discarded=media.discarded,
+                inserted=media.inserted,
                 # jitter buffer + one tick each way + packetization
                 delay_ms=media.target_delay_ms + 40.0,
                 codec=media.codec,

@@ -264,7 +264,7 @@
       `${stats.rtp_lost || 0} lost of ${stats.rtp_packets_in || 0} received, ${stats.late || 0} late`));
     row.append(cell(`num ${grade(stats.jitter_ms, 30, 60, false)}`, `${num(stats.jitter_ms, 1)} ms`,
       `jitter buffer: ${stats.underruns || 0} underruns · ${stats.concealed || 0} frames concealed · ` +
-      `${stats.discarded || 0} dropped`));
+      `${stats.discarded || 0} dropped · ${stats.inserted || 0} inserted`));
     const latency = stats.provider_latency_p50_ms === null || stats.provider_latency_p50_ms === undefined
       ? "–" : `${num(stats.provider_latency_p50_ms, 0)} / ${num(stats.provider_latency_last_ms, 0)} ms`;
     row.append(cell(`num ${grade(stats.provider_latency_p50_ms, 800, 1500, false)}`, latency,

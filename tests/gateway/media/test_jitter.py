@@ -537,3 +537,80 @@ def test_an_opus_stalls_frames_are_dropped_one_a_tick_once_the_tick_hears_a_paus
     assert len(dropped) >= 3 and all(k >= 50 + 5 for k in dropped)  # five quiet frames heard first
     assert all(b - a >= 2 for a, b in itertools.pairwise(dropped))  # one a tick: heard one behind
     assert jb.buffered_ms <= 40 and not jb.wants_level  # back at the target; nothing owed any more
+
+
+class OpusTimeline:
+    """An Opus buffer (``fec`` as the tick builds it for an Opus call) fed one packet a tick: packet k arrives
+    ``late_by[k]`` ticks after tick k unless ``lost``; the tick reports what it heard, as it does after decoding
+    (speech in ``speech``, a pause elsewhere; a concealed frame sounds like the frame before it)."""
+
+    def __init__(self, *, fec: bool = True, config: JitterConfig | None = None) -> None:
+        self.jb = JitterBuffer(
+            clock_rate=48000,
+            unit_samples=960,
+            units_per_frame=1,
+            unit_bytes=0,
+            config=config or forty_ms(),
+            fec=fec,
+        )
+        self.statuses: list[int] = []
+        self.played: dict[int, int] = {}  # frame -> the tick that played it
+        self.fec_at: dict[int, bytes | None] = {}  # tick of a concealed frame -> the FEC payload handed out
+
+    def run(self, count: int, *, late_by: dict[int, int], lost: set[int], speech: set[int]) -> OpusTimeline:
+        arrivals: dict[int, list[int]] = {}
+        for k in range(count):
+            if k not in lost:
+                arrivals.setdefault(k + late_by.get(k, 0), []).append(k)
+        jb, quiet = self.jb, False
+        for tick in range(count):
+            for k in arrivals.get(tick, []):
+                jb.push(k * 960, k.to_bytes(2, "big") * 20)
+            jb.adapt(0.0, 100, 48000)
+            payload = jb.pop()
+            self.statuses.append(jb.status)
+            if payload is not None:
+                k = int.from_bytes(payload[:2], "big")
+                self.played[k] = tick
+                quiet = k not in speech
+            elif jb.status == jitter.CONCEALED:
+                self.fec_at[tick] = jb.fec_payload
+            if jb.wants_level:
+                jb.heard(quiet)
+        return self
+
+
+# Speech, a pause of 0.8 s (frames 60-99), speech again; from frame 30 on every packet comes just in time for
+# its turn, so the buffer is at its shallowest (nothing newer buffered) whenever a frame goes missing.
+OPUS_SPEECH = set(range(60)) | set(range(100, 160))
+JUST_IN_TIME = {k: 1 for k in range(30, 160)}
+
+
+def test_an_opus_loss_met_at_the_shallowest_point_grows_the_delay_in_the_next_pause() -> None:
+    run = OpusTimeline().run(160, late_by=JUST_IN_TIME, lost={40, 130}, speech=OPUS_SPEECH)
+    jb, played = run.jb, run.played
+    assert sorted(played) == [k for k in range(158) if k not in (40, 130)]  # nothing dropped or repeated
+    assert jb.underruns == 0 and jb.inserted == 1 and jb.discarded == 0
+    # Frame 40 was concealed in place without FEC (frame 41 had not come); nothing moved in the speech after it.
+    assert run.fec_at[41] is None and all(played[k] == k + 1 for k in range(41, 60))
+    # The frame of delay went in five quiet frames into the pause, not into the speech.
+    inserted = next(t for t, s in enumerate(run.statuses) if s == jitter.CONCEALED and t > 42)
+    assert 60 + 5 < inserted < 100 and all(played[k] == k + 2 for k in range(100, 158) if k != 130)
+    # The next loss finds the packet after it buffered: Opus recovers it from its FEC.
+    assert run.fec_at[132] == (131).to_bytes(2, "big") * 20
+
+
+def test_without_fec_a_loss_at_the_shallowest_point_leaves_the_delay_alone() -> None:
+    run = OpusTimeline(fec=False).run(160, late_by=JUST_IN_TIME, lost={40, 130}, speech=OPUS_SPEECH)
+    assert run.jb.inserted == 0 and run.fec_at[131] is None  # G.711 calls: nothing to recover a frame from
+    assert all(run.played[k] == k + 1 for k in range(100, 159) if k != 130)
+
+
+def test_a_longer_gap_or_endless_speech_inserts_nothing() -> None:
+    # Three frames missing (a burst lost, or telephone events in place of audio): FEC would mend one at most.
+    burst_run = OpusTimeline().run(160, late_by=JUST_IN_TIME, lost={40, 41, 42}, speech=OPUS_SPEECH)
+    assert burst_run.jb.inserted == 0 and burst_run.jb.underruns == 0
+    # One frame lost in speech that never pauses: the frame is owed but never put into a word.
+    talk = OpusTimeline().run(160, late_by=JUST_IN_TIME, lost={40}, speech=set(range(160)))
+    assert talk.jb.inserted == 0 and all(talk.played[k] == k + 1 for k in range(41, 159))
+    assert talk.jb.wants_level  # still waiting for a pause
