@@ -1,6 +1,7 @@
 """``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker; ``frames``
 the per-message work of the provider path (websocket framing, base64); ``webrtc`` what a browser call costs;
-``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop."""
+``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop; ``fec`` how many
+lost Opus packets in-band FEC mends, by the caller's jitter-buffer depth."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     stalls.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     stalls.add_argument("--renders", type=int, default=200, help="times each piece of work runs each way")
     stalls.add_argument("--calls", type=int, default=400, help="calls in the heartbeat")
+    fec = sub.add_parser(
+        "fec", help="lost Opus packets mended by in-band FEC at a shallow jitter buffer: delay kept vs grown"
+    )
+    fec.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    fec.add_argument("--seeds", type=int, default=5, help="loss patterns (medians are reported)")
+    fec.add_argument("--loss-pct", type=float, default=3.0, help="packets lost at random, percent")
+    fec.add_argument("--seconds", type=float, default=40.0, help="speech per stream")
     calls = sub.add_parser(
         "calls",
         help="concurrent bridged calls one worker core sustains, AI leg active (see docs/performance.md)",
@@ -152,6 +160,12 @@ def main(args: argparse.Namespace) -> int:
         if args.renders < 1 or args.calls < 1:
             raise SystemExit("gateway bench stalls: --renders and --calls must be at least 1")
         return run_stalls(renders=args.renders, calls=args.calls, json_output=args.json)
+    if args.bench == "fec":
+        from gateway.bench.fec import run as run_fec
+
+        if args.seeds < 1 or not 0 < args.loss_pct < 50 or args.seconds < 2:
+            raise SystemExit("gateway bench fec: --seeds >= 1, 0 < --loss-pct < 50 and --seconds >= 2")
+        return run_fec(seeds=args.seeds, loss_pct=args.loss_pct, seconds=args.seconds, json_output=args.json)
     if args.bench == "calls":
         from gateway.bench.calls import DEFAULT_STEPS, QUICK_STEPS, CallsBenchConfig
         from gateway.bench.calls import run as run_calls
