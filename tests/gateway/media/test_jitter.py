@@ -614,3 +614,20 @@ def test_a_longer_gap_or_endless_speech_inserts_nothing() -> None:
     talk = OpusTimeline().run(160, late_by=JUST_IN_TIME, lost={40}, speech=set(range(160)))
     assert talk.jb.inserted == 0 and all(talk.played[k] == k + 1 for k in range(41, 159))
     assert talk.jb.wants_level  # still waiting for a pause
+
+
+def test_an_opus_call_grows_its_delay_for_fec_and_a_g711_call_does_not() -> None:
+    for codec, pt, clock, grows in (("opus", 111, 960, True), ("PCMU", 0, 160, False)):
+        call = make_call(codec=codec, payload_type=pt, jitter=forty_ms())
+        for tick in range(120):
+            for k in (tick,) if tick < 30 else (tick - 1,):  # from frame 30 on, each arrives just in time
+                if k != 40:
+                    # A 20 ms SILK packet (TOC 0x48) for Opus; a frame of PCMU, speech until frame 60.
+                    payload = b"\x48" + bytes(39) if codec == "opus" else tagged(k, loud=k < 60)
+                    send(call, k, k * clock, payload, tick * 0.02, pt=pt)
+            jb = call.jitter_buffer
+            jb.adapt(0.0, 100, clock * 50)
+            jb.pop()
+            if jb.wants_level:
+                jb.heard(tick > 61)  # what the tick decoded: the pause from frame 60 on
+        assert call.stats(2.4).inserted == int(grows) and call.stats(2.4).underruns == 0
