@@ -28,6 +28,28 @@ async def _ended_call(gateway: GatewayProcess) -> dict:
     return await gateway.api("GET", f"/v1/calls/{items[0]['id']}")
 
 
+_LEG_FIGURES = (
+    "rtp_packets_in",
+    "rtp_lost",
+    "late",
+    "jitter_ms",
+    "concealed",
+    "underruns",
+    "discarded",
+    "inserted",
+    "rtp_packets_out",
+    "agent_audio_gaps",
+)
+
+
+def _echo_heard(correlation: float, lag: int, call: dict) -> str:
+    """A failed echo check's message: the figure, and what the gateway's side of the call saw, so that a phone's
+    own playout trouble can be told from the gateway's."""
+    stats = call.get("stats") or {}
+    seen = ", ".join(f"{name} {stats.get(name)}" for name in _LEG_FIGURES)
+    return f"echo correlation {correlation:.3f} (lag {lag}); the gateway's side of the call: {seen}"
+
+
 @pytest.mark.parametrize("codec", ["pcmu", "pcma", "opus"])
 async def test_baresip_hears_its_own_speech(
     peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path, speech_48k_stereo: Path, codec: str
@@ -48,9 +70,9 @@ async def test_baresip_hears_its_own_speech(
     # Each 250 ms window is looked for up to 250 ms from the one before: a phone descheduled for a moment
     # sends late or skips its source and its playout slips by as much, and everything after moves with it.
     correlation, lag = align_and_correlate(sent.samples, heard.samples, rate, max_slip_seconds=0.25)
-    assert correlation >= 0.9, f"echo correlation {correlation:.3f} (lag {lag})"
-
     call = await _ended_call(gateway)
+    assert correlation >= 0.9, _echo_heard(correlation, lag, call)
+
     assert call["codec"].lower() == codec
     assert call["end_reason"] == "caller_hangup"
     assert call["stats"]["rtp_packets_in"] > 100
@@ -84,7 +106,7 @@ async def test_baresip_hears_its_own_speech_encoded_a_tick_ahead(
         await phone.wait_closed(within=40)
     heard = read_wav(phone.last_recording().decoded)
     correlation, lag = align_and_correlate(read_wav(source).samples, heard.samples, 48000, max_slip_seconds=0.25)
-    assert correlation >= 0.9, f"echo correlation {correlation:.3f} (lag {lag})"
+    assert correlation >= 0.9, _echo_heard(correlation, lag, await _ended_call(gateway))
 
     async with gateway.client() as client:
         metrics = (await client.get("/metrics")).text
@@ -117,8 +139,8 @@ async def test_pjsua_echo_with_rfc4733_dtmf(peer_procs: ProcessGroup, tmp_path: 
     # pjsua2's adaptive jitter buffer (and ours, after an underrun) may move the delay by a few frames
     # mid-call without losing audio; allow that much slip between windows.
     correlation, lag = align_and_correlate(speech.samples, heard.samples, 8000, max_slip_seconds=0.15)
-    assert correlation >= 0.9, f"echo correlation {correlation:.3f} (lag {lag})"
     call = await _ended_call(gateway)
+    assert correlation >= 0.9, _echo_heard(correlation, lag, call)
     pressed = [line["text"] for line in call["transcript"] if line["role"] == "user" and "pressed" in line["text"]]
     assert [text.split("pressed ")[1][0] for text in pressed] == ["9", "8", "*"]
 
