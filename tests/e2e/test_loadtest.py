@@ -75,9 +75,9 @@ async def test_opus_callers_over_a_lossy_network_come_back_right(tmp_path: Path,
     assert summary["packets_lost"] == 0 and summary["sequence_errors"] == 0  # on the way back
     assert summary["markers_expected"] == 30  # three talk spurts a call
     assert summary["markers_found"] == 30 and summary["calls_with_all_markers"] == 10
-    # The loss pattern is the same in every run, and it leaves one spurt of one call at 0.63-0.64 against the 0.6
-    # Opus threshold (28 of 30 runs read 0.633; its lost frames met a buffer a frame deep, so no FEC could serve
-    # them): a run's timing may take it under. Every other spurt reads 0.71 or more.
+    # The loss pattern is the same in every run, and it leaves one spurt of one call at 0.62-0.64 against the 0.6
+    # Opus threshold (0.633 in most runs, FEC-decoded as the rest; 0.619 where the buffers ran at their shallowest):
+    # a run's timing may take it under. Every other spurt reads 0.71 or more.
     assert summary["audio_checked"] == 10 and summary["audio_ok"] >= 9
     assert summary["correlation_min"]["p50"] >= 0.75, summary["correlation_min"]
     # Nothing moved: the gateway conceals each lost frame in its place, also a loss met when its jitter buffer
