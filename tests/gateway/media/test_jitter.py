@@ -343,10 +343,15 @@ def test_a_packet_behind_the_gap_is_an_underrun_and_the_delay_grows() -> None:
     assert at[28] == 29 and at[29] > 30 and at[60] - 60 > at[28] - 28
 
 
-def test_a_stall_while_the_gap_was_undecided_counts_its_frames_as_passed() -> None:
+def forty_ms_after_ten_frames() -> tuple[MediaCall, JitterBuffer]:
+    """A 40 ms buffer that frames 0-9 reached one a tick, and that played 0-8."""
     call = make_call(jitter=forty_ms())
-    play_timeline(call, {}, 10)  # frames 0-9 arrived, 0-8 played
-    jb = call.jitter_buffer
+    play_timeline(call, {}, 10)
+    return call, call.jitter_buffer
+
+
+def test_a_stall_while_the_gap_was_undecided_counts_its_frames_as_passed() -> None:
+    call, jb = forty_ms_after_ten_frames()
     assert jb.pop() is not None and jb.pop() is None  # frame 9, then 10 is missing with nothing newer
     jb.skip(2)  # the tick skipped the turns of frames 11 and 12
     # Frame 11 would have been on time without the stall; after it, its turn has gone by.
@@ -355,9 +360,7 @@ def test_a_stall_while_the_gap_was_undecided_counts_its_frames_as_passed() -> No
 
 
 def test_a_gap_longer_than_concealment_is_an_underrun_once_it_outlasts_it() -> None:
-    call = make_call(jitter=forty_ms())
-    play_timeline(call, {}, 10)
-    jb = call.jitter_buffer
+    call, jb = forty_ms_after_ten_frames()
     assert jb.pop() is not None
     for _ in range(jb.config.max_conceal_frames):
         assert jb.pop() is None and jb.status == jitter.CONCEALED
@@ -369,9 +372,7 @@ def test_a_gap_longer_than_concealment_is_an_underrun_once_it_outlasts_it() -> N
 
 
 def test_a_new_stream_while_a_gap_was_undecided_is_an_underrun() -> None:
-    call = make_call(jitter=forty_ms())
-    play_timeline(call, {}, 10)
-    jb = call.jitter_buffer
+    call, jb = forty_ms_after_ten_frames()
     assert jb.pop() is not None and jb.pop() is None and jb.underruns == 0
     send(call, 500, 90_000, tagged(0, loud=True), 0.25, ssrc=78)  # another source: its stream starts afresh
     assert jb.underruns == 1 and not jb.playing
