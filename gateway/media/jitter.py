@@ -430,8 +430,7 @@ class JitterBuffer:
             if self._high + 1 - nxt - upf < target_units:
                 self._debt = 0  # the excess is gone (the sender slowed down, or the rest was paid)
                 break
-            following = slots.get(nxt)
-            if not following or (quiet is not None and not quiet(following)):
+            if not self._quiet_frame(slots.get(nxt)):
                 break  # a gap, half a frame or speech: not here
             self._drop(nxt)
             self._debt -= 1
@@ -443,10 +442,7 @@ class JitterBuffer:
     def _grown_in_pause(self, nxt: int) -> bool:
         """A frame of delay is owed: once the caller is in a pause, play a concealed frame in place of the next."""
         cfg = self.config
-        following = self._slots.get(nxt)
-        if self._quiet_run < cfg.shrink_pause_frames or not following:
-            return False
-        if self._quiet is not None and not self._quiet(following):
+        if not self._in_pause(self._slots.get(nxt)):
             return False
         self._grow = False
         if (self._high + 1 - nxt) * self._unit_ms + 20 > cfg.max_delay_ms:
@@ -455,6 +451,17 @@ class JitterBuffer:
         self.inserted += 1
         self.status = CONCEALED
         return True
+
+    def _in_pause(self, following: bytes | None) -> bool:
+        """The caller is in a pause (``shrink_pause_frames`` quiet frames played) and ``following`` is quiet too."""
+        return self._quiet_run >= self.config.shrink_pause_frames and self._quiet_frame(following)
+
+    def _quiet_frame(self, following: bytes | None) -> bool:
+        """``following`` is a whole frame the caller would not miss; without a payload test (Opus) the run of
+        quiet frames heard before it has to say so."""
+        if not following:  # a gap, or half a frame
+            return False
+        return self._quiet is None or self._quiet(following)
 
     @property
     def wants_level(self) -> bool:
@@ -471,13 +478,11 @@ class JitterBuffer:
         if span_ms < self.target_ms:  # the excess drained by itself (the sender slowed down): keep every frame
             self._due = 0
             return
-        quiet = self._quiet
         self._due -= 1
         following = self._slots.get(nxt)
         if not following:  # a gap or half a frame: nothing whole to drop here
             return
-        in_pause = self._quiet_run >= self.config.shrink_pause_frames and (quiet is None or quiet(following))
-        if not self._due or in_pause:
+        if not self._due or self._in_pause(following):
             self._due = 0
             self._drop(nxt)
 
