@@ -1,7 +1,8 @@
 """``gateway bench``: sizing benchmarks. ``codecs`` measures the DSP path; ``calls`` the whole worker; ``frames``
 the per-message work of the provider path (websocket framing, base64); ``webrtc`` what a browser call costs;
 ``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop; ``fec`` how many
-lost Opus packets in-band FEC mends, by the caller's jitter-buffer depth."""
+lost Opus packets in-band FEC mends, by the caller's jitter-buffer depth; ``records`` what the record an RTP parse
+returns costs in the compiled build."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fec.add_argument("--seeds", type=int, default=5, help="loss patterns (medians are reported)")
     fec.add_argument("--loss-pct", type=float, default=3.0, help="packets lost at random, percent")
     fec.add_argument("--seconds", type=float, default=40.0, help="speech per stream")
+    records = sub.add_parser(
+        "records", help="ns per RTP packet parsed in the compiled build: NamedTuple, frozen dataclass or slots class"
+    )
+    records.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    records.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    records.add_argument("--count", type=int, default=200_000, help="packets per timing")
     calls = sub.add_parser(
         "calls",
         help="concurrent bridged calls one worker core sustains, AI leg active (see docs/performance.md)",
@@ -160,6 +167,12 @@ def main(args: argparse.Namespace) -> int:
         if args.renders < 1 or args.calls < 1:
             raise SystemExit("gateway bench stalls: --renders and --calls must be at least 1")
         return run_stalls(renders=args.renders, calls=args.calls, json_output=args.json)
+    if args.bench == "records":
+        from gateway.bench.records import run as run_records
+
+        if args.repeats < 1 or args.count < 1000:
+            raise SystemExit("gateway bench records: --repeats >= 1 and --count >= 1000")
+        return run_records(repeats=args.repeats, count=args.count, json_output=args.json)
     if args.bench == "fec":
         from gateway.bench.fec import run as run_fec
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -94,7 +94,7 @@ _CODEC_LAW: dict[str, G711Law] = {"PCMU": "pcmu", "PCMA": "pcma"}
 _CLEAR, _LIVE, _STALE = 0, 1, 2
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@final
 class G711Frame:
     """20 ms of outbound audio as 160 G.711 codes and nothing else, for a call whose codec is G.711.
 
@@ -102,17 +102,24 @@ class G711Frame:
     an 8k->24k resampling that a G.711 caller never uses (the codes go out as they are). A session whose
     caller takes codes hands the tick this instead: it holds no PCM, so no consumer can read audio from it
     that was not made. ``index`` counts the call's outbound frames, as ``Frame.index`` does.
+
+    A plain class, read-only by convention: one is built per call and frame the agent speaks, and in the
+    compiled build a frozen dataclass is built through interpreted code (gateway/media/rtp.py).
     """
 
-    index: int
-    g711: bytes
-    g711_law: G711Law
+    __slots__ = ("g711", "g711_law", "index")
 
-    def __post_init__(self) -> None:
-        if len(self.g711) != G711_FRAME_BYTES or self.g711_law not in ("pcmu", "pcma"):
+    def __init__(self, *, index: int, g711: bytes, g711_law: G711Law) -> None:
+        if len(g711) != G711_FRAME_BYTES or g711_law not in ("pcmu", "pcma"):
             raise FrameError(f"g711 needs {G711_FRAME_BYTES} codes and a law (pcmu or pcma)")
-        if self.index < 0:
-            raise FrameError(f"frame index must be >= 0, got {self.index}")
+        if index < 0:
+            raise FrameError(f"frame index must be >= 0, got {index}")
+        self.index = index
+        self.g711 = g711
+        self.g711_law = g711_law
+
+    def __repr__(self) -> str:
+        return f"G711Frame(index={self.index}, g711_law={self.g711_law!r})"
 
 
 #: What a session hands the tick for one call: PCM (maybe with codes), codes only, or None for silence.

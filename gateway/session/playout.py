@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import final
 
 import numpy as np
 
@@ -67,12 +68,19 @@ class ItemAudio:
 _Key = tuple[str, str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@final
 class G711Codes:
-    """One frame of a provider's G.711 audio: 160 codes of ``law``, as the provider sent them."""
+    """One frame of a provider's G.711 audio: 160 codes of ``law``, as the provider sent them. A plain class,
+    read-only by convention: one is built per frame of G.711 agent audio (gateway/media/rtp.py says why)."""
 
-    codes: bytes
-    law: G711Law
+    __slots__ = ("codes", "law")
+
+    def __init__(self, codes: bytes, law: G711Law) -> None:
+        self.codes = codes
+        self.law = law
+
+    def __repr__(self) -> str:
+        return f"G711Codes({len(self.codes)} codes, law={self.law!r})"
 
 
 #: One frame's audio: 480 samples of PCM16, or 160 G.711 codes.
