@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support.peers import in_ci, require_binary
+from tests.support.peers import require_binary, unavailable
 from tests.support.procs import ManagedProcess, ProcessGroup
 
 __all__ = [
@@ -60,10 +58,7 @@ def require_netns() -> None:
     require_binary("unshare", package="util-linux")
     require_binary("ip", package="iproute2")
     if not netns_available():
-        message = "`unshare -n` is not permitted here (needs root or user namespaces)"
-        if in_ci():
-            pytest.fail(f"CI=true and {message}", pytrace=False)
-        pytest.skip(message)
+        unavailable("`unshare -n` is not permitted here (needs root or user namespaces)")
 
 
 def netns_argv(argv: Sequence[str]) -> list[str]:

@@ -17,11 +17,24 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
-def _missing(what: str, hint: str) -> None:
-    message = f"{what} is not installed ({hint})"
+def unavailable(message: str) -> None:
+    """Skip the test for a reason outside the project; under CI=true, fail it instead."""
     if in_ci():
         pytest.fail(f"CI=true and {message}", pytrace=False)
     pytest.skip(message)
+
+
+def _missing(what: str, hint: str) -> None:
+    unavailable(f"{what} is not installed ({hint})")
+
+
+def require_compiler() -> None:
+    """What mypyc needs to build (``gateway compile``, ``gateway bench records``)."""
+    from gateway.compiled.build import missing_tools
+
+    missing = missing_tools()
+    if missing:
+        unavailable(f"cannot compile here: missing {', '.join(missing)}")
 
 
 def require_binary(name: str, *, package: str | None = None) -> str:

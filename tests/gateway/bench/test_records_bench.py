@@ -14,18 +14,12 @@ import pytest
 
 from gateway.bench.records import interpreted_constructor
 from gateway.cli import main
-from gateway.compiled.build import missing_tools
-from tests.support.peers import in_ci
+from tests.support.peers import require_compiler
 
 
 @pytest.fixture
 def compiler() -> None:
-    missing = missing_tools()
-    if missing:
-        message = f"cannot compile here: missing {', '.join(missing)}"
-        if in_ci():
-            pytest.fail(f"CI=true and {message}", pytrace=False)
-        pytest.skip(message)
+    require_compiler()
 
 
 def test_the_command_compiles_the_probe_and_says_which_records_run_interpreted_code(
