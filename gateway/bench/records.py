@@ -15,11 +15,11 @@ machine. CPU time of the process; a shared machine's other load inflates every c
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,37 +56,44 @@ class RecordCase:
     record_ns: float | None  # ns_per_packet less the parse alone's
 
 
+# Run in a child process: mypy changes the process it runs in (gc thresholds, os.environ), which must not
+# reach the caller (a test process, say).
+_BUILD = """
+import sys
+from mypyc.build import mypycify
+from setuptools import Distribution
+
+source, work = sys.argv[1], sys.argv[2]
+extensions = mypycify(["--config-file", "mypy.ini", source], opt_level="3", target_dir=work + "/c")
+dist = Distribution({"name": "probe", "ext_modules": extensions})
+dist.script_args = ["build_ext", "--build-lib", work + "/lib", "--build-temp", work + "/obj"]
+dist.parse_command_line()
+dist.run_commands()
+"""
+
+
 def compile_probe(work: Path) -> Path:
-    """Compile the probe with mypyc into ``work``; the path of the extension module."""
+    """Compile the probe with mypyc into ``work`` (in a child process); the path of the extension module."""
     from gateway.compiled.build import missing_tools
 
     missing = missing_tools()
     if missing:
         raise ProbeBuildError("cannot compile the probe here: missing " + ", ".join(missing))
-    from mypyc.build import mypycify
-    from setuptools import Distribution
-
     source = work / f"{MODULE}.py"
     source.write_text(PROBE.read_text())
-    config = work / "mypy.ini"
-    config.write_text(f"[mypy]\ncache_dir = {work / 'mypy-cache'}\nignore_missing_imports = True\n")
-    log = work / "build.log"
+    (work / "mypy.ini").write_text(f"[mypy]\ncache_dir = {work / 'mypy-cache'}\nignore_missing_imports = True\n")
     try:
-        with (
-            contextlib.chdir(work),
-            open(log, "w") as out,
-            contextlib.redirect_stdout(out),
-            contextlib.redirect_stderr(out),
-        ):
-            extensions = mypycify(
-                ["--config-file", str(config), source.name], opt_level="3", target_dir=str(work / "c")
-            )
-            dist = Distribution({"name": MODULE, "ext_modules": extensions})
-            dist.script_args = ["build_ext", "--build-lib", str(work / "lib"), "--build-temp", str(work / "obj")]
-            dist.parse_command_line()
-            dist.run_commands()
-    except (SystemExit, Exception) as exc:
-        raise ProbeBuildError(f"mypyc build of the probe failed ({exc!r}):\n{log.read_text()[-3000:]}") from None
+        done = subprocess.run(
+            [sys.executable, "-c", _BUILD, source.name, str(work)],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except subprocess.TimeoutExpired:
+        raise ProbeBuildError("mypyc build of the probe took over 300 s") from None
+    if done.returncode != 0:
+        raise ProbeBuildError(f"mypyc build of the probe failed:\n{(done.stdout + done.stderr)[-3000:]}")
     built = sorted((work / "lib").glob(f"{MODULE}*.so")) + sorted((work / "lib").glob(f"{MODULE}*.pyd"))
     if not built:
         raise ProbeBuildError(f"mypyc made no extension for the probe in {work / 'lib'}")

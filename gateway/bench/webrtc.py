@@ -207,19 +207,24 @@ class _Gateway:
         self.proc.stop()
 
 
-async def _ready(client: httpx.AsyncClient, within: float) -> None:
+async def _ready(client: httpx.AsyncClient, within: float, gateway: _Gateway) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             if (await client.get("/healthz")).status_code == 200:
                 return
+        if (ended := gateway.proc.exit_report()) is not None:
+            raise RuntimeError(f"gateway run ended before it answered /healthz: {ended}")
         await asyncio.sleep(0.1)
-    raise TimeoutError("gateway run did not answer /healthz")
+    tail = gateway.proc.log_path.read_text(errors="replace")[-2000:]
+    raise TimeoutError(
+        f"gateway run did not answer /healthz on port {gateway.http_port} within {within:g} s; its log ends:\n{tail}"
+    )
 
 
 async def _browser_run(config: WebRtcBenchConfig, gateway: _Gateway) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.http_port}", timeout=30) as client:
-        await _ready(client, 30)
+        await _ready(client, 30, gateway)
         idle = await gateway.cpu_per_s(3.0)
         browsers = [_Browser(sent=_speech(config.window_s + 15, index)) for index in range(config.calls)]
         try:

@@ -6,7 +6,9 @@ CI=true). What is asserted is structural, not a time: which records are built th
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import types
 from typing import NamedTuple
 
@@ -25,8 +27,11 @@ def compiler() -> None:
 def test_the_command_compiles_the_probe_and_says_which_records_run_interpreted_code(
     compiler: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    thresholds, environment = gc.get_threshold(), dict(os.environ)
     assert main(["bench", "records", "--json", "--repeats", "1", "--count", "2000"]) == 0
     report = json.loads(capsys.readouterr().out)
+    # mypy sets the collector's thresholds and os.environ of the process it runs in: it runs in a child.
+    assert gc.get_threshold() == thresholds and dict(os.environ) == environment
     assert report["env"]["compiled"] is True
     by = {case["record"]: case for case in report["results"]}
     assert by[None]["interpreted_constructor"] is None and by[None]["record_ns"] is None
