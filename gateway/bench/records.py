@@ -158,8 +158,11 @@ def run(*, repeats: int, count: int, json_output: bool) -> int:
         except ProbeBuildError as exc:
             print(f"gateway bench records: {exc}", file=sys.stderr)
             return 2
-        compiled = not isinstance(probe.loop_slots, types.FunctionType)
-        cases = measure(probe, repeats=repeats, count=count)
+        try:
+            compiled = not isinstance(probe.loop_slots, types.FunctionType)
+            cases = measure(probe, repeats=repeats, count=count)
+        finally:
+            sys.modules.pop(MODULE, None)  # its file goes with the directory
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
         "compiled": compiled,
