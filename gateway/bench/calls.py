@@ -666,7 +666,7 @@ def _run_bench(config: CallsBenchConfig) -> _Outcome:
             rows = _run_loop(bench.run_steps(), config.uvloop)
         finally:
             bench.stop()
-            log_tail = bench.worker.log_path.read_text(errors="replace")[-3000:] if bench.worker else ""
+            log_tail = bench.worker.log_tail(3000) if bench.worker else ""
     return _Outcome(rows=rows, pinned=bench.pinned, media_plane=bench.media_plane, worker_log=log_tail)
 
 

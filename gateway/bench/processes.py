@@ -85,7 +85,11 @@ class BenchProcess:
             if self.popen.poll() is not None:
                 raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{text[-2000:]}")
             time.sleep(0.05)
-        raise TimeoutError(f"{self.name} not ready within {within} s:\n{self.log_path.read_text()[-2000:]}")
+        raise TimeoutError(f"{self.name} not ready within {within} s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The end of the process's output so far."""
+        return self.log_path.read_text(errors="replace")[-chars:]
 
     def exit_report(self) -> str | None:
         """None while the process runs; else how it ended (its exit status or the signal that killed it) and the
@@ -99,8 +103,7 @@ class BenchProcess:
                 how = f"killed by {signal.Signals(-code).name}"
             except ValueError:
                 how = f"killed by signal {-code}"
-        tail = self.log_path.read_text(errors="replace")[-2000:]
-        return f"{self.name} exited ({how}); its log ends:\n{tail}"
+        return f"{self.name} exited ({how}); its log ends:\n{self.log_tail()}"
 
     def cpu_s(self) -> float:
         times = self.psutil.cpu_times()

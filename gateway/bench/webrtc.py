@@ -216,9 +216,9 @@ async def _ready(client: httpx.AsyncClient, within: float, gateway: _Gateway) ->
         if (ended := gateway.proc.exit_report()) is not None:
             raise RuntimeError(f"gateway run ended before it answered /healthz: {ended}")
         await asyncio.sleep(0.1)
-    tail = gateway.proc.log_path.read_text(errors="replace")[-2000:]
     raise TimeoutError(
-        f"gateway run did not answer /healthz on port {gateway.http_port} within {within:g} s; its log ends:\n{tail}"
+        f"gateway run did not answer /healthz on port {gateway.http_port} within {within:g} s; its log ends:\n"
+        + gateway.proc.log_tail()
     )
 
 
