@@ -62,7 +62,7 @@ from gateway.transport.sip_transport import SipTransport
 from gateway.worker.counters import CounterExporter, live_call_figures
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.settings import WorkerSettings
-from gateway.worker.sip_calls import SipCalls
+from gateway.worker.sip_calls import SipCalls, TickRoute
 from gateway.worker.webrtc import WebRtcCalls
 from telcodecs.frames import dbfs
 
@@ -142,6 +142,7 @@ class MediaWorker:
             else None
         )
         self.legs: dict[str, CallLeg] = {}
+        self.routes: dict[str, TickRoute] = {}  # every call whose media is in the engine (kept by SipCalls)
         self._tasks = TaskSet(f"worker {settings.worker_id}")
         self._heartbeat_s = heartbeat_s
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -355,13 +356,13 @@ class MediaWorker:
             return
         now = deadline
         self._tick_no += 1
-        legs = self.legs
+        routes = self.routes
         # The caller's half first: every call's frame is encoded and sent at the start of the tick, so its packets
         # leave at the same point of every tick, whatever the inbound half costs that tick.
         outbound: dict[str, OutboundFrame] = {}
         for call_id, takes_g711 in engine.takes_g711:
-            leg = legs.get(call_id)
-            session = leg.session if leg is not None else None
+            route = routes.get(call_id)
+            session = route.session if route is not None else None
             # A G.711 caller may be handed the provider's G.711 codes without PCM (sent as they are or via tables).
             outbound[call_id] = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
         opus = engine.has_opus
@@ -369,9 +370,9 @@ class MediaWorker:
         datagrams = engine.tick_outbound(outbound, now)
         encoding = perf_counter() - started if opus else 0.0
         for call_id, destination, data in datagrams:
-            leg = legs.get(call_id)
-            if leg is not None and leg.rtp is not None:
-                leg.rtp.send_rtp(data, destination)
+            route = routes.get(call_id)
+            if route is not None:
+                route.rtp.send_rtp(data, destination)
         if self.rtp_drain is not None:
             self.rtp_drain.drain()  # caller audio since the last tick, into the jitter buffers before they pop
         inbound = engine.tick_inbound(now)
@@ -379,25 +380,24 @@ class MediaWorker:
         probes = inbound.probes  # one packet per call per second: arrival -> its frame handed to the provider
         loop_time = asyncio.get_running_loop().time
         for call_id, frame in inbound.frames.items():
-            leg = legs.get(call_id)
-            session = leg.session if leg is not None else None
-            if session is None:
+            route = routes.get(call_id)
+            if route is None or (session := route.session) is None:
                 continue
             session.push_inbound(frame)  # written to the provider now when the connection takes it at once
             if probes and (arrived := probes.get(call_id)) is not None:
                 self._caller_audio_wait.observe(loop_time() - arrived)
-            if leg.level_phase == level_phase:  # type: ignore[union-attr]
-                level = dbfs(frame.pcm)
-                leg.last_level = max(level, -100.0)  # type: ignore[union-attr]
-                leg.levels.append(leg.last_level)  # type: ignore[union-attr]
+            if route.level_phase == level_phase:
+                leg = route.leg
+                leg.last_level = level = max(dbfs(frame.pcm), -100.0)
+                leg.levels.append(level)
         for dtmf in inbound.events:
-            leg = legs.get(dtmf.call_id)
-            if leg is not None and leg.session is not None:
-                leg.session.dtmf_received(dtmf.digit)
+            route = routes.get(dtmf.call_id)
+            if route is not None and route.session is not None:
+                route.session.dtmf_received(dtmf.digit)
         for call_id, destination, data in engine.rtcp_due(now):
-            leg = legs.get(call_id)
-            if leg is not None and leg.rtp is not None:
-                leg.rtp.send_rtcp(data, destination)
+            route = routes.get(call_id)
+            if route is not None:
+                route.rtp.send_rtcp(data, destination)
         if opus:
             # Opus calls encoded a tick ahead: their frames, for the start of the next tick (gateway/media/ahead.py).
             started = perf_counter()
