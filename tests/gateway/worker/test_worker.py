@@ -104,17 +104,27 @@ async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: M
         assert snapshot.stats.agent_audio_gaps == 0
         if drain is not None:
             assert len(drain) == 1  # the call's RTP socket, read by the tick
+        _assert_routed(worker, leg)
         peer.hang_up(call)
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
         assert leg.end_reason == "caller_hangup"
         correlation = best_correlation(sent, peer.heard(call))
         assert correlation > 0.9, correlation
     assert worker.legs == {}
+    assert worker.routes == {}
     assert worker.ports.in_use == frozenset()
     assert len(worker.engine) == 0
     assert drain is None or len(drain) == 0
     leftover = {t for t in asyncio.all_tasks() if not t.done()} - tasks_before - {asyncio.current_task()}
     assert not [t for t in leftover if t.get_name().startswith(("call-", "worker-"))]
+
+
+def _assert_routed(worker: MediaWorker, leg: CallLeg) -> None:
+    """The tick reaches the call through its route: the leg's own session and RTP sockets."""
+    [(call_id, route)] = worker.routes.items()
+    assert call_id == leg.id and route.leg is leg
+    assert route.session is leg.session and route.session is not None
+    assert route.rtp is leg.rtp and route.rtp is not None
 
 
 @pytest.mark.parametrize(
@@ -384,9 +394,11 @@ async def test_an_originated_call_to_a_number_goes_through_the_trunk_with_digest
             await trunk.stream(call, sent)
             await trunk.stream(call, np.zeros(8000, np.int16), frames=15)
             assert best_correlation(sent, trunk.heard(call)) > 0.9
+            _assert_routed(worker, worker.legs[call_id])
             await worker.hang_up(call_id, "api")
             await trunk.wait_for(CallEnded, call=call.handle)
             await _until(lambda: not worker.legs)
+            assert worker.routes == {}
             with pytest.raises(CommandRejectedError):
                 unconfigured = MediaWorker(
                     WorkerSettings(worker_id="w-none", sip_port=free_ports(1)[0]),
