@@ -87,8 +87,8 @@ if TYPE_CHECKING:
 @final
 class TickRoute:
     """Where the tick hands one SIP call's frames and packets: its session and RTP sockets, read once per call
-    and direction every tick. :class:`CallLeg` stays interpreted (its controls hold it weakly, ADR 0006), and
-    its attributes cost the compiled tick a dictionary lookup each; these are fields of a compiled class.
+    and direction every tick. :class:`CallLeg` is not compiled (its controls hold it weakly, ADR 0006), so each
+    of its attributes costs the compiled tick a dictionary lookup; these are fields of a compiled class.
 
     Made when the call's media starts, with the leg's RTP sockets (which stay the leg's until its media is
     released, when the route goes); the session joins it when it is made, which may be later."""
