@@ -139,6 +139,11 @@ class ProviderLink:
         self._disconnected = disconnected
         self._queue: asyncio.Queue[ProviderEvent] = asyncio.Queue(maxsize=queue_size)
         self._send_lock = asyncio.Lock()
+        self._sends = 0  # send() calls under way, the ones waiting for the lock too
+        # Fixed by the handshake: read once here, not on every write of the tick (they are interpreted attributes).
+        self._protocol = ws.protocol
+        self._transport = ws.transport
+        self._library_frames = bool(ws.protocol.extensions)  # extensions transform frames: the library frames them
         self._frames = TextFrames()
         self._recv_task: asyncio.Task[None] | None = None
         self._closing_by_client = False
@@ -158,42 +163,45 @@ class ProviderLink:
         if not self.is_open:
             raise ProviderClosedError(f"{self._name}: connection is closed")
         data = orjson.dumps(message)
-        async with self._send_lock:
-            try:
+        self._sends += 1
+        try:
+            async with self._send_lock:
                 await self._ws.send(data, text=True)
-            except ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd is not None else None
-                closed = ProviderClosedError(
-                    f"{self._name}: connection closed (code {code})", retryable=close_is_retryable(code)
-                )
-                raise caused(closed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            closed = ProviderClosedError(
+                f"{self._name}: connection closed (code {code})", retryable=close_is_retryable(code)
+            )
+            raise caused(closed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+        finally:
+            self._sends -= 1
 
     def writable(self) -> bool:
-        """Whether :meth:`send_nowait` would write now: no send in progress, the socket open, the transport
-        below its write-buffer high-water mark. Raises ProviderClosedError once the connection is gone (as
-        :meth:`send` does), so a caller never keeps falling back to a dead link."""
-        if not self.is_open:
+        """Whether :meth:`send_nowait` would write now: no send in progress or waiting, the socket open, the
+        transport below its write-buffer high-water mark. Raises ProviderClosedError once the connection is gone
+        (as :meth:`send` does), so a caller never keeps falling back to a dead link."""
+        if self._finished or self._closing_by_client:
             raise ProviderClosedError(f"{self._name}: connection is closed")
         ws = self._ws
+        protocol = self._protocol
         return not (
-            self._send_lock.locked()
+            self._sends
             or ws.send_in_progress is not None
-            or ws.protocol.expect_continuation_frame
+            or protocol.expect_continuation_frame
             or ws.paused
-            or ws.protocol.state is not State.OPEN
+            or protocol.state is not State.OPEN
         )
 
     def send_nowait(self, data: bytes) -> bool:
         """Write one serialized JSON text message now if that needs no waiting; False: use :meth:`send`."""
         if not self.writable():
             return False
-        ws = self._ws
         try:
-            if ws.protocol.extensions:  # negotiated extensions transform frames: the library frames them
-                ws.protocol.send_text(data)
-                ws.send_data()
+            if self._library_frames:
+                self._protocol.send_text(data)
+                self._ws.send_data()
             else:
-                ws.transport.write(self._frames.frame(data))
+                self._transport.write(self._frames.frame(data))
         except OSError as exc:  # the socket failed under us; the receive task reports the disconnect
             failed = ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True)
             raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)

@@ -241,14 +241,20 @@ async def test_nowait_audio_arrives_in_order_with_awaited_sends(fake: FakeRealti
         await session.aclose()
 
 
-async def test_nowait_declines_while_an_awaited_send_holds_the_connection(fake: FakeRealtimeServer) -> None:
+async def test_nowait_declines_while_an_awaited_send_is_under_way_or_waiting(fake: FakeRealtimeServer) -> None:
     session, _events = await open_session(fake.url)
+    link = session._link
     try:
-        frame = noise_frames(1, seed=6)[0]
-        async with session._link._send_lock:  # what an awaited send holds while the transport drains
-            assert session.send_audio_nowait(frame) is False
-        assert session.send_audio_nowait(frame) is True
-        await fake.wait_until(lambda: len(fake.record(1).audio) == FRAME_BYTES)
+        first, queued, last = noise_frames(3, seed=6)
+        async with link._send_lock:  # an awaited send under way (what it holds while the transport drains)
+            waiting = asyncio.create_task(session.send_audio(queued))
+            await asyncio.sleep(0)  # one turn of the loop: the task runs up to the lock, and waits for it there
+            assert link._sends == 1 and not waiting.done()
+            assert session.send_audio_nowait(first) is False  # it would jump ahead of the waiting send
+        await waiting
+        assert session.send_audio_nowait(last) is True
+        await fake.wait_until(lambda: len(fake.record(1).audio) == 2 * FRAME_BYTES)
+        assert fake.record(1).audio == bytearray(queued + last)
     finally:
         await session.aclose()
 
