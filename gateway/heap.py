@@ -44,14 +44,20 @@ class CollectorPolicy:
     due. While calls are live a due pass waits until ``full_interval_s`` has passed since the last one; with no
     call live it runs at once. Ended calls are freed by reference counting (ADR 0006), so while calls are live
     full passes only reclaim cycles nobody planned for, and the interval bounds how long those wait.
+
+    ``middle_after`` is CPython's second threshold while the collector is open: young passes before a middle
+    (generation-1) one, which walks what outlived the young passes since the last. None keeps CPython's.
     """
 
     full_after: int = 10
     full_interval_s: float = 120.0
+    middle_after: int | None = None
 
     def __post_init__(self) -> None:
         if self.full_after < 0:
             raise ValueError(f"full_after must be >= 0, got {self.full_after}")
+        if self.middle_after is not None and self.middle_after < 1:
+            raise ValueError(f"middle_after must be >= 1, got {self.middle_after}")
         if self.full_interval_s <= 0:
             raise ValueError(f"full_interval_s must be > 0, got {self.full_interval_s}")
 
@@ -124,7 +130,7 @@ class PacedCollector:
         if _switch.holders == 0:
             _switch.saved = gc.get_threshold()
             young, middle, _ = _switch.saved
-            gc.set_threshold(young, middle, _NEVER)
+            gc.set_threshold(young, self.policy.middle_after or middle, _NEVER)
             _switch.observe = self._observe
             gc.callbacks.append(_switch.on_gc)
         _switch.holders += 1

@@ -77,6 +77,10 @@ class WorkerSettings(BaseSettings):
     # thresholds say.
     gc_paced: bool = True
     gc_full_interval_s: float = Field(default=120.0, ge=1, le=86_400)
+    # Young collector passes per middle (generation-1) pass while gc_paced (CPython's own: 10). Each middle pass
+    # walks what outlived the young passes since the last: at 2 they are shorter and come more often, so one
+    # fits in the slack of a loaded tick (ADR 0010, second addendum).
+    gc_middle_after: int = Field(default=2, ge=1, le=1000)
 
     @field_validator("sip_transports", "codecs", "sip_allow", mode="before")
     @classmethod

@@ -135,7 +135,11 @@ class MediaWorker:
         # Full collector passes, run after a tick when no call is live or rarely (ADR 0010); None: CPython's own.
         self.collector = (
             PacedCollector(
-                CollectorPolicy(full_after=gc.get_threshold()[2], full_interval_s=settings.gc_full_interval_s),
+                CollectorPolicy(
+                    full_after=gc.get_threshold()[2],
+                    full_interval_s=settings.gc_full_interval_s,
+                    middle_after=settings.gc_middle_after,
+                ),
                 observe=_observe_gc_pass,
             )
             if settings.gc_paced

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import weakref
 from collections.abc import Iterator
 
@@ -29,7 +30,7 @@ def test_a_full_pass_is_due_by_cpythons_count_then_by_idleness_or_the_interval(
     assert full_pass_due(middle_passes, POLICY, idle=idle, late=late, since_full_s=since_full_s) is expected
 
 
-@pytest.mark.parametrize("kwargs", [{"full_after": -1}, {"full_interval_s": 0.0}])
+@pytest.mark.parametrize("kwargs", [{"full_after": -1}, {"full_interval_s": 0.0}, {"middle_after": 0}])
 def test_a_policy_out_of_range_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         CollectorPolicy(**kwargs)  # type: ignore[arg-type]
@@ -91,6 +92,28 @@ def test_cpython_runs_no_full_pass_while_open_and_the_collector_runs_it_after_a_
     finally:
         collector.close()
     assert gc.get_threshold() == (young, middle, full)
+
+
+def test_a_policys_middle_after_sets_how_many_young_passes_come_before_a_middle_one(clean_heap: None) -> None:
+    seen: list[int] = []
+    policy = CollectorPolicy(full_after=10, full_interval_s=120.0, middle_after=2)
+    collector = PacedCollector(policy, observe=lambda gen, seconds, paced: seen.append(gen))
+    before = gc.get_threshold()
+    collector.open()
+    try:
+        assert gc.get_threshold()[:2] == (before[0], 2)
+        for _ in range(40):  # 80,000 objects in cycles: CPython's passes, as the thresholds say
+            for _ in range(1_000):
+                a, b = Node(), Node()
+                a.other, b.other = b, a
+            del a, b
+    finally:
+        collector.close()
+    assert gc.get_threshold() == before
+    middles = [i for i, gen in enumerate(seen) if gen == 1]
+    assert len(middles) >= 5, seen
+    # CPython runs a middle pass once its count of young passes exceeds the threshold: three young, then a middle.
+    assert {later - earlier for earlier, later in itertools.pairwise(middles)} == {4}, seen
 
 
 def test_collectors_share_the_switch_and_the_last_to_close_restores_the_thresholds(clean_heap: None) -> None:

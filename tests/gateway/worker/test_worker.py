@@ -513,6 +513,7 @@ async def test_an_idle_worker_runs_the_due_full_collection_after_a_tick_not_cpyt
     import weakref
 
     assert worker.collector is not None and gc.get_threshold()[2] > 1_000_000
+    assert gc.get_threshold()[1] == worker.settings.gc_middle_after == 2  # shorter middle passes, more often
 
     def paced_in_metrics() -> float:
         return _sample("gateway_gc_pause_seconds_count", generation="2", trigger="tick")
