@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import RemoteProtocolError
-from .message import SipRequest, SipResponse
+from .message import SipRequest, SipResponse, is_rfc3261
 from .uri import NameAddr, SipUri, parse_name_addr
 
 DialogId = tuple[str, str, str]  # Call-ID, local tag, remote tag
@@ -36,18 +36,19 @@ class Dialog:
 
     @classmethod
     def for_uas(cls, request: SipRequest, local_tag: str, *, transport: str) -> Dialog:
-        """§12.1.1: route set = Record-Route in order, remote target = the request's Contact."""
+        """§12.1.1: route set = Record-Route in order, remote target = the request's Contact (an RFC 2543
+        request without one: its From URI, where RFC 2543 sent later requests)."""
         contacts = request.contacts
-        if not contacts:
-            raise RemoteProtocolError("INVITE without Contact")
         remote = request.from_
+        if not contacts and is_rfc3261(request):
+            raise RemoteProtocolError("INVITE without Contact")
         return cls(
             call_id=request.call_id,
             local_tag=local_tag,
             remote_tag=remote.tag or "",
             local_uri=request.to.with_params(()),
             remote_uri=remote.with_params(()),
-            remote_target=contacts[0].uri,
+            remote_target=contacts[0].uri if contacts else remote.uri,
             route_set=[parse_name_addr(value) for value in request.headers.values("Record-Route")],
             local_seq=0,
             remote_seq=request.cseq.number,
@@ -114,7 +115,10 @@ class Dialog:
             request.headers.add("Route", route)
         request.headers.add("Max-Forwards", "70")
         request.headers.add("From", f"{self.local_uri};tag={self.local_tag}")
-        request.headers.add("To", f"{self.remote_uri};tag={self.remote_tag}")
+        # An RFC 2543 peer may have sent no From tag: its To then carries none either (§12.2.1.1).
+        request.headers.add(
+            "To", f"{self.remote_uri};tag={self.remote_tag}" if self.remote_tag else str(self.remote_uri)
+        )
         request.headers.add("Call-ID", self.call_id)
         request.headers.add("CSeq", f"{cseq} {method}")
         return request

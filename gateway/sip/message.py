@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import MalformedMessageError, MessageTooLargeError, RemoteProtocolError
-from .headers import CSeq, Headers, Via, parse_cseq, parse_int_header, parse_via
+from .headers import BRANCH_MAGIC, CSeq, Headers, Via, parse_cseq, parse_int_header, parse_via
 from .uri import NameAddr, SipUri, parse_name_addr, parse_uri
 
 SIP_VERSION = "SIP/2.0"
@@ -243,6 +243,11 @@ def parse_message(data: bytes, *, limits: SipLimits | None = None, framed: bool 
     if problem is not None:
         raise MalformedMessageError(problem, partial=message)
     length_text = message.headers.get("Content-Length")
+    if length_text is not None and any(
+        v.strip() != length_text.strip() for v in message.headers.lines("Content-Length")
+    ):
+        # RFC 4475 §3.1.2.11 (mcl01): with two lengths nobody can know where the body ends.
+        raise MalformedMessageError("conflicting Content-Length values", partial=message)
     if length_text is not None:
         try:
             length = parse_int_header(length_text, "Content-Length")
@@ -284,6 +289,16 @@ def validate_request(request: SipRequest) -> None:
     max_forwards = request.headers.get("Max-Forwards")
     if max_forwards is not None:
         parse_int_header(max_forwards, "Max-Forwards")
+
+
+def is_rfc3261(request: SipRequest) -> bool:
+    """Whether the request comes from an RFC 3261 element: its top Via branch starts with the magic cookie
+    (§8.1.1.7). Requests from RFC 2543 elements lack it, and may lack Contact, Max-Forwards and tags too."""
+    try:
+        branch = request.top_via.branch
+    except RemoteProtocolError:
+        return False
+    return branch is not None and branch.startswith(BRANCH_MAGIC)
 
 
 def can_answer(request: SipRequest) -> bool:

@@ -41,7 +41,7 @@ from .events import (
     TransferFailed,
     TransferProgressed,
 )
-from .message import SipRequest
+from .message import SipRequest, is_rfc3261
 from .session_timer import negotiate_as_uas
 from .transaction import Transaction, TxInput, TxState, server_key
 from .uac import send_bye
@@ -111,7 +111,9 @@ def _new_call(core: Core, request: SipRequest, source: Address, transport: str, 
     if len(core.calls) >= core.config.max_calls:
         core.reply_stateless(request, 503, source, transport, headers=(("Retry-After", "5"),))
         return
-    if not request.contacts:
+    if not request.contacts and is_rfc3261(request):
+        # §8.1.1.8 makes Contact mandatory; an RFC 2543 peer (no magic cookie in its branch, RFC 4475 §3.4.1
+        # inv2543) may leave it out, and its From URI is then where in-dialog requests go (Dialog.for_uas).
         core.reply_stateless(request, 400, source, transport, reason="Missing Contact")
         return
     try:

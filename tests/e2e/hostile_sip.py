@@ -380,6 +380,11 @@ SPOT_CHECKS = (
         expected=frozenset({400}),
     ),
     SpotCheck(
+        name="two_content_lengths_400",  # RFC 4475 mcl01
+        template=_request("OPTIONS sip:agent@{host}:{port} SIP/2.0", extra="Content-Length: 13"),
+        expected=frozenset({400}),
+    ),
+    SpotCheck(
         name="cseq_method_mismatch_400",
         template=_request("OPTIONS sip:agent@{host}:{port} SIP/2.0").replace("CSeq: 1 {method}", "CSeq: 1 INVITE"),
         expected=frozenset({400}),

@@ -17,7 +17,7 @@ from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.errors import MessageTooLargeError
 from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
 from gateway.sip.framing import StreamFramer
-from gateway.sip.message import SipResponse, parse_message
+from gateway.sip.message import SipRequest, SipResponse, parse_message
 from tests.gateway.sip.sipnet import FakeAuthenticator, FakeCredentials, Net
 from tests.gateway.sip.test_calls import OFFER, place_call, setup
 
@@ -135,6 +135,9 @@ def test_compact_forms_out_of_dialog_invite_is_offered() -> None:
         (request(omit="Max-Forwards", extra="Max-Forwards: 0\r\n"), 200),  # OPTIONS is answered anyway
         (request(extra="CSeq: 1 OPTIONS\r\n", omit="CSeq") + b"", 200),
         (request().replace(b"Content-Length: 0", b"Content-Length: 40"), 400),
+        (request(extra="Content-Length: 3\r\n", body="hello"), 400),  # RFC 4475 mcl01: two lengths
+        (request(extra="l: 3\r\n", body="hello"), 400),  # the same through the compact form
+        (request(extra="Content-Length: 5\r\n", body="hello").replace(b"Length: 5", b"Length:  5 "), 200),
         (request().replace(b"CSeq: 1 OPTIONS", b"CSeq: 99999999999 OPTIONS"), 400),
         (request().replace(b"Via: SIP/2.0/UDP", b"Via: SIP/2.0/UDP ;;"), None),
         (request(method="BYE"), 481),
@@ -367,3 +370,81 @@ def test_an_unbounded_content_length_on_a_stream_closes_it() -> None:
     framer = StreamFramer()
     with pytest.raises(MessageTooLargeError):
         framer.feed(b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n")
+
+
+MCL01 = (
+    b"OPTIONS sip:user@example.com SIP/2.0\r\n"
+    b"Via: SIP/2.0/UDP host5.example.net;branch=z9hG4bK293423\r\n"
+    b"To: sip:user@example.com\r\n"
+    b"From: sip:other@example.net;tag=3923942\r\n"
+    b"Call-ID: mcl01.fhn2323orihawfdoa3o4r52o3irsdf\r\n"
+    b"CSeq: 15932 OPTIONS\r\n"
+    b"Content-Length: 13\r\n"
+    b"Max-Forwards: 60\r\n"
+    b"Content-Length: 5\r\n"
+    b"Content-Type: text/plain\r\n"
+    b"\r\n"
+    b"There's no way to know how many octets are supposed to be here.\r\n"
+)
+
+# RFC 4475 §3.4.1: an RFC 2543 INVITE. No branch cookie, no From tag, no Max-Forwards, no Contact, no
+# Content-Type and no Content-Length (over UDP the body runs to the end of the datagram).
+INV2543 = (
+    b"INVITE sip:UserB@example.com SIP/2.0\r\n"
+    b"Via: SIP/2.0/UDP 192.0.2.15\r\n"
+    b"From: <sip:UserA@example.com>\r\n"
+    b"To: <sip:UserB@example.com>\r\n"
+    b"Call-ID: 31415@c.example.com\r\n"
+    b"CSeq: 1 INVITE\r\n"
+    b"\r\n"
+    b"v=0\r\n"
+    b"o=UserA 2890844526 2890844526 IN IP4 example.com\r\n"
+    b"s=-\r\n"
+    b"c=IN IP4 192.0.2.5\r\n"
+    b"t=0 0\r\n"
+    b"m=audio 49217 RTP/AVP 0\r\n"
+)
+PEER_2543 = ("192.0.2.15", 5060)
+
+
+def test_rfc4475_mcl01_two_content_lengths_get_400() -> None:
+    ep = endpoint()
+    ep.receive(MCL01, PEER_2543, transport="udp", now=0.0)
+    (out,) = ep.datagrams()
+    response = parse_message(out.data)
+    assert isinstance(response, SipResponse)
+    assert (response.status, response.reason) == (400, "conflicting Content-Length values")
+    assert response.call_id == "mcl01.fhn2323orihawfdoa3o4r52o3irsdf"
+    assert ep.events() == []
+
+
+def test_rfc4475_inv2543_is_accepted_and_its_dialog_targets_the_from_uri() -> None:
+    ep = endpoint()
+    ep.receive(INV2543, PEER_2543, transport="udp", now=0.0)
+    assert [parse_message(d.data).status for d in ep.datagrams()] == [100]  # type: ignore[union-attr]
+    (offered,) = ep.events()
+    assert isinstance(offered, CallOffered)
+    assert offered.body.endswith(b"m=audio 49217 RTP/AVP 0\r\n") and offered.from_uri == "sip:UserA@example.com"
+    ep.answer(offered.call, 0.1, body=OFFER)
+    (ok_out,) = ep.datagrams()
+    ok = parse_message(ok_out.data)
+    assert isinstance(ok, SipResponse) and ok.status == 200 and ok_out.destination == PEER_2543
+    assert ok.headers.get("Via") == "SIP/2.0/UDP 192.0.2.15" and ok.to.tag
+    # The RFC 2543 peer's ACK (again no branch cookie) is matched by the dialog and confirms the call.
+    ack = (
+        "ACK sip:gateway@127.0.0.1:5062 SIP/2.0\r\n"
+        "Via: SIP/2.0/UDP 192.0.2.15\r\n"
+        "From: <sip:UserA@example.com>\r\n"
+        f"To: <sip:UserB@example.com>;tag={ok.to.tag}\r\n"
+        "Call-ID: 31415@c.example.com\r\n"
+        "CSeq: 1 ACK\r\n\r\n"
+    ).encode()
+    ep.receive(ack, PEER_2543, transport="udp", now=0.2)
+    assert [type(e).__name__ for e in ep.events()] == ["CallEstablished"]
+    # Without a Contact, in-dialog requests go where RFC 2543 sent them: the From URI (port 5060 by default).
+    ep.hang_up(offered.call, 0.3)
+    (bye_out,) = ep.datagrams()
+    bye = parse_message(bye_out.data)
+    assert isinstance(bye, SipRequest) and bye.method == "BYE" and str(bye.uri) == "sip:UserA@example.com"
+    assert bye_out.destination == ("example.com", 5060) and bye.to.tag is None
+    assert ep.stats.internal_errors == 0
