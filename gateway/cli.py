@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "control": ("gateway.commands.control", "run the control plane alone: ops API, events, metrics, dashboard"),
     "run": ("gateway.commands.run", "all-in-one: control plane + media worker, echo agent by default"),
     "worker": ("gateway.commands.worker", "one media worker (SIP, RTP, sessions) registered with a control plane"),
+    "drain": ("gateway.commands.drain", "ask a media worker to drain (a Kubernetes preStop hook), and wait for it"),
     "fake-provider": ("gateway.commands.fake_provider", "run the local OpenAI-Realtime-compatible fake server"),
     "loadtest": ("gateway.commands.loadtest", "synthetic SIP/RTP callers against a gateway, with a report"),
 }

@@ -1,8 +1,10 @@
 """Running an HTTP app and a media worker in one event loop, with clean SIGINT/SIGTERM handling.
 
 uvicorn's own signal handling re-raises the signal after shutdown (the process would die by SIGTERM);
-here the loop's handlers first let ``on_stop`` end the calls (BYE to every caller), then ask uvicorn to
-finish in-flight requests. A second signal forces the exit.
+here the loop's handlers first let ``on_stop`` end the calls, then ask uvicorn to finish in-flight requests.
+``on_stop`` is told why: ``"SIGTERM"`` (an orchestrator's stop: a media worker drains, its calls run up to
+the drain deadline), ``"SIGINT"`` (Ctrl-C: calls are ended at once, BYE to every caller) or ``"drained"``
+(``stop_when`` was set). A second signal forces the exit.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ async def serve(
     host: str,
     port: int,
     log_level: str,
-    on_stop: Callable[[], Awaitable[None]],
+    on_stop: Callable[[str], Awaitable[None]],
     stop_when: asyncio.Event | None = None,
+    stop_timeout_s: Callable[[str], float] = lambda _reason: 15.0,
 ) -> bool:
-    """Serve ``app`` until a signal (or ``stop_when``); run ``on_stop`` before uvicorn shuts down."""
+    """Serve ``app`` until a signal (or ``stop_when``); run ``on_stop(reason)`` before uvicorn shuts down, for at
+    most ``stop_timeout_s(reason)`` seconds."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -69,11 +73,14 @@ async def serve(
                     self.force_exit = True
                     self.should_exit = True
                     return
-                log.info("%s: ending calls and shutting down", reason)
+                if reason == "SIGTERM":
+                    log.info("%s: draining, then shutting down (a second signal forces the exit)", reason)
+                else:
+                    log.info("%s: ending calls and shutting down", reason)
 
                 async def shutdown() -> None:
                     try:
-                        await asyncio.wait_for(on_stop(), timeout=15)
+                        await asyncio.wait_for(on_stop(reason), timeout=stop_timeout_s(reason))
                     except Exception:
                         log.exception("clean shutdown failed")
                     self.should_exit = True
@@ -87,7 +94,8 @@ async def serve(
 
                 async def watch() -> None:
                     await stop_when.wait()
-                    stop("drained")
+                    if not stopping:  # else a SIGTERM drain emptied the worker: its shutdown is under way
+                        stop("drained")
 
                 watcher = loop.create_task(watch(), name="stop-watcher")
             try:

@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
     plane = app.state.plane
 
-    async def stop_streams() -> None:
+    async def stop_streams(_reason: str) -> None:
         plane.shutting_down.set()  # ends the SSE streams so the connections can close
 
     started = asyncio.run(

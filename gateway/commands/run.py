@@ -66,7 +66,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"gateway run: {exc}", file=sys.stderr)
         return 2
 
-    async def stop() -> None:
+    async def stop(reason: str) -> None:
+        if reason == "SIGTERM":  # an orchestrator's stop: drain first (gateway/worker/drain.py)
+            await worker.drain(exit_when_empty=True, deadline_s=worker_settings.drain_deadline_s)
+            await worker.exited.wait()
         await worker.aclose("shutdown")
         app.state.plane.shutting_down.set()
 
@@ -86,6 +89,7 @@ def main(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             on_stop=stop,
             stop_when=worker.exited,
+            stop_timeout_s=lambda reason: worker_args.stop_timeout_s(worker_settings, worker.session_config, reason),
         )
         await worker.aclose("shutdown")
         return 0 if started else 1

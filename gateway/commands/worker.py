@@ -90,7 +90,10 @@ def main(args: argparse.Namespace) -> int:
 
     app.add_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
 
-    async def stop() -> None:
+    async def stop(reason: str) -> None:
+        if reason == "SIGTERM":  # an orchestrator's stop: drain first (gateway/worker/drain.py)
+            await worker.drain(exit_when_empty=True, deadline_s=settings.drain_deadline_s)
+            await worker.exited.wait()
         await worker.aclose("shutdown")
 
     async def amain() -> int:
@@ -102,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
                 log_level=args.log_level,
                 on_stop=stop,
                 stop_when=worker.exited,
+                stop_timeout_s=lambda reason: worker_args.stop_timeout_s(settings, worker.session_config, reason),
             )
         finally:
             await worker.aclose("shutdown")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.providers.base import RealtimeModel
+from gateway.session.config import SessionConfig
 from gateway.worker.settings import WorkerSettings
 
 
@@ -25,6 +26,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--webrtc-call-cost", type=float, help="how many G.711 calls' worth of capacity a browser call takes"
     )
     parser.add_argument("--worker-id", help="worker id (default: <hostname>-w1)")
+    parser.add_argument(
+        "--drain-deadline",
+        type=float,
+        help="seconds a drain (SIGTERM included) lets live calls run before ending them politely (default 300)",
+    )
     parser.add_argument("--provider", help="default provider: echo, openai, gemini (default: GATEWAY_PROVIDER)")
     parser.add_argument("--no-uvloop", action="store_true", help="use the stdlib asyncio loop")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -46,11 +52,19 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         ("opus_call_cost", "opus_call_cost"),
         ("webrtc_call_cost", "webrtc_call_cost"),
         ("worker_id", "worker_id"),
+        ("drain_deadline", "drain_deadline_s"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
             overrides[key] = value
     return WorkerSettings(**overrides)
+
+
+def stop_timeout_s(settings: WorkerSettings, session: SessionConfig, reason: str) -> float:
+    """How long a stop may take: a SIGTERM drain runs to its deadline, then the goodbyes and the calls' close."""
+    if reason != "SIGTERM":
+        return 15.0
+    return settings.drain_deadline_s + session.goodbye_timeout_s + session.close_timeout_s + 30.0
 
 
 def model_factory(default_provider: str | None = None) -> Callable[[str], RealtimeModel]:

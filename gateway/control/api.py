@@ -188,8 +188,9 @@ async def get_worker(plane: PlaneDep, worker_id: WorkerId) -> Any:
 
 @router.post("/workers/{worker_id}/drain", response_model=WorkerInfo, tags=["workers"], responses=errors(404, 502))
 async def drain_worker(plane: PlaneDep, worker_id: WorkerId, body: DrainRequest) -> Any:
-    """Stop sending new calls to the worker; its calls continue. ``exit_when_empty``: it exits after the last."""
-    return await plane.drain(worker_id, body.exit_when_empty)
+    """Stop sending new calls to the worker; its calls continue. ``exit_when_empty``: it exits after the last.
+    ``deadline_s``: calls still up after that long are ended politely (goodbye, then BYE with a Reason)."""
+    return await plane.drain(worker_id, body.exit_when_empty, body.deadline_s)
 
 
 @router.post("/session", response_model=SessionInfo, tags=["auth"], responses=errors())

@@ -100,7 +100,9 @@ class ControlPlane:
         else:
             stored = self._stamp(info)
             await self.store.put_worker(stored)
-            if (previous.active_calls, previous.draining, previous.capacity) != (
+            if stored.draining and not previous.draining:  # drained by itself (SIGTERM, `gateway drain`)
+                await self._publish("worker.draining", stored.model_dump(mode="json"))
+            elif (previous.active_calls, previous.draining, previous.capacity) != (
                 stored.active_calls,
                 stored.draining,
                 stored.capacity,
@@ -133,12 +135,13 @@ class ControlPlane:
             self._http_commands[worker.id] = cached
         return cached
 
-    async def drain(self, worker_id: str, exit_when_empty: bool) -> WorkerInfo:
+    async def drain(self, worker_id: str, exit_when_empty: bool, deadline_s: float | None = None) -> WorkerInfo:
         worker = await self.get_worker(worker_id)
-        await self.commands_for(worker).drain(exit_when_empty)
+        await self.commands_for(worker).drain(exit_when_empty, deadline_s)
         stored = worker.model_copy(update={"draining": True, "status": "draining"})
         await self.store.put_worker(stored)
-        await self._publish("worker.draining", {**stored.model_dump(mode="json"), "exit_when_empty": exit_when_empty})
+        details = {"exit_when_empty": exit_when_empty, "deadline_s": deadline_s}
+        await self._publish("worker.draining", {**stored.model_dump(mode="json"), **details})
         await self._refresh_worker_gauge()
         return stored
 

@@ -232,8 +232,9 @@ class HttpWorkerCommands:
             raise LinkError("originate: malformed answer")
         return str(data["call_id"])
 
-    async def drain(self, exit_when_empty: bool) -> None:
-        await self._http.request("POST", "/drain", DrainRequest(exit_when_empty=exit_when_empty).model_dump())
+    async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
+        body = DrainRequest(exit_when_empty=exit_when_empty, deadline_s=deadline_s)
+        await self._http.request("POST", "/drain", body.model_dump())
 
     async def snapshot(self) -> list[CallSnapshot]:
         data = await self._http.request("GET", "/calls")

@@ -373,6 +373,13 @@ class DtmfRequest(_Model):
 
 class DrainRequest(_Model):
     exit_when_empty: bool = Field(default=False, description="The worker exits once its last call ends")
+    deadline_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Calls still up this many seconds from now are ended politely (the agent says the worker's"
+        " goodbye, then a BYE with a Reason header); null lets them run to their end",
+    )
 
 
 class OriginateCommand(_Model):

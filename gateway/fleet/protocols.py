@@ -41,8 +41,9 @@ class WorkerCommands(Protocol):
         """Start dialling; return the call id (``admission.call_id``) once the call exists on the worker."""
         ...
 
-    async def drain(self, exit_when_empty: bool) -> None:
-        """Refuse new calls from now on; when ``exit_when_empty``, exit after the last call ends."""
+    async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
+        """Refuse new calls from now on; when ``exit_when_empty``, exit after the last call ends; calls still up
+        ``deadline_s`` from now are ended politely (None: they run to their end)."""
         ...
 
     async def snapshot(self) -> list[CallSnapshot]: ...

@@ -76,7 +76,7 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
 
     @router.post("/drain", status_code=204, response_model=None)
     async def drain(body: DrainRequest) -> Any:
-        result = await _run(lambda: commands.drain(body.exit_when_empty))
+        result = await _run(lambda: commands.drain(body.exit_when_empty, body.deadline_s))
         return result if isinstance(result, Response) else Response(status_code=204)
 
     @router.get("/calls", response_model=list[CallSnapshot])

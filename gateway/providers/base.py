@@ -239,6 +239,9 @@ class Capabilities:
     # A quiet caller may be sent in larger messages (SessionConfig.inbound_quiet_chunk_ms): the provider answers
     # turns, not frames. False for an agent that answers every frame as it comes (the echo agent).
     quiet_chunks: bool = True
+    # Says what it is asked to (create_response with instructions: a goodbye before the gateway hangs up).
+    # False for the echo agent, whose only voice is the caller's own.
+    speaks: bool = True
 
 
 # ---------------------------------------------------------------------------------------- protocols

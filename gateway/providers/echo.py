@@ -195,6 +195,7 @@ class EchoModel:
             max_connection_s=None,
             g711_passthrough=False,
             quiet_chunks=False,  # it echoes each frame: a quiet chunk would delay the echo for the rest of the call
+            speaks=False,
         )
         self._sessions = itertools.count(1)
 

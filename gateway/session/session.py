@@ -623,14 +623,28 @@ class CallSession:
         await asyncio.shield(self._begin_close("provider_unavailable", hang_up=True))
 
     async def _end_at_max_duration(self) -> None:
-        if self._config.goodbye_message and self._pipe.usable() is not None:
+        await self._say_then_end("max_duration", self._config.goodbye_message)
+
+    async def end_with_goodbye(self, reason: str, message: str) -> None:
+        """End the call from our side, politely: the agent says ``message`` first (bounded by
+        ``goodbye_timeout_s``; skipped when the provider is not connected or ``message`` is empty), then the
+        caller is hung up with ``reason``. Returns once the call has ENDED."""
+        if self._close_task is None and self._state in (CallState.ACTIVE, CallState.RESUMING):
+            await self._say_then_end(reason, message)
+        await self._ended.wait()
+
+    async def _say_then_end(self, reason: str, message: str) -> None:
+        if message and self._caps.speaks and self._pipe.usable() is not None:
             started = self._turns.responses_started
-            self._request_response(f"Say exactly this, then stop: {self._config.goodbye_message}")
+            self._request_response(f"Say exactly this, then stop: {message}")
             await self._tasks.wait_until(
-                lambda: self._turns.responses_started > started and self._turns.agent_quiet,
+                lambda: (
+                    (self._turns.responses_started > started and self._turns.agent_quiet)
+                    or self._close_task is not None
+                ),  # the caller hung up meanwhile
                 self._config.goodbye_timeout_s,
             )
-        await asyncio.shield(self._begin_close("max_duration", hang_up=True))
+        await asyncio.shield(self._begin_close(reason, hang_up=True))
 
     def _end_call(self, reason: str) -> None:
         """The session itself ends the call: hang up toward the caller, then tear down."""

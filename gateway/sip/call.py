@@ -71,6 +71,7 @@ class Call:
     cancel_wanted: bool = False
     cancel_sent: bool = False
     bye_pending: str | None = None  # reason of a hang_up() waiting for the ACK
+    bye_headers: tuple[tuple[str, str], ...] = ()  # extra headers of our BYE (e.g. an RFC 3326 Reason)
     refer_pending: bool = False
     refresh_in_flight: bool = False  # our outgoing re-INVITE/UPDATE is a session refresh
     end_reported: bool = False

@@ -149,13 +149,22 @@ class SipEndpoint:
 
     # --- any call --------------------------------------------------------------------------------
 
-    def hang_up(self, call: CallHandle, now: float, *, reason: str = "normal clearing") -> None:
+    def hang_up(
+        self,
+        call: CallHandle,
+        now: float,
+        *,
+        reason: str = "normal clearing",
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         """End the call in whatever state it is: 480 if unanswered, CANCEL if calling, else BYE.
 
-        Idempotent: an unknown or ended call is ignored. CallEnded(by="local") is emitted at once."""
+        ``headers`` go on the BYE (an RFC 3326 ``Reason``, say). Idempotent: an unknown or ended call is
+        ignored. CallEnded(by="local") is emitted at once."""
         c = self._core.calls.get(call)
         if c is None or c.end_reported:
             return
+        c.bye_headers = headers
         if c.state is CallState.OFFERED:
             self.reject(call, now, status=480, reason=reason)  # Temporarily Unavailable
             return

@@ -13,7 +13,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from .errors import RemoteProtocolError
-from .grammar import Params, format_params, get_param, has_param, is_token, parse_params, split_outside, with_param
+from .grammar import (
+    Params,
+    format_params,
+    get_param,
+    has_param,
+    is_token,
+    parse_params,
+    quote,
+    split_outside,
+    with_param,
+)
 from .uri import format_host, parse_host_port
 
 # §7.3.3 and the registries of RFC 3515 (r, b), RFC 3265 (o, u), RFC 4028 (x), RFC 3841 (a, j, d).
@@ -235,3 +245,10 @@ def parse_int_header(text: str, name: str) -> int:
     if not (value.isascii() and value.isdigit()) or len(value) > 10:
         raise RemoteProtocolError(f"bad {name} {text[:20]!r}")
     return int(value)
+
+
+def reason_value(text: str, *, protocol: str = "Q.850", cause: int = 16) -> str:
+    """An RFC 3326 Reason value, ``Q.850;cause=16;text="..."`` (cause 16: normal call clearing). The text is
+    made safe for a quoted string: control characters become spaces, and it is cut to 128 characters."""
+    clean = "".join(ch if ch.isprintable() else " " for ch in text)[:128]
+    return f"{protocol};cause={cause};text={quote(clean)}"

@@ -97,7 +97,7 @@ def send_in_dialog(
 
 def send_bye(core: Core, call: Call, now: float) -> None:
     if call.dialog is not None:
-        send_in_dialog(core, call, "BYE", now)
+        send_in_dialog(core, call, "BYE", now, headers=call.bye_headers)
 
 
 def send_cancel(core: Core, call: Call, now: float) -> None:

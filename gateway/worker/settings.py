@@ -81,6 +81,14 @@ class WorkerSettings(BaseSettings):
     # walks what outlived the young passes since the last: at 2 they are shorter and come more often, so one
     # fits in the slack of a loaded tick (ADR 0010, second addendum).
     gc_middle_after: int = Field(default=2, ge=1, le=1000)
+    # A drain with a deadline (SIGTERM, `gateway drain`, POST .../drain with deadline_s) lets live calls run this
+    # long, then ends those still up politely: the agent says drain_goodbye (where the provider speaks; bounded
+    # by the session's goodbye timeout) and the caller gets a BYE with an RFC 3326 Reason.
+    drain_deadline_s: float = Field(default=300.0, ge=0, le=86_400)
+    drain_goodbye: str = Field(
+        default="I'm sorry, this line has to close now for maintenance. Please call again in a moment. Goodbye.",
+        max_length=500,
+    )
 
     @field_validator("sip_transports", "codecs", "sip_allow", mode="before")
     @classmethod

@@ -57,6 +57,7 @@ from gateway.sip.events import (
     TransferFailed,
     TransferProgressed,
 )
+from gateway.sip.headers import reason_value
 from gateway.sip.sdp import (
     LocalMedia,
     NegotiatedMedia,
@@ -488,7 +489,10 @@ class SipCalls:
             leg.end_reason = reason
         if leg.sip is not None:
             with contextlib.suppress(Exception):
-                self._worker.endpoint.hang_up(leg.sip, self._worker.sip.now(), reason=reason)
+                # RFC 3326: the BYE says why we end the call, for the far end's logs.
+                self._worker.endpoint.hang_up(
+                    leg.sip, self._worker.sip.now(), reason=reason, headers=(("Reason", reason_value(reason)),)
+                )
             self._worker.sip.pump()
         self._begin_finish(leg, reason)
 
@@ -560,12 +564,7 @@ class SipCalls:
         self._worker.legs.pop(leg.id, None)
         if leg.sip is not None:
             self.by_handle.pop(leg.sip, None)
-        if (
-            self._worker.draining
-            and self._worker.exit_when_empty
-            and not any(lg.live for lg in self._worker.legs.values())
-        ):
-            self._worker.exited.set()
+        self._worker.drainer.check_empty()
 
     def release_media(self, leg: CallLeg) -> None:
         """The leg's media and RTP ports go back; its last figures are kept on the leg and counted."""

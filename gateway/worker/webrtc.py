@@ -82,6 +82,10 @@ class WebRtcWorker(Protocol):
         """Whether the worker's live calls (this one included) take more than its capacity."""
         ...
 
+    def call_ended(self) -> None:
+        """A call is gone (a draining worker may now exit)."""
+        ...
+
 
 class WebRtcSettings(BaseSettings):
     """``GATEWAY_WEBRTC_*``: limits, ICE servers and addresses of the worker's browser calls."""
@@ -457,6 +461,7 @@ class WebRtcCalls:
         if report:
             await self._report("call.ended", leg)
         self.legs.pop(leg.id, None)
+        self._worker.call_ended()
 
     async def aclose(self, reason: str = "shutdown") -> None:
         """End every browser call and wait (bounded) for them; then cancel what is left."""

@@ -60,6 +60,7 @@ from gateway.transport.clock import MediaClock
 from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
 from gateway.worker.counters import CounterExporter, live_call_figures
+from gateway.worker.drain import WorkerDrain
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls, TickRoute
@@ -160,6 +161,7 @@ class MediaWorker:
         self.draining = False
         self.exit_when_empty = False
         self.exited = asyncio.Event()
+        self.drainer = WorkerDrain(self)
         self._tick_no = 0
         # Walks of every call off the tick (snapshots, the counters' export) let the loop in this often.
         self.slice_s = SLICE_S
@@ -283,6 +285,18 @@ class MediaWorker:
             status="draining" if self.draining else "up",
             version=__version__,
         )
+
+    def heartbeat_soon(self) -> None:
+        """Tell the control plane now, not at the next beat (a drain that began here: readiness follows)."""
+        if self.link is not None and self._started and not self.closing:
+            self.spawn(self._heartbeat_once(), name=f"worker-{self.id}-heartbeat-now")
+
+    async def _heartbeat_once(self) -> None:
+        assert self.link is not None
+        try:
+            await self.link.heartbeat(self.info(), await self.snapshot())
+        except Exception as exc:
+            log.warning("heartbeat to the control plane failed: %s", exc)
 
     async def _heartbeat_loop(self) -> None:
         assert self.link is not None
@@ -467,12 +481,15 @@ class MediaWorker:
             return await self.webrtc.send_dtmf(call_id, digits)
         self.sip_calls.send_dtmf_leg(self._leg(call_id), digits)
 
-    async def drain(self, exit_when_empty: bool) -> None:
-        self.draining = True
-        self.endpoint.set_accepting_calls(False)
-        self.exit_when_empty = exit_when_empty
-        if exit_when_empty and not any(leg.live for leg in self.legs.values()):
-            self.exited.set()
+    async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
+        """Take no new calls; end those left ``deadline_s`` from now, politely (gateway/worker/drain.py)."""
+        self.drainer.begin(exit_when_empty=exit_when_empty, deadline_s=deadline_s)
+
+    def call_ended(self) -> None:
+        self.drainer.check_empty()
+
+    def live_calls(self) -> int:
+        return sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count
 
     async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
         """Place an outbound SIP call (see :meth:`SipCalls.originate`); returns the call id at once."""

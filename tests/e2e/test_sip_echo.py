@@ -145,7 +145,7 @@ async def test_pjsua_echo_with_rfc4733_dtmf(peer_procs: ProcessGroup, tmp_path: 
     assert [text.split("pressed ")[1][0] for text in pressed] == ["9", "8", "*"]
 
 
-async def test_sigterm_ends_active_calls_with_bye_and_exits_cleanly(
+async def test_sigint_ends_active_calls_with_bye_and_exits_cleanly(
     peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
 ) -> None:
     import os
@@ -157,7 +157,57 @@ async def test_sigterm_ends_active_calls_with_bye_and_exits_cleanly(
     async with phone:
         await phone.dial(gateway.sip_uri)
         await phone.wait_established(within=15)
-        os.kill(gateway.process.pid, signal.SIGTERM)
+        os.kill(gateway.process.pid, signal.SIGINT)  # Ctrl-C: no drain
         await phone.wait_closed(within=10)  # the gateway hung up: BYE, not a silent disappearance
         assert await gateway.process.wait(within=20) == 0
-    assert "ending calls and shutting down" in gateway.process.output
+    assert "SIGINT: ending calls and shutting down" in gateway.process.output
+
+
+async def test_sigterm_drains_the_live_call_until_the_deadline_then_ends_it_and_exits_0(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    import asyncio
+    import os
+    import signal
+
+    from tests.e2e.hostile_sip import SipProbe, options_ping
+
+    require_binary("baresip", package="baresip baresip-core")
+    deadline_s = 4.0
+    gateway = await start_gateway(peer_procs, env={"GATEWAY_DRAIN_DEADLINE_S": str(deadline_s)})
+    phone = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, codecs=("pcmu",), tail_silence=30)
+    probe = SipProbe("127.0.0.1")
+    target = ("127.0.0.1", gateway.sip_port)
+    try:
+        async with phone:
+            await phone.dial(gateway.sip_uri)
+            established = await phone.wait_established(within=15)
+            assert await asyncio.to_thread(options_ping, probe, target, 1, within=3) == 200
+            loop = asyncio.get_running_loop()
+            os.kill(gateway.process.pid, signal.SIGTERM)
+            signalled = loop.time()
+            # Draining (once the signal is handled): a balancer's probe hears 503, the plane is not ready, and
+            # the call goes on.
+            uids = iter(range(2, 1000))
+
+            async def refused() -> bool | None:
+                return await asyncio.to_thread(options_ping, probe, target, next(uids), within=3) == 503 or None
+
+            await poll(refused, within=5, what="OPTIONS answered 503")
+            async with gateway.client() as client:
+
+                async def not_ready() -> bool:
+                    return (await client.get("/readyz")).status_code == 503
+
+                await poll(not_ready, within=5, what="/readyz answering 503")
+                [live] = (await client.get("/v1/calls", params={"live": "true"})).json()["items"]
+            assert live["state"] == "active"
+            closed = await phone.wait_closed(within=deadline_s + 15)
+            assert loop.time() - signalled >= deadline_s - 0.5  # the call ran until the deadline
+            assert closed.at > established.at
+            assert await gateway.process.wait(within=20) == 0
+    finally:
+        probe.close()
+    output = gateway.process.output
+    assert "SIGTERM: draining, then shutting down" in output
+    assert "drain deadline reached, ending 1 calls with a goodbye" in output

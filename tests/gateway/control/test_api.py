@@ -175,10 +175,12 @@ async def test_originate_returns_201_with_location(env: Env) -> None:
 
 async def test_drain_tells_the_worker_and_readiness_follows(env: Env) -> None:
     assert (await env.client.get("/readyz")).status_code == 200
-    response = await env.client.post("/v1/workers/worker-a/drain", headers=AUTH, json={"exit_when_empty": True})
+    response = await env.client.post(
+        "/v1/workers/worker-a/drain", headers=AUTH, json={"exit_when_empty": True, "deadline_s": 45}
+    )
     assert response.status_code == 200
     assert response.json()["status"] == "draining" and response.json()["draining"] is True
-    assert env.worker.drains == [True]
+    assert env.worker.drains == [True] and env.worker.drain_deadlines == [45.0]
     ready = await env.client.get("/readyz")
     assert ready.status_code == 503 and ready.json() == {"ready": False, "workers_up": 0, "shutting_down": False}
     rejected = await env.worker.place_call("+15550199")

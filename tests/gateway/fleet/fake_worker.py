@@ -46,6 +46,7 @@ class FakeWorker:
         self.dtmf: list[tuple[str, str]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
         self.drains: list[bool] = []
+        self.drain_deadlines: list[float | None] = []
         self.hung_up = asyncio.Event()
 
     # ------------------------------------------------------------------------ WorkerCommands
@@ -90,10 +91,11 @@ class FakeWorker:
         await self._report("call.started", call)
         return call.id
 
-    async def drain(self, exit_when_empty: bool) -> None:
+    async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
         self.draining = True
         self.exit_when_empty = exit_when_empty
         self.drains.append(exit_when_empty)
+        self.drain_deadlines.append(deadline_s)
 
     async def snapshot(self) -> list[CallSnapshot]:
         return [call for call in self.calls.values() if call.state != "ended"]

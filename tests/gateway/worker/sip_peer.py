@@ -7,6 +7,7 @@ exposes the SIP events it saw through an asyncio queue, so tests wait for events
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 from collections.abc import Sequence
@@ -17,7 +18,9 @@ import numpy as np
 from gateway.media.rtp import build_rtp, parse_rtp
 from gateway.sip.config import SipConfig
 from gateway.sip.endpoint import SipEndpoint
+from gateway.sip.errors import RemoteProtocolError
 from gateway.sip.events import CallHandle, CallOffered, SipEvent
+from gateway.sip.message import SipRequest, parse_message
 from gateway.sip.sdp import LocalMedia, build_answer, build_offer, negotiate, parse_sdp
 from gateway.transport.sip_transport import SipTransport
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
@@ -51,6 +54,17 @@ class SipPeer:
             authenticator=authenticator,  # type: ignore[arg-type]
         )
         self.endpoint = SipEndpoint(config, rng=random.Random(7))
+        self.requests: list[SipRequest] = []  # every request the worker sent us, for checks of its headers
+        receive = self.endpoint.receive
+
+        def recording_receive(data: bytes, source: tuple[str, int], *, transport: str, now: float) -> None:
+            with contextlib.suppress(RemoteProtocolError):
+                message = parse_message(data)
+                if isinstance(message, SipRequest):
+                    self.requests.append(message)
+            receive(data, source, transport=transport, now=now)
+
+        self.endpoint.receive = recording_receive  # type: ignore[method-assign]
         self.events: asyncio.Queue[SipEvent] = asyncio.Queue()
         self.transport = SipTransport(
             self.endpoint, host="127.0.0.1", port=port, transports=("udp",), on_events=self._on_events

@@ -95,6 +95,7 @@ class Host:
     counters: CounterExporter = field(default_factory=lambda: CounterExporter("w-test"))
 
     full: bool = False
+    ended_calls: int = 0
 
     def model_for(self, provider: str) -> RealtimeModel:
         assert provider == "echo"
@@ -102,6 +103,9 @@ class Host:
 
     def over_capacity(self) -> bool:
         return self.full
+
+    def call_ended(self) -> None:
+        self.ended_calls += 1
 
 
 @pytest.fixture
