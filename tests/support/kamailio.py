@@ -90,6 +90,8 @@ class KamailioDispatcher:
         children: int = 2,
         fr_timer_ms: int = 2000,
         lifetime: float = 60.0,
+        algorithm: int | None = None,
+        rate_limit: tuple[int, int] | None = None,
     ) -> None:
         self.name = name
         self.config = Path(config)
@@ -102,6 +104,8 @@ class KamailioDispatcher:
         self.port = free_ports(1)[0]
         self.children = children
         self.fr_timer_ms = fr_timer_ms
+        self.algorithm = algorithm  # None: the config's default (10, call load)
+        self.rate_limit = rate_limit  # (requests, per seconds) from one source: WITH_RATELIMIT
         self.lifetime = lifetime
         self.process: ManagedProcess | None = None
         self._procs = procs
@@ -122,10 +126,18 @@ class KamailioDispatcher:
             "WORKERS": str(self.children),
             "FR_TIMER": str(self.fr_timer_ms),
         }
-        return [arg for key, value in defines.items() for arg in ("-A", f"{key}={value}")]
+        if self.algorithm is not None:
+            defines["DS_ALG"] = str(self.algorithm)
+        if self.rate_limit is not None:
+            requests, window = self.rate_limit
+            defines.update(RATELIMIT_REQS=str(requests), RATELIMIT_WINDOW=str(window))
+        args = [arg for key, value in defines.items() for arg in ("-A", f"{key}={value}")]
+        return [*args, "-A", "WITH_RATELIMIT"] if self.rate_limit is not None else args
 
     def _write_list(self) -> None:
-        self.list_file.write_text("".join(f"1 {uri}\n" for uri in self.workers))
+        # duid names each worker for call-load distribution (see deploy/kamailio/dispatcher.list).
+        lines = (f"1 {uri} 0 0 duid=w{index};maxload=0\n" for index, uri in enumerate(self.workers))
+        self.list_file.write_text("".join(lines))
 
     def check_config(self) -> str:
         """Run `kamailio -c` on the config with this instance's defines; its output, or KamailioConfigError."""

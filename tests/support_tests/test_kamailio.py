@@ -128,7 +128,7 @@ async def test_failure_route_moves_an_invite_from_a_503_worker_to_the_next(
         )
         async with callee:
             workers = [f"sip:127.0.0.1:{reject_port}", f"sip:127.0.0.1:{callee.sip_port}"]
-            async with KamailioDispatcher(peer_procs, tmp_path, workers=workers) as lb:
+            async with KamailioDispatcher(peer_procs, tmp_path, workers=workers, algorithm=4) as lb:
                 for worker in workers:
                     await lb.wait_target(worker, active=True, within=10)
                 caller = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="caller")
@@ -144,3 +144,121 @@ async def test_failure_route_moves_an_invite_from_a_503_worker_to_the_next(
                 await lb.process.wait_for_output(r"failed \(503\) for INVITE: marking it down", within=5)
     finally:
         transport.close()
+
+
+async def test_call_load_distribution_sends_a_new_call_to_the_worker_with_fewer_calls(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    """The shipped default (algorithm 10): with a long call on one worker, every short call that follows goes
+    to the other; round robin would send the second of them back to the busy worker."""
+    require_binary("baresip", package="baresip baresip-core")
+    workers = [
+        BaresipPhone(
+            peer_procs,
+            tmp_path,
+            source_wav=speech_8k,
+            name=f"worker{i}",
+            user="agent",
+            auto_answer=True,
+            tail_silence=20,
+        )
+        for i in (1, 2)
+    ]
+    long_caller = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="long", user="long", tail_silence=14)
+    short_caller = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="short", user="short")
+    phones = (*workers, long_caller, short_caller)
+    await asyncio.gather(*(phone.start() for phone in phones))
+    try:
+        uris = [f"sip:127.0.0.1:{worker.sip_port}" for worker in workers]
+        async with KamailioDispatcher(peer_procs, tmp_path, workers=uris) as lb:
+            for uri in uris:
+                await lb.wait_target(uri, active=True, within=10)
+            assert lb.process is not None
+            await long_caller.dial(lb.sip_uri("agent"))
+            await long_caller.wait_established(within=10)
+            busy = await _routed(lb, "long")
+            for attempt in (1, 2):
+                await short_caller.dial(lb.sip_uri("agent"))
+                await short_caller.wait_established(within=10, nth=attempt)
+                assert await _routed(lb, "short", nth=attempt) != busy
+                await short_caller.wait_closed(within=15, nth=attempt)
+            assert not [e for e in long_caller.events if e.type == "CALL_CLOSED"]  # still up all along
+    finally:
+        await asyncio.gather(*(phone.aclose() for phone in phones))
+
+
+async def _routed(lb: KamailioDispatcher, user: str, *, nth: int = 1) -> str:
+    """The worker Kamailio sent the nth INVITE from ``user`` to (its `INVITE ... -> worker <uri>` log line)."""
+    import re
+
+    assert lb.process is not None
+    pattern = re.compile(rf"INVITE sip:agent@\S+ -> worker (\S+) \(from {user}\)")
+    for _ in range(50):
+        found = pattern.findall(lb.process.output)
+        if len(found) >= nth:
+            return str(found[nth - 1])
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no INVITE from {user} routed (nth {nth}):\n{lb.process.output[-2000:]}")
+
+
+async def test_the_optional_rate_limit_blocks_a_flooding_source_and_not_the_others(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    import socket
+
+    async with KamailioDispatcher(
+        peer_procs, tmp_path, workers=[f"sip:127.0.0.1:{free_ports(1)[0]}"], rate_limit=(20, 2)
+    ) as lb:
+        flooder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        calm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        flooder.bind(("127.0.0.1", 0))
+        calm.bind(("127.0.0.2", 0))  # pike limits by source address
+        try:
+            for i in range(200):
+                flooder.sendto(_options_to_kamailio(lb.port, flooder, f"flood{i}"), ("127.0.0.1", lb.port))
+            answered = await asyncio.to_thread(_count_answers, flooder, within=1.5)
+            assert 0 < answered <= 60, answered  # about the first 20 per 2 s window, then blocked
+            calm.sendto(_options_to_kamailio(lb.port, calm, "calm1"), ("127.0.0.1", lb.port))
+            assert await asyncio.to_thread(_count_answers, calm, within=3, stop_after=1) == 1
+        finally:
+            flooder.close()
+            calm.close()
+        assert lb.process is not None
+        await lb.process.wait_for_output(r"rate limit: dropping OPTIONS from 127\.0\.0\.1", within=5)
+
+
+def _options_to_kamailio(port: int, sock: object, tag: str) -> bytes:
+    import socket
+
+    assert isinstance(sock, socket.socket)
+    ip, sport = sock.getsockname()
+    return (
+        f"OPTIONS sip:127.0.0.1:{port} SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP {ip}:{sport};branch=z9hG4bK{tag};rport\r\n"
+        "Max-Forwards: 70\r\n"
+        f"From: <sip:probe@{ip}>;tag={tag}\r\n"
+        f"To: <sip:127.0.0.1:{port}>\r\n"
+        f"Call-ID: {tag}@{ip}\r\n"
+        "CSeq: 1 OPTIONS\r\n"
+        "Content-Length: 0\r\n\r\n"
+    ).encode()
+
+
+def _count_answers(sock: object, *, within: float, stop_after: int | None = None) -> int:
+    import socket
+    import time
+
+    assert isinstance(sock, socket.socket)
+    deadline = time.monotonic() + within
+    count = 0
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            break
+        if data.startswith(b"SIP/2.0 200"):
+            count += 1
+            if stop_after is not None and count >= stop_after:
+                break
+    return count
