@@ -1,16 +1,23 @@
 """A split deployment as users run it: Kamailio dispatching SIP to two ``gateway worker`` processes, which
 register with two ``gateway control`` processes sharing one redis-server.
 
-Proven here with real processes and real phones: both workers register and take calls through the
-balancer and echo them; a drained worker refuses new calls (503, so Kamailio's failure_route offers them to
-the other worker) while its call in progress goes on to the end; a killed worker is marked lost and its
-calls are reported ended with ``worker_lost``; and whatever one control-plane process learnt (calls, workers,
-events with their ids) is served identically by the other.
+Proven here with real processes and real phones (baresip and pjsua2), in one story:
+1. both workers register and take calls through the balancer and echo them; either control-plane process
+   lists every call;
+2. a control-plane process restarted mid-call loses nothing: the same workers, calls (the one in progress
+   too, whose end it then reports) and event history, with the same event ids;
+3. a worker killed mid-call (SIGKILL) is marked lost and its call reported ended with ``worker_lost``; the
+   next call succeeds on the other worker;
+4. the killed worker, started again under its id, is back in rotation;
+5. a worker drained with ``gateway drain --wait`` (the preStop hook) refuses new calls (OPTIONS and INVITE
+   503, so Kamailio sends them to the other worker) while its call in progress goes on to the end, after
+   which the command returns 0; SIGTERM then stops it with status 0 and it is reported gone, not lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -22,15 +29,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.ops_support import EventStream, SseEvent, metric_value, poll
-from tests.support.audio import align_and_correlate, read_wav
+from tests.e2e.ops_support import EventStream, SseEvent, poll
+from tests.support.audio import align_and_correlate, read_wav, with_silence, write_wav
 from tests.support.baresip import BaresipPhone
 from tests.support.kamailio import KamailioDispatcher
-from tests.support.peers import require_binary
+from tests.support.peers import require_binary, require_module
+from tests.support.pjsua import PjsuaPhone
 from tests.support.procs import ManagedProcess, ProcessGroup, free_ports
 from tests.support.redis import RedisServer
 
-pytestmark = [pytest.mark.peer, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(300)]
 
 TOKEN = "cluster-token-0123456789"
 CONFIG = """
@@ -79,16 +87,25 @@ def _env(**extra: str) -> dict[str, str]:
     return {"GATEWAY_API_TOKEN": TOKEN, "GATEWAY_PROVIDER": "echo", "PYTHONUNBUFFERED": "1", **extra}
 
 
-async def start_control(procs: ProcessGroup, name: str, *, config: Path, redis_url: str) -> Plane:
-    port = free_ports(1)[0]
+async def start_control(
+    procs: ProcessGroup, name: str, *, config: Path, redis_url: str, port: int | None = None
+) -> Plane:
+    port = port or free_ports(1)[0]
     env = _env(GATEWAY_HTTP_PORT=str(port), GATEWAY_CONFIG=str(config), GATEWAY_REDIS_URL=redis_url)
-    process = await procs.start(name, [sys.executable, "-m", "gateway", "control"], env=env, lifetime=150)
+    process = await procs.start(name, [sys.executable, "-m", "gateway", "control"], env=env, lifetime=280)
     await process.wait_for_port(port, within=30)
     return Plane(process=process, port=port)
 
 
-async def start_worker(procs: ProcessGroup, worker_id: str, *, control: Plane) -> Worker:
-    sip_port, api_port = free_ports(2)
+async def start_worker(
+    procs: ProcessGroup,
+    worker_id: str,
+    *,
+    control: Plane,
+    ports: tuple[int, int] | None = None,
+    name: str | None = None,
+) -> Worker:
+    sip_port, api_port = ports or free_ports(2)
     rtp_low = 34000 + (next(_RTP_BLOCKS) % 20) * 100  # above the harness's peer ports, below the ephemeral ones
     argv = [
         sys.executable,
@@ -106,7 +123,7 @@ async def start_worker(procs: ProcessGroup, worker_id: str, *, control: Plane) -
         "--rtp-ports",
         f"{rtp_low}-{rtp_low + 99}",
     ]
-    process = await procs.start(worker_id, argv, env=_env(), lifetime=150)
+    process = await procs.start(name or worker_id, argv, env=_env(), lifetime=280)
     await process.wait_for_output(rf"worker {worker_id}: SIP on 127\.0\.0\.1:{sip_port}", within=30)
     await process.wait_for_port(api_port, within=10)
     return Worker(process=process, id=worker_id, sip_port=sip_port, api_port=api_port)
@@ -130,134 +147,201 @@ def _heard_own_speech(phone: BaresipPhone, speech: Path, nth: int = 0) -> float:
     return correlation
 
 
-async def test_kamailio_two_workers_two_control_planes_drain_and_loss(
+async def test_two_workers_behind_kamailio_with_two_control_planes(
     peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
 ) -> None:
     for binary, package in (("baresip", "baresip baresip-core"), ("kamailio", None), ("kamcmd", "kamailio")):
         require_binary(binary, package=package)
     require_binary("redis-server", package="redis-server")
+    require_module("pjsua2", package="pjsua2-python")
     config = tmp_path / "gateway.toml"
     config.write_text(CONFIG)
 
-    redis = await RedisServer(peer_procs, tmp_path, lifetime=150).start()
+    redis = await RedisServer(peer_procs, tmp_path, lifetime=280).start()
     plane_a, plane_b = await asyncio.gather(
         start_control(peer_procs, "control-a", config=config, redis_url=redis.url),
         start_control(peer_procs, "control-b", config=config, redis_url=redis.url),
     )
-    async with (
-        plane_a.client() as api_a,
-        plane_b.client() as api_b,
-        EventStream(plane_a.url, TOKEN, last_event_id=0, name="sse-a") as events_a,
-        EventStream(plane_b.url, TOKEN, last_event_id=0, name="sse-b") as events_b,
-    ):
+    async with contextlib.AsyncExitStack() as stack:
+        api_a = await stack.enter_async_context(plane_a.client())
+        api_b = await stack.enter_async_context(plane_b.client())
+        events_a = await stack.enter_async_context(EventStream(plane_a.url, TOKEN, last_event_id=0, name="sse-a"))
+        events_b = EventStream(plane_b.url, TOKEN, last_event_id=0, name="sse-b")
+        await events_b.__aenter__()
         # Each worker registers with its own control-plane process; both planes see both workers.
         worker_a, worker_b = await asyncio.gather(
             start_worker(peer_procs, "w-a", control=plane_a), start_worker(peer_procs, "w-b", control=plane_b)
         )
         workers = {worker_a.id: worker_a, worker_b.id: worker_b}
         for api in (api_a, api_b):
+            assert await _worker_states(api) == {("w-a", "up"), ("w-b", "up")}
             listed = (await api.get("/v1/workers")).json()["items"]
-            assert {(w["id"], w["status"], w["url"]) for w in listed} == {
-                ("w-a", "up", f"http://127.0.0.1:{worker_a.api_port}"),
-                ("w-b", "up", f"http://127.0.0.1:{worker_b.api_port}"),
+            assert {w["id"]: w["url"] for w in listed} == {
+                "w-a": f"http://127.0.0.1:{worker_a.api_port}",
+                "w-b": f"http://127.0.0.1:{worker_b.api_port}",
             }
         assert (await api_b.get("/readyz")).json()["workers_up"] == 2
 
-        lb = KamailioDispatcher(peer_procs, tmp_path, workers=[worker_a.sip_target, worker_b.sip_target], lifetime=150)
+        lb = KamailioDispatcher(peer_procs, tmp_path, workers=[w.sip_target for w in workers.values()], lifetime=280)
         await lb.start()
         for worker in workers.values():
             await lb.wait_target(worker.sip_target, active=True, within=10)  # our OPTIONS answers count
 
-        # 1. Two callers through the balancer land on the two workers and hear themselves.
+        speech = read_wav(speech_8k)
+        pj_wav = write_wav(tmp_path / "pj_speech.wav", with_silence(speech, tail=1.5).samples, speech.rate)
         brief = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="brief", user="brief", tail_silence=1.5)
-        held = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="held", user="held", tail_silence=11)
-        late = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="late", user="late", tail_silence=16)
-        phones = (brief, held, late)
+        held = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="held", user="held", tail_silence=40)
+        long = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, name="long", user="long", tail_silence=10)
+        phones = (brief, held, long)
         await asyncio.gather(*(phone.start() for phone in phones))
-        try:
-            await brief.dial(lb.sip_uri("agent"))
-            await held.dial(lb.sip_uri("agent"))
-            await brief.wait_established(within=10)
-            await held.wait_established(within=10)
+        stack.push_async_callback(lambda: asyncio.gather(*(phone.aclose() for phone in phones)))
+
+        # 1. A baresip and a pjsua2 caller through the balancer land one on each worker and hear themselves.
+        await brief.dial(lb.sip_uri("agent"))
+        await brief.wait_established(within=10)
+        await poll(lambda: _live_calls(api_b, 1), within=10, what="the first call")
+        pj = PjsuaPhone(
+            peer_procs, tmp_path, mode="caller", uri=lb.sip_uri("agent"), user="pj", play=pj_wav, hangup_on_eof=True
+        )
+        async with pj:
+            await pj.wait_state("CONFIRMED", within=15)
             first = _by_caller(await poll(lambda: _live_calls(api_b, 2), within=10, what="two live calls"))
-            assert {first["brief"]["worker"], first["held"]["worker"]} == {"w-a", "w-b"}, first
-            drained = workers[first["held"]["worker"]]
-            other = workers[first["brief"]["worker"]]
-            held_call = first["held"]["id"]
-            # The call is served identically by both control-plane processes (shared Redis state).
-            via_a = (await api_a.get(f"/v1/calls/{held_call}")).json()
-            assert via_a["worker"] == drained.id and via_a["state"] == "active" and via_a["route"] == "agents"
-            await brief.wait_closed(within=15)
-            assert _heard_own_speech(brief, speech_8k) >= 0.9
+            assert {first["brief"]["worker"], first["pj"]["worker"]} == {"w-a", "w-b"}, first
+            for api in (api_a, api_b):  # either plane lists every call of the fleet
+                assert set(_by_caller(await _live_calls(api, 2) or [])) == {"brief", "pj"}
+            assert await pj.wait_done(within=30) == 0
+        await brief.wait_closed(within=15)
+        assert _heard_own_speech(brief, speech_8k) >= 0.9
+        assert _correlation(speech, read_wav(pj.recording)) >= 0.9
 
-            # 2. Drain the held call's worker (through the plane it did not register with).
-            response = await api_a.post(f"/v1/workers/{drained.id}/drain", json={"exit_when_empty": False})
-            assert response.status_code == 200, response.text
-            assert response.json()["status"] == "draining"
-            assert (await api_b.get("/readyz")).json()["workers_up"] == 1
-            await events_b.wait_for(
-                lambda e: e.type == "worker.draining" and e.subject["id"] == drained.id, within=5, what="draining"
-            )
-            # Two new calls: round robin offers one of them to the draining worker, which answers 503;
-            # the failure route moves it to the other worker. Both land there.
-            await brief.dial(lb.sip_uri("agent"))
-            await late.dial(lb.sip_uri("agent"))
-            await brief.wait_established(within=10, nth=2)
-            await late.wait_established(within=10)
-            moved = _by_caller(
-                await poll(lambda: _live_calls(api_a, 2, worker=other.id), within=10, what="two calls on the other")
-            )
-            assert set(moved) == {"brief", "late"}
-            assert lb.process is not None
-            await lb.process.wait_for_output(
-                rf"worker {drained.sip_target} failed \(503\) for INVITE: marking it down", within=5
-            )
-            # The refused attempt is no call of the fleet (it was never admitted): only the held call is there.
-            still = (await api_b.get("/v1/calls", params={"worker": drained.id})).json()["items"]
-            assert [(call["id"], call["state"]) for call in still] == [(held_call, "active")]
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{drained.api_port}", timeout=5) as direct:
-                assert (await direct.get("/metrics")).status_code == 401
-                metrics = (await direct.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})).text
-            labels = {"worker": drained.id, "end_reason": "rejected_draining"}
-            assert metric_value(metrics, "gateway_calls_total", labels) == 1.0
-            assert metric_value(metrics, "gateway_active_calls", {"worker": drained.id}) == 1.0
-
-            # 3. Kill the other worker outright: it is marked lost and its calls end with worker_lost.
-            os.kill(other.process.pid, signal.SIGKILL)
-            lost = await events_b.wait_for(
-                lambda e: e.type == "worker.lost" and e.subject["id"] == other.id, within=10, what="worker.lost"
-            )
-            for call in moved.values():
-                ended = await events_b.wait_for(
-                    _ended(call["id"]), within=5, what=f"call.ended of {call['from']} on the lost worker"
-                )
-                assert ended.subject["end_reason"] == "worker_lost"
-                assert ended.id is not None and lost.id is not None and ended.id > lost.id
-            gone = (await api_a.get(f"/v1/workers/{other.id}")).json()
-            assert gone["status"] == "lost"
-            assert (await api_a.get("/v1/calls", params={"worker": other.id, "live": "true"})).json()["items"] == []
-
-            # 4. The drained worker's call went on to its end; the caller heard itself all along.
-            await held.wait_closed(within=25)
-            held_end = await events_a.wait_for(_ended(held_call), within=5, what="call.ended of the held call")
-            assert held_end.subject["end_reason"] == "caller_hangup" and held_end.subject["worker"] == drained.id
-            assert _heard_own_speech(held, speech_8k) >= 0.9
-            assert (await api_b.get(f"/v1/workers/{drained.id}")).json()["status"] == "draining"
-
-            # 5. An orderly stop (SIGTERM) exits 0 and is reported as gone, not lost.
-            assert await drained.process.terminate(grace=10) == 0
-            await events_a.wait_for(
-                lambda e: e.type == "worker.gone" and e.subject["id"] == drained.id, within=5, what="worker.gone"
-            )
-            assert (await api_a.get(f"/v1/workers/{drained.id}")).json()["status"] == "gone"
-            assert (await api_a.get("/readyz")).status_code == 503
-        finally:
-            await asyncio.gather(*(phone.aclose() for phone in phones))
-
-        # Both planes streamed the same events under the same ids (one ring in Redis).
+        # 2. A call is up when control-b restarts: nothing it served is lost.
+        await held.dial(lb.sip_uri("agent"))
+        await held.wait_established(within=10)
+        [held_call] = await poll(lambda: _live_calls(api_a, 1), within=10, what="the held call")
+        before = await _plane_view(api_b)
+        await events_b.aclose()
+        assert await plane_b.process.terminate(grace=15) == 0
+        plane_b = await start_control(peer_procs, "control-b2", config=config, redis_url=redis.url, port=plane_b.port)
+        api_b = await stack.enter_async_context(plane_b.client())
+        # w-b heartbeats to the new process (its link retries); the view is the one served before the restart.
+        await poll(lambda: _same_view(api_b, before), within=10, what="the restarted plane's view")
+        events_b = await stack.enter_async_context(EventStream(plane_b.url, TOKEN, last_event_id=0, name="sse-b2"))
+        await events_b.wait_for(lambda e: e.call_id == held_call["id"], within=5, what="the held call's events")
         common = min(len(events_a.events), len(events_b.events))
         assert common > 10
         assert [(e.id, e.type) for e in events_a.events[:common]] == [(e.id, e.type) for e in events_b.events[:common]]
+
+        # 3. Kill the held call's worker outright: lost, its call ends with worker_lost; the next call succeeds
+        # on the other worker.
+        killed = workers[held_call["worker"]]
+        survivor = next(w for w in workers.values() if w is not killed)
+        os.kill(killed.process.pid, signal.SIGKILL)
+        lost = await events_b.wait_for(
+            lambda e: e.type == "worker.lost" and e.subject["id"] == killed.id, within=10, what="worker.lost"
+        )
+        ended = await events_b.wait_for(_ended(held_call["id"]), within=5, what="call.ended of the held call")
+        assert ended.subject["end_reason"] == "worker_lost"
+        assert ended.id is not None and lost.id is not None and ended.id > lost.id
+        assert (await api_a.get(f"/v1/workers/{killed.id}")).json()["status"] == "lost"
+        assert (await api_a.get("/v1/calls", params={"worker": killed.id, "live": "true"})).json()["items"] == []
+        await lb.wait_target(killed.sip_target, active=False, within=10)
+        await brief.dial(lb.sip_uri("agent"))
+        await brief.wait_established(within=15, nth=2)
+        [after_kill] = await poll(lambda: _live_calls(api_b, 1), within=10, what="the call after the kill")
+        assert after_kill["worker"] == survivor.id
+        await brief.wait_closed(within=15, nth=2)
+        assert _heard_own_speech(brief, speech_8k, nth=1) >= 0.9
+
+        # 4. The killed worker, started again under its id and ports, registers and is back in rotation.
+        workers[killed.id] = restarted = await start_worker(
+            peer_procs,
+            killed.id,
+            control=plane_a,
+            ports=(killed.sip_port, killed.api_port),
+            name=f"{killed.id}-again",
+        )
+        await poll(lambda: _worker_state(api_b, restarted.id, "up"), within=10, what="the restarted worker up")
+        await lb.wait_target(restarted.sip_target, active=True, within=10)
+
+        # 5. Drain the worker carrying a live call with `gateway drain --wait`: new calls go to the other worker,
+        # the live call goes on to its end, and then the command returns 0.
+        await long.dial(lb.sip_uri("agent"))
+        await long.wait_established(within=10)
+        [long_call] = await poll(lambda: _live_calls(api_a, 1), within=10, what="the long call")
+        drained = workers[long_call["worker"]]
+        other = next(w for w in workers.values() if w is not drained)
+        drain = await peer_procs.start(
+            "gateway-drain",
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "drain",
+                "--api",
+                f"http://127.0.0.1:{drained.api_port}",
+                "--no-deadline",
+                "--wait",
+            ],
+            env=_env(),
+            lifetime=60,
+        )
+        await drain.wait_for_output(r"gateway drain: 1 call\(s\) still up", within=10)
+        await events_a.wait_for(
+            lambda e: e.type == "worker.draining" and e.subject["id"] == drained.id, within=5, what="draining"
+        )
+        await lb.wait_target(drained.sip_target, active=False, within=10)  # its OPTIONS answers are 503 now
+        await brief.dial(lb.sip_uri("agent"))
+        await brief.wait_established(within=10, nth=3)
+        moved = await poll(lambda: _live_calls(api_b, 1, worker=other.id), within=10, what="a call on the other")
+        assert _by_caller(moved).keys() == {"brief"}
+        assert (await api_b.get(f"/v1/calls/{long_call['id']}")).json()["state"] == "active"
+        assert drain.running  # it waits for the long call
+        await brief.wait_closed(within=15, nth=3)
+        assert _heard_own_speech(brief, speech_8k, nth=2) >= 0.9
+        await long.wait_closed(within=30)
+        long_end = await events_a.wait_for(_ended(long_call["id"]), within=5, what="call.ended of the long call")
+        assert long_end.subject["end_reason"] == "caller_hangup" and long_end.subject["worker"] == drained.id
+        assert _heard_own_speech(long, speech_8k) >= 0.9
+        assert await drain.wait(within=10) == 0
+        assert "gateway drain: no call left" in drain.output
+        assert (await api_b.get(f"/v1/workers/{drained.id}")).json()["status"] == "draining"
+
+        # An orderly stop (SIGTERM) of the empty drained worker exits 0 and is reported as gone, not lost.
+        assert await drained.process.terminate(grace=10) == 0
+        await events_a.wait_for(
+            lambda e: e.type == "worker.gone" and e.subject["id"] == drained.id, within=5, what="worker.gone"
+        )
+        assert (await api_a.get(f"/v1/workers/{drained.id}")).json()["status"] == "gone"
+        assert (await api_a.get("/readyz")).json()["workers_up"] == 1
+
+
+async def _worker_states(api: httpx.AsyncClient) -> set[tuple[str, str]]:
+    return {(w["id"], w["status"]) for w in (await api.get("/v1/workers")).json()["items"]}
+
+
+async def _worker_state(api: httpx.AsyncClient, worker_id: str, status: str) -> bool:
+    return (worker_id, status) in await _worker_states(api)
+
+
+async def _plane_view(api: httpx.AsyncClient) -> dict[str, Any]:
+    """What a user sees of the fleet: workers and their states, and every call with its state and worker."""
+    calls = (await api.get("/v1/calls", params={"limit": 100})).json()["items"]
+    return {
+        "workers": await _worker_states(api),
+        "calls": {(c["id"], c["from"], c["state"], c["worker"], c.get("end_reason")) for c in calls},
+    }
+
+
+async def _same_view(api: httpx.AsyncClient, before: dict[str, Any]) -> bool:
+    try:
+        return await _plane_view(api) == before
+    except httpx.HTTPError:
+        return False
+
+
+def _correlation(sent: Any, heard: Any) -> float:
+    correlation, _ = align_and_correlate(sent.samples, heard.samples, sent.rate, max_slip_seconds=0.15)
+    return correlation
 
 
 def _ended(call_id: str) -> Any:
