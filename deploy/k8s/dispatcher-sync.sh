@@ -38,6 +38,15 @@ write_if_changed() {
 	return 0
 }
 
+# kamcmd exits 0 even when the RPC fails (Kamailio refuses a reload within 5 s of the last one, ds_reload_delta,
+# with "error: 500 - Ongoing reload"): what it prints tells.
+reload() {
+	out="$(kamcmd -s "$CTL" dispatcher.reload 2>&1)"
+	status=$?
+	echo "dispatcher-sync: kamcmd dispatcher.reload: $out"
+	[ "$status" -eq 0 ] && [ "${out#error}" = "$out" ]
+}
+
 case "${1:-watch}" in
 once)
 	until [ -s "$LIST" ] || write_if_changed; do
@@ -53,10 +62,10 @@ watch)
 			pending=1
 		fi
 		if [ "$pending" = 1 ]; then
-			if kamcmd -s "$CTL" dispatcher.reload; then
+			if reload; then
 				pending=0
 			else
-				echo "dispatcher-sync: kamcmd dispatcher.reload failed; trying again" >&2
+				echo "dispatcher-sync: the reload failed; trying again" >&2
 			fi
 		fi
 		sleep "$INTERVAL"
