@@ -14,6 +14,7 @@ declare -A PKG=(
   [ip]="iproute2"
   [unshare]="util-linux"
   [gcc]="gcc libc6-dev"
+  [docker-compose]="docker-compose"
 )
 
 missing=()
