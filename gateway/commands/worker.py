@@ -19,7 +19,12 @@ from gateway.commands import worker_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--control", required=True, help="control plane base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "--control",
+        required=True,
+        help="control plane base URL, e.g. http://127.0.0.1:8080; several, comma-separated, for replicas sharing"
+        " Redis (the worker fails over between them)",
+    )
     parser.add_argument("--api-host", default="127.0.0.1", help="bind address of the worker's internal API")
     parser.add_argument("--api-port", type=int, default=8081, help="port of the worker's internal API")
     parser.add_argument("--api-url", help="URL the control plane uses to reach this worker (default from host/port)")
@@ -42,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     from gateway.fleet.auth import bearer_token, token_matches
     from gateway.fleet.http import HttpControlLink
     from gateway.fleet.json_errors import error_response, install_json_errors
-    from gateway.fleet.worker_api import worker_api
+    from gateway.fleet.worker_api import worker_api, worker_health
     from gateway.observability import REGISTRY, exposition
     from gateway.providers.errors import ProviderError
     from gateway.worker.worker import MediaWorker
@@ -76,6 +81,7 @@ def main(args: argparse.Namespace) -> int:
     app = FastAPI(title=f"gateway worker {settings.worker_id}", docs_url=None, redoc_url=None, lifespan=lifespan)
     install_json_errors(app)
     app.include_router(worker_api(worker, token))
+    app.include_router(worker_health(worker.readiness))
 
     async def metrics(request: Request) -> Response:
         # A plain Starlette route: FastAPI would resolve the (string) annotations of a dependency here,

@@ -45,6 +45,25 @@ async def _run(action: Callable[[], Awaitable[Any]]) -> Any:
         return error_response(502, "command_failed", str(exc))
 
 
+def worker_health(readiness: Callable[[], dict[str, Any]]) -> APIRouter:
+    """``/healthz`` and ``/readyz`` for probes (no token: they say nothing a caller could use).
+
+    ``/healthz``: 200 while the worker's loop answers. ``/readyz``: ``readiness()`` as JSON, 200 when its
+    ``ready`` is true, else 503 (draining, closing, or its control plane unreachable)."""
+    router = APIRouter(tags=["worker-health"])
+
+    @router.get("/healthz")
+    async def healthz() -> Any:
+        return {"ok": True}
+
+    @router.get("/readyz")
+    async def readyz() -> Any:
+        state = readiness()
+        return JSONResponse(state, status_code=200 if state.get("ready") else 503)
+
+    return router
+
+
 def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
     """A router serving ``commands`` (with bearer-token auth when ``token`` is set)."""
 

@@ -162,6 +162,7 @@ class MediaWorker:
         self.exit_when_empty = False
         self.exited = asyncio.Event()
         self.drainer = WorkerDrain(self)
+        self._control_ok_at: float | None = None  # monotonic time of the last registration or heartbeat answered
         self._tick_no = 0
         # Walks of every call off the tick (snapshots, the counters' export) let the loop in this often.
         self.slice_s = SLICE_S
@@ -215,6 +216,8 @@ class MediaWorker:
                 await self.link.register(self.info())
             except Exception as exc:  # a control plane that starts later takes the worker in at its first heartbeat
                 log.warning("cannot register with the control plane yet (%s); heartbeats will keep trying", exc)
+            else:
+                self._control_ok_at = time.monotonic()
             self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name=f"worker-{self.id}-heartbeat")
         log.info(
             "worker %s: SIP on %s:%d (%s), RTP %s, capacity %d, %s",
@@ -295,17 +298,31 @@ class MediaWorker:
         assert self.link is not None
         try:
             await self.link.heartbeat(self.info(), await self.snapshot())
-        except Exception as exc:
+        except Exception as exc:  # the control plane may be restarting: keep carrying calls
             log.warning("heartbeat to the control plane failed: %s", exc)
+        else:
+            self._control_ok_at = time.monotonic()
 
     async def _heartbeat_loop(self) -> None:
-        assert self.link is not None
         while True:
             await asyncio.sleep(self._heartbeat_s)
-            try:
-                await self.link.heartbeat(self.info(), await self.snapshot())
-            except Exception as exc:  # the control plane may be restarting: keep carrying calls
-                log.warning("heartbeat to the control plane failed: %s", exc)
+            await self._heartbeat_once()
+
+    def readiness(self) -> dict[str, Any]:
+        """What the worker's ``/readyz`` answers: ready while it takes calls (not draining or closing) and its
+        control plane answered a heartbeat within three intervals (without it no call is admitted)."""
+        if self.link is None:
+            reachable = True
+        else:
+            ok_at = self._control_ok_at
+            reachable = ok_at is not None and time.monotonic() - ok_at <= 3 * self._heartbeat_s + 1.0
+        ready = self._started and not self.draining and not self.closing and reachable
+        return {
+            "ready": ready,
+            "draining": self.draining,
+            "control_reachable": reachable,
+            "live_calls": self.live_calls(),
+        }
 
     async def _counters_loop(self) -> None:
         while True:

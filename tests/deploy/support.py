@@ -28,16 +28,14 @@ SECRET_TEMPLATE = K8S / "secret.example.yaml"
 # that the code already reads does no harm.
 PENDING_SETTINGS = frozenset(
     {
-        "GATEWAY_DRAIN_DEADLINE_S",
-        "GATEWAY_DRAIN_GOODBYE",
         "GATEWAY_SIP_TLS_CERT",
         "GATEWAY_SIP_TLS_KEY",
         "GATEWAY_SRTP",
         "GATEWAY_TRUNK_REGISTER",
     }
 )
-# Subcommands being added the same way: `gateway drain --wait [--api URL]` (the workers' preStop hook).
-PENDING_COMMANDS = frozenset({"drain"})
+# Subcommands being added the same way (none at the moment).
+PENDING_COMMANDS: frozenset[str] = frozenset()
 
 # Modules whose import defines every settings class of the gateway (pydantic BaseSettings subclasses).
 SETTINGS_MODULES = (
@@ -203,8 +201,10 @@ def control_app() -> Any:
 
 
 def worker_paths() -> frozenset[str]:
-    """Paths the worker's API serves: its command router, and /metrics, which `gateway worker` adds beside it."""
-    from gateway.fleet.worker_api import worker_api
+    """Paths the worker's API serves: its command router, its open health paths, and /metrics, which `gateway
+    worker` adds beside them."""
+    from gateway.fleet.worker_api import worker_api, worker_health
 
     router = worker_api(commands=object(), token="x" * 24)  # type: ignore[arg-type]
-    return frozenset({*(getattr(route, "path", "") for route in router.routes), "/metrics"})
+    health = worker_health(lambda: {"ready": True})
+    return frozenset({*(getattr(route, "path", "") for route in [*router.routes, *health.routes]), "/metrics"})

@@ -284,9 +284,12 @@ def test_worker_ports_match_its_settings_and_stay_clear_of_kernel_and_nodeport_r
     assert high < 30000, "below the NodePort range (30000-32767) and the kernel's ephemeral ports (32768-)"
     kamailio_ports = {p["containerPort"] for spec in s.containers(kamailio()) for p in spec.get("ports", [])}
     assert settings.sip_port not in kamailio_ports and args.api_port not in kamailio_ports, "may share a node"
+    paths = {}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert resolve_port(spec, spec[probe]["tcpSocket"]["port"]) == args.api_port
-        assert "httpGet" not in spec[probe] or spec[probe]["httpGet"]["path"] in s.worker_paths()
+        assert resolve_port(spec, spec[probe]["httpGet"]["port"]) == args.api_port
+        paths[probe] = spec[probe]["httpGet"]["path"]
+        assert paths[probe] in s.worker_paths()
+    assert paths == {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
     assert pod["nodeSelector"] == {"voice-gateway/media": "true"}
 
 

@@ -102,6 +102,7 @@ async def start_worker(
     worker_id: str,
     *,
     control: Plane,
+    fallback: Plane | None = None,
     ports: tuple[int, int] | None = None,
     name: str | None = None,
 ) -> Worker:
@@ -113,7 +114,7 @@ async def start_worker(
         "gateway",
         "worker",
         "--control",
-        control.url,
+        control.url if fallback is None else f"{control.url},{fallback.url}",
         "--worker-id",
         worker_id,
         "--sip-port",
@@ -168,9 +169,11 @@ async def test_two_workers_behind_kamailio_with_two_control_planes(
         events_a = await stack.enter_async_context(EventStream(plane_a.url, TOKEN, last_event_id=0, name="sse-a"))
         events_b = EventStream(plane_b.url, TOKEN, last_event_id=0, name="sse-b")
         await events_b.__aenter__()
-        # Each worker registers with its own control-plane process; both planes see both workers.
+        # Each worker registers with its own control-plane process, the other one its fallback; both planes see
+        # both workers.
         worker_a, worker_b = await asyncio.gather(
-            start_worker(peer_procs, "w-a", control=plane_a), start_worker(peer_procs, "w-b", control=plane_b)
+            start_worker(peer_procs, "w-a", control=plane_a, fallback=plane_b),
+            start_worker(peer_procs, "w-b", control=plane_b, fallback=plane_a),
         )
         workers = {worker_a.id: worker_a, worker_b.id: worker_b}
         for api in (api_a, api_b):
@@ -223,10 +226,12 @@ async def test_two_workers_behind_kamailio_with_two_control_planes(
         assert await plane_b.process.terminate(grace=15) == 0
         plane_b = await start_control(peer_procs, "control-b2", config=config, redis_url=redis.url, port=plane_b.port)
         api_b = await stack.enter_async_context(plane_b.client())
-        # w-b heartbeats to the new process (its link retries); the view is the one served before the restart.
+        # While control-b was away, w-b heartbeated to control-a (its fallback), so it was never lost; the new
+        # process serves the view served before the restart.
         await poll(lambda: _same_view(api_b, before), within=10, what="the restarted plane's view")
         events_b = await stack.enter_async_context(EventStream(plane_b.url, TOKEN, last_event_id=0, name="sse-b2"))
         await events_b.wait_for(lambda e: e.call_id == held_call["id"], within=5, what="the held call's events")
+        assert not [e for e in events_a.events if e.type == "worker.lost"]
         common = min(len(events_a.events), len(events_b.events))
         assert common > 10
         assert [(e.id, e.type) for e in events_a.events[:common]] == [(e.id, e.type) for e in events_b.events[:common]]
@@ -257,6 +262,7 @@ async def test_two_workers_behind_kamailio_with_two_control_planes(
             peer_procs,
             killed.id,
             control=plane_a,
+            fallback=plane_b,
             ports=(killed.sip_port, killed.api_port),
             name=f"{killed.id}-again",
         )
@@ -290,6 +296,13 @@ async def test_two_workers_behind_kamailio_with_two_control_planes(
             lambda e: e.type == "worker.draining" and e.subject["id"] == drained.id, within=5, what="draining"
         )
         await lb.wait_target(drained.sip_target, active=False, within=10)  # its OPTIONS answers are 503 now
+        # The workers' open probe paths (a Kubernetes readinessProbe): the drained one is not ready.
+        async with httpx.AsyncClient(timeout=5) as probe:
+            health = await probe.get(f"http://127.0.0.1:{drained.api_port}/healthz")
+            assert (health.status_code, health.json()) == (200, {"ok": True})
+            ready = await probe.get(f"http://127.0.0.1:{drained.api_port}/readyz")
+            assert ready.status_code == 503 and ready.json()["draining"] is True and ready.json()["live_calls"] == 1
+            assert (await probe.get(f"http://127.0.0.1:{other.api_port}/readyz")).json()["ready"] is True
         await brief.dial(lb.sip_uri("agent"))
         await brief.wait_established(within=10, nth=3)
         moved = await poll(lambda: _live_calls(api_b, 1, worker=other.id), within=10, what="a call on the other")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -201,3 +202,31 @@ async def test_a_heartbeat_sends_the_json_of_a_heartbeat_request_with_every_call
     expected = HeartbeatRequest(info=split.worker.info(), calls=calls).model_dump(mode="json", by_alias=True)
     assert json.loads(request.content) == expected
     assert [call["from"] for call in expected["calls"]] == ["+15550100"] * 3  # aliases, as the plane reads them
+
+
+async def test_a_link_to_several_control_planes_fails_over_and_stays_with_the_one_that_answers() -> None:
+    """Replicas sharing state: the first URL refuses connections (a replica restarting); the link registers
+    through the second at once, without the policy's back-off, and keeps using it."""
+    from tests.support.procs import free_ports
+
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    control = create_app(ControlSettings(api_token=TOKEN), config=make_config(), sweeper=False)
+    worker = FakeWorker("worker-failover", capacity=5)
+    worker.url = "http://127.0.0.1:9/worker-api"
+    async with serve(control) as live:
+        link = HttpControlLink(f"{dead}, {live}", TOKEN, policy=RetryPolicy(attempts=2, base_delay_s=5.0))
+        try:
+            registered = await asyncio.wait_for(link.register(worker.info()), timeout=3)  # no 5 s back-off
+            assert registered.id == "worker-failover" and link.control_url == live
+            await link.heartbeat(worker.info(), [])
+            assert link.control_url == live
+            assert [w.id for w in await control.state.plane.list_workers()] == ["worker-failover"]
+        finally:
+            await link.aclose()
+    # Both gone: the error names the last URL tried.
+    link = HttpControlLink(f"{dead},{dead}", TOKEN, policy=RetryPolicy(attempts=2, base_delay_s=0.01))
+    try:
+        with pytest.raises(LinkError, match="ConnectError"):
+            await link.heartbeat(worker.info(), [])
+    finally:
+        await link.aclose()

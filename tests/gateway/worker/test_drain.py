@@ -78,11 +78,13 @@ def _bye_reason(peer: SipPeer) -> str | None:
 async def test_a_drain_lets_the_live_call_go_on_refuses_new_ones_and_exits_after_the_last(
     worker: MediaWorker,
 ) -> None:
+    assert worker.readiness() == {"ready": True, "draining": False, "control_reachable": True, "live_calls": 0}
     async with SipPeer() as peer:
         assert await _options_status(peer, worker) == 200
         call = await _call(peer, worker)
         await worker.drain(exit_when_empty=True)
         assert worker.info().status == "draining"
+        assert worker.readiness() == {"ready": False, "draining": True, "control_reachable": True, "live_calls": 1}
         # A balancer's probe and a new caller both hear 503; the live call goes on, echoing as before.
         assert await _options_status(peer, worker) == 503
         assert await _refused_status(peer, worker) == 503
