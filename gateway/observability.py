@@ -59,6 +59,13 @@ RTP_PACKETS_TOTAL = Counter(
 RTP_DROPPED_TOTAL = Counter(
     "gateway_rtp_dropped_total", "RTP packets dropped, by reason", ["worker", "reason"], registry=REGISTRY
 )
+SRTP_DROPPED_TOTAL = Counter(
+    "gateway_srtp_dropped_total",
+    "SRTP and SRTCP packets refused before they were read, by reason (srtp_auth_failed, srtp_replay, srtp_plaintext, "
+    "srtcp_unencrypted, ...; docs/operations.md, SRTP)",
+    ["worker", "reason"],
+    registry=REGISTRY,
+)
 RTP_LOST_TOTAL = Counter("gateway_rtp_lost_total", "Inbound RTP packets lost", ["worker"], registry=REGISTRY)
 PLAYOUT_EVENTS_TOTAL = Counter(
     "gateway_playout_events_total",

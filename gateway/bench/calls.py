@@ -91,6 +91,8 @@ class CallsBenchConfig:
     nice: int = 0  # niceness of the worker, the fake and the generator (negative needs root)
     compiled: str | None = None  # a `gateway compile` build the worker runs on (GATEWAY_COMPILED)
     against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
+    srtp: str | None = None  # an SDES suite: each repeat runs the calls over plain RTP and then over SRTP
+    calls_srtp: str | None = None  # the suite this run's calls use (set per variant by _variants)
     gc_census: bool = False  # the worker counts what its middle collector passes walk (gateway.bench.census)
     scrape_every_s: float = 0.0  # > 0: GET /metrics this often through the window, as a Prometheus server would
     metrics_render: str = "exposition"  # or "generate_latest": how the worker renders /metrics (one stretch)
@@ -372,6 +374,7 @@ class CallsBench:
             cps=cps,
             duration_s=duration,
             codec=c.codec,  # type: ignore[arg-type]
+            srtp=c.calls_srtp,
             talk=c.talk,
             rtp_ports=(port_base, port_base + 2 * calls + 99),
             setup_timeout_s=10.0,
@@ -522,6 +525,7 @@ class CallsBench:
             cps=10.0,
             duration_s=3.0,
             codec=self.config.codec,  # type: ignore[arg-type]
+            srtp=self.config.calls_srtp,
             rtp_ports=(40000, 40199),
             analyze=False,
         )
@@ -671,6 +675,8 @@ def _run_bench(config: CallsBenchConfig) -> _Outcome:
 
 
 def _variants(config: CallsBenchConfig) -> list[tuple[str, CallsBenchConfig]]:
+    if config.srtp is not None:  # the same worker build both times; only the calls' media differs
+        return [("plain RTP", replace(config, srtp=None)), ("SRTP", replace(config, srtp=None, calls_srtp=config.srtp))]
     if config.compiled is None:
         return [("source", config)]
     compiled = ("compiled", replace(config, against_source=False))
@@ -733,7 +739,8 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
     first = next(iter(outcomes.values()))[0]
     print(
         f"gateway bench calls: engine {config.engine}, codec {config.codec}, provider {config.provider}, "
-        f"chunk {config.chunk_ms} ms (quiet {config.quiet_chunk_ms} ms), provider format {config.provider_format}, "
+        + (f"SRTP {config.srtp} against plain RTP, " if config.srtp else "")
+        + f"chunk {config.chunk_ms} ms (quiet {config.quiet_chunk_ms} ms), provider format {config.provider_format}, "
         f"window {config.window_s:.0f} s, repeats {config.repeats}, "
         f"worker pinned: {first.pinned}, cpus: {os.cpu_count()}, load cpus: {cpus_named(config.load_core)}, "
         f"fakes {config.fakes}, load workers {config.load_workers}, nice {config.nice}, "
@@ -762,6 +769,12 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
             f"{calls} calls: compiled {compiled_us:.0f} against source {source_us:.0f} µs per call-frame "
             f"({compiled_us / source_us:.2f}x; medians of {config.repeats} interleaved runs)"
         )
+    srtp_ratios = _ratios(rows_of, base="plain RTP", other="SRTP")
+    for calls, plain_us, srtp_us in srtp_ratios:
+        print(
+            f"{calls} calls: SRTP ({config.srtp}) {srtp_us:.1f} against plain RTP {plain_us:.1f} µs per call-frame "
+            f"({srtp_us / plain_us:.3f}x, {srtp_us - plain_us:+.1f} µs; medians of {config.repeats} interleaved runs)"
+        )
     if json_path:
         document: dict[str, Any] = {
             "config": {
@@ -782,6 +795,7 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
                 "load_workers": config.load_workers,
                 "nice": config.nice,
                 "compiled": config.compiled,
+                "srtp": config.srtp,
                 "load_average_before_after": [load_before[0], load_after[0]],
             },
             "variants": {
@@ -793,6 +807,7 @@ def run(config: CallsBenchConfig, *, json_path: str | None = None) -> int:
                 for label, rows in rows_of.items()
             },
             "ratios": [{"calls": c, "source_us": a, "compiled_us": b} for c, a, b in ratios],
+            "srtp_ratios": [{"calls": c, "plain_us": a, "srtp_us": b} for c, a, b in srtp_ratios],
         }
         # The single-variant document keeps its earlier shape (rows and sustained_calls at the top).
         if len(rows_of) == 1:
@@ -810,13 +825,15 @@ def _finite(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
-def _ratios(rows_of: dict[str, list[dict[str, Any]]]) -> list[tuple[int, float, float]]:
-    """(calls, source µs, compiled µs) for each step both variants ran."""
-    if "source" not in rows_of or "compiled" not in rows_of:
+def _ratios(
+    rows_of: dict[str, list[dict[str, Any]]], *, base: str = "source", other: str = "compiled"
+) -> list[tuple[int, float, float]]:
+    """(calls, ``base`` µs, ``other`` µs) for each step both variants ran."""
+    if base not in rows_of or other not in rows_of:
         return []
-    compiled = {int(row["calls"]): row["cpu_us_per_call_frame"] for row in rows_of["compiled"]}
+    compiled = {int(row["calls"]): row["cpu_us_per_call_frame"] for row in rows_of[other]}
     out = []
-    for row in rows_of["source"]:
+    for row in rows_of[base]:
         calls = int(row["calls"])
         if calls in compiled and row["cpu_us_per_call_frame"] > 0:
             out.append((calls, float(row["cpu_us_per_call_frame"]), float(compiled[calls])))

@@ -120,6 +120,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --compiled: also run the source worker, interleaved, and report the CPU ratio",
     )
+    calls.add_argument(
+        "--srtp",
+        nargs="?",
+        const="AES_CM_128_HMAC_SHA1_80",
+        choices=["AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32"],
+        help="also run every step with the calls over SDES SRTP (this suite; default _80), interleaved with plain "
+        "RTP, and report the ratio of their CPU per call-frame",
+    )
     calls.add_argument("--nice", type=int, default=0, help="niceness of the bench processes (negative: root only)")
     webrtc = sub.add_parser(
         "webrtc", help="worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"
@@ -207,6 +215,7 @@ def main(args: argparse.Namespace) -> int:
             nice=args.nice,
             compiled=args.compiled,
             against_source=args.against_source,
+            srtp=args.srtp,
             gc_census=args.gc_census,
             scrape_every_s=args.scrape_every,
             metrics_render=args.metrics_render,
@@ -221,6 +230,8 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit(f"gateway bench calls: {args.load_workers} load workers for a step of {min(steps)} calls")
         if args.against_source and not args.compiled:
             raise SystemExit("gateway bench calls: --against-source needs --compiled DIR")
+        if args.against_source and args.srtp:
+            raise SystemExit("gateway bench calls: --srtp compares against plain RTP; leave out --against-source")
         if args.engine == "percall" and args.compiled:
             # Its engine subclasses TickEngine, and an interpreted class cannot subclass a compiled one.
             raise SystemExit("gateway bench calls: --engine percall runs from source only; leave out --compiled")

@@ -26,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds each call lasts after its 200 OK")
     parser.add_argument("--total", type=int, help="calls to place in all (default: --calls)")
     parser.add_argument("--codec", choices=["pcmu", "pcma", "opus"], default="pcmu", help="the one codec offered")
+    parser.add_argument(
+        "--srtp",
+        nargs="?",
+        const="AES_CM_128_HMAC_SHA1_80",
+        choices=["AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32"],
+        help="offer SDES SRTP (RTP/SAVP) with this suite (default AES_CM_128_HMAC_SHA1_80) and send and read SRTP",
+    )
     parser.add_argument("--audio", choices=["speech", "tone", "silence"], default="speech", help="what callers send")
     parser.add_argument("--wav", help="speech WAV (16-bit) instead of espeak-ng / the built-in signal")
     parser.add_argument("--talk-ms", type=int, default=1200, help="talk spurt length (marker at its start)")
@@ -75,6 +82,7 @@ def build_config(args: argparse.Namespace) -> Any:
         duration_s=args.duration,
         total=args.total,
         codec=CODECS[args.codec],
+        srtp=args.srtp,
         audio=args.audio,
         wav=args.wav,
         talk=TalkPattern(talk_ms=args.talk_ms, pause_ms=args.pause_ms, barge_in_ms=args.barge_in),

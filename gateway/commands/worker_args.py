@@ -18,6 +18,14 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertised-host", help="address written in Contact/Via/SDP (behind NAT)")
     parser.add_argument("--rtp-ports", help="RTP port range, e.g. 20000-29999")
     parser.add_argument("--codecs", help="codec preference, e.g. PCMU,PCMA,opus")
+    parser.add_argument(
+        "--srtp",
+        choices=["off", "optional", "required"],
+        help="SDES SRTP on SIP calls (default: GATEWAY_SRTP or optional: SRTP when offered, our offers OSRTP)",
+    )
+    parser.add_argument(
+        "--srtp-suites", help="SRTP suites taken and offered, e.g. AES_CM_128_HMAC_SHA1_80,AES_CM_128_HMAC_SHA1_32"
+    )
     parser.add_argument("--capacity", type=int, help="what this worker carries, in G.711 calls")
     parser.add_argument(
         "--opus-call-cost", type=float, help="how many G.711 calls' worth of capacity an Opus SIP call takes"
@@ -48,6 +56,8 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         ("advertised_host", "advertised_host"),
         ("rtp_ports", "rtp_ports"),
         ("codecs", "codecs"),
+        ("srtp", "srtp"),
+        ("srtp_suites", "srtp_suites"),
         ("capacity", "capacity"),
         ("opus_call_cost", "opus_call_cost"),
         ("webrtc_call_cost", "webrtc_call_cost"),

@@ -151,6 +151,7 @@ class CallSnapshot(_Model):
                     "state": "active",
                     "worker": "worker-a",
                     "codec": "PCMU",
+                    "srtp": "AES_CM_128_HMAC_SHA1_80",
                     "started": 1767225600.0,
                     "answered": 1767225600.4,
                     "ended": None,
@@ -173,6 +174,12 @@ class CallSnapshot(_Model):
     state: CallState = "admitted"
     worker: str = ""
     codec: str = ""
+    srtp: str = Field(
+        default="",
+        max_length=64,
+        description="The SRTP crypto-suite protecting the call's media (SDES), e.g. AES_CM_128_HMAC_SHA1_80; "
+        "empty for plain RTP (and for browser calls, whose DTLS-SRTP is aiortc's)",
+    )
     cost: float = Field(
         default=1.0, ge=1.0, le=1000.0, description="Capacity the call takes on its worker (1 = a G.711 call)"
     )

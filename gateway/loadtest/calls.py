@@ -14,6 +14,7 @@ hooks ``on_answered`` and ``on_ended``.
 from __future__ import annotations
 
 import heapq
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,18 @@ from typing import Literal
 
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.events import CallEnded, CallHandle, OutboundCallAnswered, OutboundCallFailed, SipEvent
-from gateway.sip.sdp import LocalMedia, NegotiatedMedia, NoCommonCodec, SdpError, build_offer, negotiate, parse_sdp
+from gateway.sip.sdes import CryptoAttribute, KeyParam, SrtpNegotiated, SrtpRefused, read_answer, secure_offer
+from gateway.sip.sdp import (
+    RTP_PROFILES,
+    SRTP_PROFILES,
+    LocalMedia,
+    NegotiatedMedia,
+    NoCommonCodec,
+    SdpError,
+    build_offer,
+    negotiate,
+    parse_sdp,
+)
 
 CallPhase = Literal["inviting", "up", "ending", "done"]
 Outcome = Literal["completed", "failed", "timeout", "dropped", "bad_answer", "interrupted", "pending"]
@@ -45,6 +57,8 @@ class LoadCall:
     reason: str = ""
     ended_by: str = ""
     negotiated: NegotiatedMedia | None = None
+    offered_crypto: tuple[CryptoAttribute, ...] = field(default=(), repr=False)
+    srtp: SrtpNegotiated | None = field(default=None, repr=False)  # the SDES keys, when the call is SRTP
     media: object = field(default=None, repr=False)
 
     @property
@@ -68,6 +82,8 @@ class LoadCalls:
         on_ended: Callable[[LoadCall, float], None],
         request_user: str = "agent",
         rng: random.Random | None = None,
+        srtp: str | None = None,
+        key_source: Callable[[int], bytes] = os.urandom,
     ) -> None:
         self.endpoint = endpoint
         self.target = target
@@ -76,6 +92,8 @@ class LoadCalls:
         self.duration_s = duration_s
         self.setup_timeout_s = setup_timeout_s
         self.request_user = request_user
+        self.srtp = srtp  # SDES suite each call offers (RTP/SAVP); None: plain RTP
+        self._key_source = key_source
         self._on_answered = on_answered
         self._on_ended = on_ended
         self._rng = rng or random.Random()
@@ -106,6 +124,10 @@ class LoadCalls:
             session_version=1,
             preferences=(self.codec,),
         )
+        offered: tuple[CryptoAttribute, ...] = ()
+        if self.srtp is not None:
+            offered = (CryptoAttribute(tag=1, suite=self.srtp, keys=(KeyParam(key_salt=self._key_source(30)),)),)
+            offer = secure_offer(offer, "required", offered)
         handle = self.endpoint.invite(
             self.request_uri(),
             now,
@@ -113,6 +135,7 @@ class LoadCalls:
             body=offer.to_bytes(),
         )
         call = LoadCall(index=index, handle=handle, rtp_host=rtp_host, rtp_port=rtp_port, invited_at=now)
+        call.offered_crypto = offered
         self.calls[handle] = call
         heapq.heappush(self._timers, (now + self.setup_timeout_s, 0, handle))
         return call
@@ -144,8 +167,11 @@ class LoadCalls:
         call.answered_at = now
         try:
             answer = parse_sdp(event.body)
-            call.negotiated = negotiate(answer, local=LocalMedia(), preferences=(self.codec,))
-        except (SdpError, NoCommonCodec) as exc:
+            profiles = RTP_PROFILES | SRTP_PROFILES
+            call.negotiated = negotiate(answer, local=LocalMedia(), preferences=(self.codec,), profiles=profiles)
+            if self.srtp is not None:
+                call.srtp = read_answer(answer, call.negotiated, call.offered_crypto, "required")
+        except (SdpError, NoCommonCodec, SrtpRefused) as exc:
             call.outcome = "bad_answer"
             call.reason = str(exc)
             self.hang_up(call, now)

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.sip.sdes import SUPPORTED_SUITES as SRTP_SUITES
+
 Codec = Literal["PCMU", "PCMA", "opus"]
 AudioKind = Literal["speech", "tone", "silence"]
 Transport = Literal["udp", "tcp"]
@@ -132,6 +134,7 @@ class LoadConfig:
     duration_s: float = 10.0  # each call's length from its 200 OK
     total: int | None = None  # calls to place; None: ``calls`` (one wave)
     codec: Codec = "PCMU"
+    srtp: str | None = None  # an SDES suite: every call offers RTP/SAVP with it and sends and reads SRTP/SRTCP
     audio: AudioKind = "speech"
     wav: str | None = None  # speech source; None: espeak-ng (cached) or the built-in speech-like signal
     talk: TalkPattern = field(default_factory=TalkPattern)
@@ -159,6 +162,8 @@ class LoadConfig:
             raise LoadConfigError(f"duration must be in (0, 86400] s, got {self.duration_s}")
         if self.codec not in ("PCMU", "PCMA", "opus"):
             raise LoadConfigError(f"codec must be PCMU, PCMA or opus, got {self.codec!r}")
+        if self.srtp is not None and self.srtp not in SRTP_SUITES:
+            raise LoadConfigError(f"srtp must be one of {', '.join(SRTP_SUITES)}, got {self.srtp!r}")
         if self.audio not in ("speech", "tone", "silence"):
             raise LoadConfigError(f"audio must be speech, tone or silence, got {self.audio!r}")
         bad = [d for d in self.dtmf if d.upper() not in "0123456789*#ABCD"]

@@ -22,6 +22,7 @@ from gateway.media.errors import RtpError
 from gateway.media.reception import ReceptionStats
 from gateway.media.rfc4733 import DtmfSender
 from gateway.media.rtp import looks_like_rtcp, pack_rtp_header, parse_rtp
+from gateway.media.srtp import SrtpContext, SrtpError
 
 FRAME_S = 0.02
 
@@ -58,6 +59,7 @@ class CallSender:
         "payloads",
         "sent",
         "seq0",
+        "srtp",
         "ssrc",
         "start_tick",
         "step",
@@ -80,8 +82,10 @@ class CallSender:
         dtmf_at_frame: int = 0,
         telephone_event_pt: int | None = None,
         clock_rate: int = 8000,
+        srtp: SrtpContext | None = None,
     ) -> None:
         self.payloads = payloads
+        self.srtp = srtp  # an SRTP call's context: every packet is protected as it is made
         self._silence = silence
         self.payload_type = payload_type
         self.step = samples_per_frame
@@ -110,11 +114,13 @@ class CallSender:
             if payload:
                 self.sent += 1
                 assert self.telephone_event_pt is not None
-                return pack_rtp_header(marker, self.telephone_event_pt, seq, event_ts, self.ssrc) + payload
+                packet = pack_rtp_header(marker, self.telephone_event_pt, seq, event_ts, self.ssrc) + payload
+                return packet if self.srtp is None else self.srtp.protect(packet)
         payloads = self.payloads
         payload = payloads[k] if k < len(payloads) else self._silence
         self.sent += 1
-        return pack_rtp_header(k == 0, self.payload_type, seq, ts, self.ssrc) + payload
+        packet = pack_rtp_header(k == 0, self.payload_type, seq, ts, self.ssrc) + payload
+        return packet if self.srtp is None else self.srtp.protect(packet)
 
     @property
     def dtmf_sent(self) -> int:
@@ -125,7 +131,19 @@ class CallSender:
 class CallReceiver:
     """Every audio packet of one call's inbound stream, plus live RFC 3550 statistics."""
 
-    __slots__ = ("arrivals", "audio_pt", "other", "payloads", "reads", "rtcp", "seqs", "stats", "timestamps")
+    __slots__ = (
+        "arrivals",
+        "audio_pt",
+        "other",
+        "payloads",
+        "reads",
+        "rtcp",
+        "seqs",
+        "srtp",
+        "srtp_refused",
+        "stats",
+        "timestamps",
+    )
 
     def __init__(self, *, audio_pt: int, clock_rate: int) -> None:
         self.audio_pt = audio_pt
@@ -137,12 +155,20 @@ class CallReceiver:
         self.payloads: list[bytes] = []
         self.other = 0  # packets of other payload types (telephone-event) or malformed
         self.rtcp = 0
+        self.srtp: SrtpContext | None = None  # set when an SRTP call is answered: packets are unprotected first
+        self.srtp_refused = 0  # datagrams of an SRTP call that did not authenticate (or replayed)
 
     def datagram(self, data: bytes, now: float, read_at: float | None = None) -> None:
         """One datagram that arrived at ``now``; ``read_at``: when it was read, if ``now`` is the kernel's stamp."""
         if looks_like_rtcp(data):  # RTCP muxed on the RTP port (RFC 5761)
             self.rtcp += 1
             return
+        if self.srtp is not None:
+            try:
+                data = self.srtp.unprotect(data)
+            except SrtpError:
+                self.srtp_refused += 1
+                return
         try:
             packet = parse_rtp(data)
         except RtpError:

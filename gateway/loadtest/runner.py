@@ -36,6 +36,7 @@ from gateway.loadtest.config import LoadConfig
 from gateway.loadtest.impair import CallImpairment
 from gateway.loadtest.media import CallReceiver, CallSender, FrameSchedule
 from gateway.loadtest.results import CallResult, GeneratorStats, Progress, RunResult, TimelineSample
+from gateway.media.srtp import SrtpConfig, SrtpContext
 from gateway.sip.config import SessionTimerConfig, SipConfig
 from gateway.sip.endpoint import SipEndpoint
 from gateway.transport.clock import MediaClock
@@ -164,6 +165,7 @@ class LoadRunner:
             on_ended=self._ended,
             request_user=config.request_user,
             rng=self._rng,
+            srtp=config.srtp,
         )
         self.sip = SipTransport(
             self.endpoint,
@@ -311,6 +313,11 @@ class LoadRunner:
         assert negotiated is not None
         plan, payloads, _ = self._plan(media.variant)
         te_pt = negotiated.telephone_event_payload_type
+        srtp = None
+        if call.srtp is not None:  # the same context protects what is sent and opens what is received
+            keys = call.srtp
+            srtp = SrtpContext(SrtpConfig(suite=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key))
+            media.receiver.srtp = srtp
         media.sender = CallSender(
             payloads=payloads,
             silence=self._silence,
@@ -324,6 +331,7 @@ class LoadRunner:
             dtmf_at_frame=plan.first_pause // self._spf + 5,
             telephone_event_pt=te_pt,
             clock_rate=self.config.clock_rate,
+            srtp=srtp,
         )
         media.remote = negotiated.remote_rtp
         impairment = None

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.media import jitter, reception
-from gateway.media.errors import DtmfPayloadError, LocalMediaError, RtcpError
+from gateway.media.errors import DtmfPayloadError, LocalMediaError, RtcpError, RtpError
 from gateway.media.jitter import JitterBuffer, JitterConfig
 from gateway.media.reception import ReceptionStats
 from gateway.media.rfc4733 import DtmfReceived, DtmfReceiver, DtmfSender
@@ -50,7 +50,8 @@ from gateway.media.rtcp import (
     parse_rtcp,
     round_trip_seconds,
 )
-from gateway.media.rtp import RtpPacket, pack_rtp_header
+from gateway.media.rtp import RtpPacket, pack_rtp_header, parse_rtp
+from gateway.media.srtp import SrtpConfig, SrtpContext
 from telcodecs.g711 import alaw_is_quiet, ulaw_is_quiet
 
 Codec = Literal["PCMU", "PCMA", "opus"]
@@ -82,6 +83,7 @@ class MediaCallConfig:
     cname: str = "gateway"
     opus_bitrate: int = 32000
     jitter: JitterConfig = field(default_factory=JitterConfig)
+    srtp: SrtpConfig | None = None  # SDES-keyed SRTP/SRTCP both ways (gateway/media/srtp.py); None: plain RTP
 
     def __post_init__(self) -> None:
         if self.codec not in _CLOCK:
@@ -146,6 +148,7 @@ class MediaStats:
     remote_jitter_ms: float | None
     remote_bye: bool
     inactive_for: float
+    srtp: str = ""  # the SRTP suite protecting the call's media, "" for plain RTP
 
 
 class MediaCall:
@@ -185,6 +188,7 @@ class MediaCall:
         "rtcp_latched",
         "rtt",
         "send_address",
+        "srtp",
     )
 
     def __init__(self, config: MediaCallConfig, *, now: float) -> None:
@@ -233,6 +237,7 @@ class MediaCall:
         self.rtt: float | None = None
         self.remote_report: ReportBlock | None = None
         self.remote_bye = False
+        self.srtp = SrtpContext(config.srtp) if config.srtp is not None else None
         self.update_remote(config.remote_rtp, config.remote_rtcp)
 
     # ------------------------------------------------------------------------------------- signalling
@@ -271,6 +276,37 @@ class MediaCall:
     def drop(self, reason: str) -> str:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
         return reason
+
+    # ------------------------------------------------------------------------------------------ SRTP
+
+    def set_srtp(self, config: SrtpConfig) -> None:
+        """New SRTP keys from a re-offer: only the direction whose key changed starts a new context."""
+        if self.srtp is None:
+            raise LocalMediaError(f"call {self.config.call_id} is plain RTP; SRTP cannot start mid-call")
+        self.srtp.rekey(config)
+
+    def srtp_drop_reason(self, reason: str, data: bytes) -> str:
+        """The label of a received datagram that SRTP refused (``reason``): ``srtp_<reason>``, or
+        ``srtp_plaintext`` when it is exactly a plain RTP packet of this call, whatever libsrtp said first (it
+        checks the replay window before the tag, so a plain packet with an old sequence number is a "replay")."""
+        if reason != "too_long" and self._is_plain_rtp(data):
+            return "srtp_plaintext"
+        return "srtp_" + reason
+
+    def _is_plain_rtp(self, data: bytes) -> bool:
+        """Whether a datagram that failed authentication is exactly a plain RTP packet of this call: our audio
+        payload type with whole 10 ms of G.711 (an SRTP packet's tag, 4 or 10 octets, never makes a whole
+        number of 80-octet units), or a telephone-event of exactly 4 octets (with a tag it is 8 or more).
+        Opus payloads have no such size, so an Opus call counts a plain packet as an authentication failure."""
+        try:
+            packet = parse_rtp(data)
+        except RtpError:
+            return False
+        cfg = self.config
+        size = len(packet.payload)
+        if packet.payload_type == cfg.payload_type:
+            return cfg.codec != "opus" and size > 0 and size % 80 == 0
+        return packet.payload_type == cfg.telephone_event_pt and size == 4
 
     # --------------------------------------------------------------------------------------- receive
 
@@ -386,7 +422,9 @@ class MediaCall:
         self._sequence = (seq + 1) & 0xFFFF
         self.packets_sent += 1
         self.octets_sent += len(payload)
-        return pack_rtp_header(marker, pt, seq, ts, cfg.ssrc) + payload
+        packet = pack_rtp_header(marker, pt, seq, ts, cfg.ssrc) + payload
+        srtp = self.srtp
+        return packet if srtp is None else srtp.protect(packet)
 
     # ------------------------------------------------------------------------------------------ RTCP
 
@@ -418,7 +456,9 @@ class MediaCall:
                 packet_count=self.packets_sent,
                 octet_count=self.octets_sent,
             )
-        return build_report(ssrc=cfg.ssrc, cname=cfg.cname, sender=sender, reports=blocks)
+        report = build_report(ssrc=cfg.ssrc, cname=cfg.cname, sender=sender, reports=blocks)
+        srtp = self.srtp
+        return report if srtp is None else srtp.protect_rtcp(report)
 
     def rtcp_receive(self, data: bytes, source: tuple[Any, ...], ntp_now: int) -> str | None:
         """Account for one RTCP datagram from the peer; None when used, else the drop reason (counted)."""
@@ -493,6 +533,7 @@ class MediaCall:
             remote_jitter_ms=None if remote is None else remote.jitter * 1000.0 / clock,
             remote_bye=self.remote_bye,
             inactive_for=self.inactive_for(now),
+            srtp=self.srtp.suite if self.srtp is not None else "",
         )
 
 

@@ -51,6 +51,7 @@ from gateway.media.errors import LocalMediaError, RtpError
 from gateway.media.rfc4733 import DtmfReceived
 from gateway.media.rtcp import build_bye, ntp_timestamp
 from gateway.media.rtp import looks_like_rtcp, parse_rtp
+from gateway.media.srtp import SrtpConfig, SrtpError
 from telcodecs.frames import (
     FRAME_SAMPLES,
     G711_FRAME_BYTES,
@@ -225,7 +226,8 @@ class TickEngine:
         self._opus.pop(call_id, None)
         self._rebuild()
         cfg = call.config
-        return [(call_id, call.rtcp_address, build_bye(ssrc=cfg.ssrc, cname=cfg.cname))]
+        bye = build_bye(ssrc=cfg.ssrc, cname=cfg.cname)
+        return [(call_id, call.rtcp_address, bye if call.srtp is None else call.srtp.protect_rtcp(bye))]
 
     def _rebuild(self) -> None:
         calls = self._calls.values()
@@ -268,6 +270,10 @@ class TickEngine:
     def update_remote(self, call_id: str, remote_rtp: Address, remote_rtcp: Address | None = None) -> None:
         self.call(call_id).update_remote(remote_rtp, remote_rtcp)
 
+    def set_srtp(self, call_id: str, config: SrtpConfig) -> None:
+        """A re-offer's SRTP keys for an SRTP call (gateway/media/srtp.py: only a changed direction restarts)."""
+        self.call(call_id).set_srtp(config)
+
     def stats(self, call_id: str, now: float) -> MediaStats:
         return self.call(call_id).stats(now)
 
@@ -287,6 +293,12 @@ class TickEngine:
             return self._count("unknown_call")
         if call.config.rtcp_mux and looks_like_rtcp(data):
             return self.rtcp_received(call_id, data, source, now)
+        srtp = call.srtp
+        if srtp is not None:  # authenticated and decrypted before anything reads it (RFC 3711 §3.3)
+            try:
+                data = srtp.unprotect(data)
+            except SrtpError as exc:
+                return self._count(call.drop(call.srtp_drop_reason(exc.reason, data)))
         try:
             packet = parse_rtp(data)
         except RtpError as exc:
@@ -301,6 +313,12 @@ class TickEngine:
         call = self._calls.get(call_id)
         if call is None:
             return self._count("unknown_call")
+        srtp = call.srtp
+        if srtp is not None:
+            try:
+                data = srtp.unprotect_rtcp(data)
+            except SrtpError as exc:
+                return self._count(call.drop("srtcp_" + exc.reason))
         reason = call.rtcp_receive(data, source, ntp_timestamp(now + self.wall_clock_offset))
         if reason is not None:
             self._count(reason)

@@ -12,8 +12,9 @@ Rules followed, and why:
 * RFC 3551 §6: static payload types (0 = PCMU/8000, 8 = PCMA/8000, ...) may come without ``a=rtpmap``;
   dynamic ones (96-127) without an rtpmap are kept in ``formats`` but have no :class:`Codec`.
 * RFC 3264 §6: the answer has as many m-lines as the offer, in order; streams we do not take (video,
-  further audio, SRTP profiles) are answered with port 0. Payload-type numbers are the offer's (§6.1),
-  so the numbers we send with are the numbers the remote declared it receives.
+  further audio, SRTP profiles unless gateway/sip/sdes.py takes them) are answered with port 0.
+  Payload-type numbers are the offer's (§6.1), so the numbers we send with are the numbers the remote
+  declared it receives.
 * RFC 3264 §6.1 / §8.4: directions are mirrored (offer sendonly -> answer recvonly, recvonly -> sendonly,
   inactive -> inactive); ``c=0.0.0.0`` (RFC 2543 hold) means the remote does not want media, so we do
   not send but stay ready to receive.
@@ -37,7 +38,8 @@ Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 _DIRECTION_BY_NAME: dict[str, Direction] = {d: d for d in DIRECTIONS}
 SUPPORTED_CODECS: tuple[str, ...] = ("PCMU", "PCMA", "opus")
-RTP_PROFILES = frozenset({"RTP/AVP", "RTP/AVPF"})  # no SRTP: SAVP offers get port 0 / 488
+RTP_PROFILES = frozenset({"RTP/AVP", "RTP/AVPF"})  # plain RTP; SRTP profiles are gateway/sip/sdes.py's
+SRTP_PROFILES = frozenset({"RTP/SAVP", "RTP/SAVPF"})  # SDES-keyed SRTP (RFC 4568), negotiated by sdes.py
 
 # RFC 3551 table 4: audio payload types that need no rtpmap.
 STATIC_PAYLOAD_TYPES: dict[int, tuple[str, int, int]] = {
@@ -664,16 +666,18 @@ def negotiate(
     *,
     local: LocalMedia,
     preferences: tuple[str, ...] = SUPPORTED_CODECS,
+    profiles: frozenset[str] = RTP_PROFILES,
 ) -> NegotiatedMedia:
     """Pick the first audio RTP stream of ``offer`` that shares a codec with us, and the codec by OUR order.
 
     Also reads the remote's answer to our own offer (the rules are the same: its payload types are what it
     receives, its direction is its own). Raises :class:`NoCommonCodec` when nothing fits (answer 488).
+    ``profiles``: the transport protocols taken (plain RTP; gateway/sip/sdes.py adds the SRTP ones).
     """
     _check_preferences(preferences)
     saw_audio = False
     for index, media in enumerate(offer.media):
-        if media.media != "audio" or media.port == 0 or media.proto.upper() not in RTP_PROFILES:
+        if media.media != "audio" or media.port == 0 or media.proto.upper() not in profiles:
             continue
         saw_audio = True
         codec = _choose_codec(media, preferences)

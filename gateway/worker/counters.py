@@ -24,6 +24,7 @@ from gateway.observability import (
     RTP_PACKETS_TOTAL,
     SIP_MESSAGES_TOTAL,
     SIP_REJECTED_TOTAL,
+    SRTP_DROPPED_TOTAL,
 )
 from gateway.session.turns import LatencyObserver
 from gateway.sip.events import SipStats
@@ -123,10 +124,13 @@ class CounterExporter:
                 SIP_MESSAGES_TOTAL.labels(self.worker, kind).inc(delta)
 
     def rtp_dropped(self, dropped: Mapping[str, int]) -> None:
+        """The tick's drops by reason: SRTP's refusals (``srtp_*``, ``srtcp_*``) as gateway_srtp_dropped_total,
+        the rest as gateway_rtp_dropped_total."""
         for reason, count in dropped.items():
             delta = self._delta("rtp_dropped", reason, count)
             if delta:
-                RTP_DROPPED_TOTAL.labels(self.worker, reason).inc(delta)
+                metric = SRTP_DROPPED_TOTAL if reason.startswith(("srtp_", "srtcp_")) else RTP_DROPPED_TOTAL
+                metric.labels(self.worker, reason).inc(delta)
 
     def rtp_packets(self, received: int, sent: int) -> None:
         for direction, value in (("in", received), ("out", sent)):

@@ -21,6 +21,7 @@ from gateway.media.errors import LocalMediaError
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.sip.events import CallHandle
+from gateway.sip.sdes import CryptoAttribute, SrtpNegotiated
 from gateway.sip.sdp import NegotiatedMedia, SessionDescription
 from gateway.transport.rtp_socket import RtpEndpoint
 
@@ -51,6 +52,8 @@ class CallLeg:
     negotiated: NegotiatedMedia | None = None
     local_sdp: SessionDescription | None = None
     remote_sdp: SessionDescription | None = None
+    srtp: SrtpNegotiated | None = None  # the SDES keys of the call's SRTP; None: plain RTP
+    offered_crypto: tuple[CryptoAttribute, ...] = ()  # our a=crypto lines while our offer awaits its answer
     session: CallSession | None = None
     media_added: bool = False
     last_media: MediaStats | None = None

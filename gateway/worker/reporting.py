@@ -118,6 +118,7 @@ def build_snapshot(
     end_reason: str,
     stats: dict[str, Any],
     session: CallSession | None,
+    srtp: str = "",
 ) -> CallSnapshot:
     end = ended or time.time()
     return CallSnapshot.model_validate(
@@ -132,6 +133,7 @@ def build_snapshot(
             "state": call_state(state, session),
             "worker": worker,
             "codec": codec,
+            "srtp": srtp,
             "cost": cost,
             "started": started,
             "answered": answered,

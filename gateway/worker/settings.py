@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -27,6 +27,13 @@ class WorkerSettings(BaseSettings):
     rtp_host: str | None = None  # defaults to sip_host
     rtp_ports: str = "20000-29999"
     codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
+    # SDES SRTP on SIP calls (gateway/sip/sdes.py). "optional": SRTP when the offer carries a=crypto, plain RTP
+    # otherwise, and our own offers are RFC 8643 OSRTP (RTP/AVP with a=crypto, which a plain peer ignores), so
+    # turning SRTP on breaks no plain trunk; "required": SRTP only (a plain offer gets 488, our offers are
+    # RTP/SAVP); "off": plain RTP only (an RTP/SAVP-only offer gets 488).
+    srtp: Literal["off", "optional", "required"] = "optional"
+    # The suites taken and offered, in our order for our offers (the offerer's order decides in answers).
+    srtp_suites: Annotated[tuple[str, ...], NoDecode] = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
     # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
     # takes 1 of it with PCMU/PCMA, opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
     # calls --codec opus`, whose agent is mostly silent, about 6x for one that talks throughout; 8 leaves room) and
@@ -90,7 +97,7 @@ class WorkerSettings(BaseSettings):
         max_length=500,
     )
 
-    @field_validator("sip_transports", "codecs", "sip_allow", mode="before")
+    @field_validator("sip_transports", "codecs", "sip_allow", "srtp_suites", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
         if isinstance(value, str):
@@ -118,6 +125,22 @@ class WorkerSettings(BaseSettings):
         if not out:
             raise ValueError("at least one codec is needed")
         return tuple(out)
+
+    @field_validator("srtp", mode="before")
+    @classmethod
+    def _srtp_mode(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("srtp_suites")
+    @classmethod
+    def _known_suites(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from gateway.sip.sdes import SUPPORTED_SUITES
+
+        out = tuple(v.upper() for v in value)
+        bad = [v for v in out if v not in SUPPORTED_SUITES]
+        if bad or not out or len(set(out)) != len(out):
+            raise ValueError(f"srtp_suites must be one or more of {', '.join(SUPPORTED_SUITES)}, got {value!r}")
+        return out
 
     @field_validator("sip_allow")
     @classmethod

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import os
 import random
 import secrets
 import time
@@ -34,6 +35,7 @@ from gateway.fleet.models import (
 )
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
+from gateway.media.srtp import SrtpConfig
 from gateway.observability import (
     ACTIVE_CALLS,
     CALL_SETUP_SECONDS,
@@ -58,7 +60,21 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.headers import reason_value
+from gateway.sip.sdes import (
+    SecureNegotiation,
+    SrtpNegotiated,
+    SrtpRefused,
+    check_update,
+    negotiate_secure,
+    offer_crypto,
+    read_answer,
+    reoffer_crypto,
+    secure_answer,
+    secure_offer,
+)
 from gateway.sip.sdp import (
+    RTP_PROFILES,
+    SRTP_PROFILES,
     LocalMedia,
     NegotiatedMedia,
     NoCommonCodec,
@@ -82,6 +98,7 @@ _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
 if TYPE_CHECKING:
+    from gateway.worker.settings import WorkerSettings
     from gateway.worker.worker import MediaWorker
 
 
@@ -108,13 +125,44 @@ def _negotiate(description: SessionDescription, codecs: tuple[str, ...]) -> Nego
 
     A host name in ``c=`` is legal SDP, but resolving it would put a DNS lookup on the event loop (or, done
     per packet by ``sendto``, one per RTP packet); such an offer is refused like malformed SDP (488).
+    Reads answers to our offers too, which are RTP/SAVP when SRTP is required (their crypto: :func:`_srtp_of`).
     """
-    negotiated = negotiate(description, local=LocalMedia(), preferences=codecs)
+    negotiated = negotiate(description, local=LocalMedia(), preferences=codecs, profiles=RTP_PROFILES | SRTP_PROFILES)
+    _check_media_address(negotiated)
+    return negotiated
+
+
+def _check_media_address(negotiated: NegotiatedMedia) -> None:
     try:
         ipaddress.ip_address(negotiated.remote_rtp[0])
     except ValueError:
         raise caused(SdpError(f"media address {negotiated.remote_rtp[0]!r} is not an IP address"), None)  # noqa: B904
-    return negotiated
+
+
+def _answer_offer(
+    description: SessionDescription, settings: WorkerSettings, current: SrtpNegotiated | None = None
+) -> SecureNegotiation:
+    """An offer's audio stream, codec and SRTP under ``settings.srtp`` (gateway/sip/sdes.py); our SRTP keys come
+    from ``os.urandom`` (the sans-I/O core takes them injected). Raises SdpError, NoCommonCodec, SrtpRefused."""
+    negotiation = negotiate_secure(
+        description,
+        local=LocalMedia(),
+        mode=settings.srtp,
+        key_source=os.urandom,
+        preferences=settings.codecs,
+        suites=settings.srtp_suites,
+        current=current,
+    )
+    _check_media_address(negotiation.media)
+    return negotiation
+
+
+def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
+    if srtp is None:
+        return None
+    return SrtpConfig(
+        suite=srtp.suite, local_key=srtp.local_key, remote_key=srtp.remote_key, replay_window=srtp.replay_window or 0
+    )
 
 
 class SipCalls:
@@ -294,7 +342,13 @@ class SipCalls:
             return True
         try:
             offer = parse_sdp(offer_body)
-            negotiated = _negotiate(offer, settings.codecs)
+            negotiation = _answer_offer(offer, settings)
+        except SrtpRefused as exc:
+            # The reason says what was wrong with the offer's security (which a=crypto line, or the mode).
+            self._reject(leg, 488, exc.reason, end_reason="srtp_refused")
+            self._begin_finish(leg, "srtp_refused")
+            log.info("call %s: %s", leg.id, exc)
+            return False
         except NoCommonCodec as exc:
             self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
             self._begin_finish(leg, "no_common_codec")
@@ -306,8 +360,9 @@ class SipCalls:
             log.info("call %s: bad SDP: %s", leg.id, exc)
             return False
         leg.remote_sdp = offer
-        leg.negotiated = negotiated
-        leg.cost = settings.call_cost(negotiated.codec_name)
+        leg.negotiated = negotiation.media
+        leg.srtp = negotiation.srtp
+        leg.cost = settings.call_cost(negotiation.media.codec_name)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -322,15 +377,9 @@ class SipCalls:
         session_id = random.getrandbits(31)
         public = self._worker.settings.advertised_host or rtp.host
         if leg.negotiated is None or leg.remote_sdp is None:
-            leg.local_sdp = build_offer(
-                local_address=public,
-                local_port=rtp.port,
-                session_id=session_id,
-                session_version=1,
-                preferences=self._worker.settings.codecs,
-            )
+            leg.local_sdp = self._new_offer(leg, public, rtp.port, session_id)
             return True  # media starts when the ACK brings the answer
-        leg.local_sdp = build_answer(
+        answer = build_answer(
             leg.remote_sdp,
             leg.negotiated,
             local_address=public,
@@ -338,6 +387,7 @@ class SipCalls:
             session_id=session_id,
             session_version=1,
         )
+        leg.local_sdp = secure_answer(answer, SecureNegotiation(media=leg.negotiated, srtp=leg.srtp))
         self._start_media(leg)
         return True
 
@@ -362,6 +412,7 @@ class SipCalls:
             direction=negotiated.direction,
             latch_any_source=not self._worker.settings.rtp_strict_source,
             jitter=self._worker.settings.jitter_config,
+            srtp=_srtp_config(leg.srtp),
         )
         now = self._worker.clock_now()
         self._worker.engine.add_call(config, now=now)
@@ -381,11 +432,8 @@ class SipCalls:
         if leg.negotiated is not None or not event.body:
             return
         try:  # a late offer: the ACK carries the caller's answer to our offer
-            answer = parse_sdp(event.body)
-            leg.negotiated = _negotiate(answer, self._worker.settings.codecs)
-            leg.remote_sdp = answer
-            self._start_media(leg)
-        except (SdpError, NoCommonCodec, LocalMediaError) as exc:
+            self._take_answer(leg, parse_sdp(event.body))
+        except (SdpError, NoCommonCodec, SrtpRefused, LocalMediaError) as exc:
             log.info("call %s: unusable SDP answer in ACK: %s", leg.id, exc)
             self.hang_up_leg(leg, "bad_sdp")
 
@@ -406,15 +454,21 @@ class SipCalls:
                 session_version=leg.session_version,
                 preferences=self._worker.settings.codecs,
             )
-            self._worker.endpoint.answer_reinvite(leg.sip, now, body=offer.to_bytes())
+            self._worker.endpoint.answer_reinvite(leg.sip, now, body=self._secured_reoffer(leg, offer).to_bytes())
             return
         try:
             offer = parse_sdp(event.body)
-            negotiated = _negotiate(offer, self._worker.settings.codecs)
+            negotiation = _answer_offer(offer, self._worker.settings, current=leg.srtp)
+            check_update(leg.srtp, negotiation.srtp)
+        except SrtpRefused as exc:
+            log.info("call %s: re-INVITE refused: %s", leg.id, exc)
+            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488, reason=exc.reason)
+            return
         except (SdpError, NoCommonCodec) as exc:
             log.info("call %s: re-INVITE refused: %s", leg.id, exc)
             self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
             return
+        negotiated = negotiation.media
         if leg.negotiated is not None and negotiated.codec_name != leg.negotiated.codec_name:
             # Changing codec mid-call would need new media state; keep it simple and refuse.
             self._worker.endpoint.reject_reinvite(leg.sip, now, status=488, reason="codec change not supported")
@@ -423,9 +477,13 @@ class SipCalls:
             self._worker.engine.set_direction(leg.id, negotiated.direction)
             if not negotiated.on_hold:
                 self._worker.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
+            config = _srtp_config(negotiation.srtp)
+            if config is not None and negotiation.srtp != leg.srtp:  # RFC 4568 §7.1.4: the changed side rekeys
+                self._worker.engine.set_srtp(leg.id, config)
         leg.negotiated = negotiated
+        leg.srtp = negotiation.srtp
         leg.remote_sdp = offer
-        leg.local_sdp = build_answer(
+        answer = build_answer(
             offer,
             negotiated,
             local_address=public,
@@ -433,7 +491,44 @@ class SipCalls:
             session_id=session_id,
             session_version=leg.session_version,
         )
+        leg.local_sdp = secure_answer(answer, negotiation)
         self._worker.endpoint.answer_reinvite(leg.sip, now, body=leg.local_sdp.to_bytes())
+
+    def _new_offer(self, leg: CallLeg, address: str, port: int, session_id: int) -> SessionDescription:
+        """Our offer of a new call (outbound, or a late-offer INVITE), with a=crypto lines per ``settings.srtp``
+        (kept on the leg to read the answer's)."""
+        settings = self._worker.settings
+        offer = build_offer(
+            local_address=address,
+            local_port=port,
+            session_id=session_id,
+            session_version=1,
+            preferences=settings.codecs,
+        )
+        leg.offered_crypto = offer_crypto(settings.srtp, os.urandom, settings.srtp_suites)
+        return secure_offer(offer, settings.srtp, leg.offered_crypto)
+
+    def _secured_reoffer(self, leg: CallLeg, offer: SessionDescription) -> SessionDescription:
+        """Our re-offer (a re-INVITE without SDP) keeps the call's SRTP: the accepted tag, suite and our key, on
+        the profile the call has."""
+        if leg.srtp is None:
+            return offer
+        secure = (
+            leg.local_sdp is not None
+            and leg.negotiated is not None
+            and (leg.local_sdp.media[leg.negotiated.media_index].proto.upper() in SRTP_PROFILES)
+        )
+        return secure_offer(offer, "required" if secure else "optional", reoffer_crypto(leg.srtp))
+
+    def _take_answer(self, leg: CallLeg, answer: SessionDescription) -> None:
+        """The remote's answer to our offer: its codec and SRTP (our crypto lines: ``leg.offered_crypto``),
+        then the call's media. Raises SdpError, NoCommonCodec, SrtpRefused or LocalMediaError."""
+        negotiated = _negotiate(answer, self._worker.settings.codecs)
+        leg.srtp = read_answer(answer, negotiated, leg.offered_crypto, self._worker.settings.srtp)
+        leg.offered_crypto = ()
+        leg.negotiated = negotiated
+        leg.remote_sdp = answer
+        self._start_media(leg)
 
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
@@ -610,11 +705,8 @@ class SipCalls:
 
     def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
         try:
-            answer = parse_sdp(event.body)
-            leg.negotiated = _negotiate(answer, self._worker.settings.codecs)
-            leg.remote_sdp = answer
-            self._start_media(leg)
-        except (SdpError, NoCommonCodec, LocalMediaError) as exc:
+            self._take_answer(leg, parse_sdp(event.body))
+        except (SdpError, NoCommonCodec, SrtpRefused, LocalMediaError) as exc:
             log.info("call %s: unusable SDP answer: %s", leg.id, exc)
             if leg.answered is not None and not leg.answered.done():
                 leg.answered.set_result(False)
@@ -684,6 +776,7 @@ class SipCalls:
             end_reason=leg.end_reason,
             stats=stats,
             session=leg.session,
+            srtp=leg.srtp.suite if leg.srtp is not None else "",
         )
 
     async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
@@ -722,13 +815,7 @@ class SipCalls:
         rtp = self._worker.ports.allocate()
         leg.rtp = rtp
         public = self._worker.settings.advertised_host or rtp.host
-        leg.local_sdp = build_offer(
-            local_address=public,
-            local_port=rtp.port,
-            session_id=random.getrandbits(31),
-            session_version=1,
-            preferences=self._worker.settings.codecs,
-        )
+        leg.local_sdp = self._new_offer(leg, public, rtp.port, random.getrandbits(31))
         caller = request.caller_id or "gateway"
         from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri

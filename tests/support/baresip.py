@@ -35,6 +35,8 @@ __all__ = ["BaresipCommandError", "BaresipEvent", "BaresipPhone", "BaresipRecord
 
 MODULES = ("g711.so", "g722.so", "opus.so", "aufile.so", "alsa.so", "sndfile.so")
 APP_MODULES = ("account.so", "menu.so", "ctrl_tcp.so")
+# baresip 1.0's srtp.so media encryptions (account parameter mediaenc=): best effort on RTP/AVP, RTP/SAVP, RTP/SAVPF.
+MEDIAENC = ("srtp", "srtp-mand", "srtp-mandf")
 # An account's audio_codecs entry without rate/channels means x/8000/1 to baresip 1.0.
 CODEC_ALIASES = {"opus": "opus/48000/2", "g722": "g722/16000/1"}
 
@@ -85,7 +87,11 @@ class BaresipPhone:
         auto_answer: bool = False,
         tail_silence: float = 0.0,
         lifetime: float = 60.0,
+        mediaenc: str | None = None,
     ) -> None:
+        """``mediaenc``: the account's media encryption, with baresip's srtp.so loaded: ``srtp`` (RTP/AVP with
+        a=crypto, SRTP if answered so), ``srtp-mand`` (RTP/SAVP) or ``srtp-mandf`` (RTP/SAVPF). It is the media's
+        only option here, apart from the SIP transport's, so the two combine (SIP over TLS with SRTP media)."""
         self.name = name
         self.user = user
         self.codecs = tuple(CODEC_ALIASES.get(c.lower(), c) for c in codecs)
@@ -96,6 +102,9 @@ class BaresipPhone:
         self.recordings_dir = self.config_dir / "recordings"
         self._source_wav = Path(source_wav)
         self._tail_silence = tail_silence
+        if mediaenc not in (None, *MEDIAENC):
+            raise ValueError(f"mediaenc must be one of {MEDIAENC}, got {mediaenc!r}")
+        self.mediaenc = mediaenc
         # SIP on P (baresip also takes P+1 for TCP), ctrl_tcp on P+2, RTP in P+4..P+11 (even start).
         ports = free_ports(12)
         self.sip_port = ports[0]
@@ -138,6 +147,7 @@ class BaresipPhone:
             f"rtp_ports {self.rtp_ports[0]}-{self.rtp_ports[1]}",
             "module_path /usr/lib/baresip/modules",
             *(f"module {m}" for m in MODULES),
+            *(["module srtp.so"] if self.mediaenc else []),
             f"snd_path {self.recordings_dir}",
             *(f"module_app {m}" for m in APP_MODULES),
             f"ctrl_tcp_listen 127.0.0.1:{self.ctrl_port}",
@@ -145,6 +155,8 @@ class BaresipPhone:
         (self.config_dir / "config").write_text("\n".join(lines) + "\n")
         answermode = "auto" if self.auto_answer else "manual"
         account = f"<{self.sip_uri}>;regint=0;audio_codecs={','.join(self.codecs)};answermode={answermode}"
+        if self.mediaenc:
+            account += f";mediaenc={self.mediaenc}"
         (self.config_dir / "accounts").write_text(account + "\n")
         (self.config_dir / "contacts").write_text("")
         return self.config_dir

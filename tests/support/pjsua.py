@@ -63,7 +63,10 @@ class PjsuaPhone:
         max_seconds: float = 30.0,
         codecs: Sequence[str] = ("PCMU", "PCMA"),
         clock_rate: int = 8000,
+        srtp: str = "disabled",
     ) -> None:
+        """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
+        (RTP/SAVP); separate from the SIP transport, so the two combine."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
         if mode == "caller" and not uri:
@@ -93,6 +96,7 @@ class PjsuaPhone:
             f"--codecs={','.join(codecs)}",
             f"--clock-rate={clock_rate}",
             f"--log={self.pjsip_log}",
+            f"--srtp={srtp}",
         ]
         if uri:
             self._argv.append(f"--uri={uri}")

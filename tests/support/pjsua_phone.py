@@ -165,6 +165,14 @@ def run(args: argparse.Namespace) -> int:
     account_cfg.mediaConfig.transportConfig.portRange = 20
     account_cfg.mediaConfig.transportConfig.boundAddress = "127.0.0.1"
     account_cfg.mediaConfig.transportConfig.publicAddress = "127.0.0.1"
+    if args.srtp != "disabled":
+        # SDES SRTP (PJMEDIA_SRTP_OPTIONAL: RTP/AVP with a=crypto; MANDATORY: RTP/SAVP). Secure signalling 0: SDES
+        # keys are accepted over plain SIP, as the media's only option apart from the transport's.
+        account_cfg.mediaConfig.srtpUse = {
+            "optional": pj.PJMEDIA_SRTP_OPTIONAL,
+            "mandatory": pj.PJMEDIA_SRTP_MANDATORY,
+        }[args.srtp]
+        account_cfg.mediaConfig.srtpSecureSignaling = 0
     account = PhoneAccount(phone)
     account.create(account_cfg)
     emit("ready", sip_port=args.port, uri=account_cfg.idUri, mode=args.mode)
@@ -237,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--codecs", default="PCMU,PCMA")
     parser.add_argument("--clock-rate", type=int, default=8000)
     parser.add_argument("--log", help="PJSIP log file")
+    parser.add_argument("--srtp", choices=["disabled", "optional", "mandatory"], default="disabled")
     args = parser.parse_args(argv)
     if args.mode == "caller" and not args.uri:
         parser.error("--uri is required in caller mode")

@@ -257,7 +257,10 @@
     row.append(route);
 
     row.append(cell("", call.worker || "–"));
-    row.append(cell("", call.codec || "–"));
+    // An SRTP call reads "PCMU · SRTP", the suite in its tooltip.
+    row.append(call.srtp
+      ? cell("", `${call.codec || "–"} · SRTP`, `media encrypted: ${call.srtp}`)
+      : cell("", call.codec || "–"));
     row.append(cell("num duration", fmtDuration(callDuration(call))));
     row.append(cell(`num ${grade(stats.mos, 4.0, 3.6, true)}`, num(stats.mos, 2), "E-model MOS"));
     row.append(cell(`num ${grade(stats.loss_pct, 1, 3, false)}`, `${num(stats.loss_pct, 1)} %`,

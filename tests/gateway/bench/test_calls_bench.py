@@ -225,3 +225,19 @@ def test_the_workers_collector_passes_are_read_from_its_histogram() -> None:
     assert passes["gc_middle_passes"] == 3 and passes["gc_full_passes"] == 1
     assert passes["gc_middle_mean_ms"] == pytest.approx(3.0)
     assert _collector_passes(after, after) == {"gc_middle_passes": 0, "gc_middle_mean_ms": 0.0, "gc_full_passes": 0}
+
+
+def test_srtp_runs_the_calls_over_plain_rtp_then_over_srtp_on_the_same_build() -> None:
+    from gateway.bench.calls import CallsBenchConfig, _ratios, _variants
+
+    both = _variants(CallsBenchConfig(compiled="build/compiled", srtp="AES_CM_128_HMAC_SHA1_32"))
+    assert [(label, c.compiled, c.calls_srtp) for label, c in both] == [
+        ("plain RTP", "build/compiled", None),
+        ("SRTP", "build/compiled", "AES_CM_128_HMAC_SHA1_32"),
+    ]
+    rows = {
+        "plain RTP": [{"calls": 100, "cpu_us_per_call_frame": 80.0}],
+        "SRTP": [{"calls": 100, "cpu_us_per_call_frame": 86.0}],
+    }
+    assert _ratios(rows, base="plain RTP", other="SRTP") == [(100, 80.0, 86.0)]
+    assert _ratios(rows) == []

@@ -16,12 +16,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gateway.media.rtp import build_rtp, parse_rtp
+from gateway.media.srtp import SrtpConfig, SrtpContext, SrtpError
 from gateway.sip.config import SipConfig
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.errors import RemoteProtocolError
 from gateway.sip.events import CallHandle, CallOffered, SipEvent
 from gateway.sip.message import SipRequest, parse_message
-from gateway.sip.sdp import LocalMedia, build_answer, build_offer, negotiate, parse_sdp
+from gateway.sip.sdes import (
+    CryptoAttribute,
+    KeyParam,
+    SrtpRefused,
+    crypto_lines,
+    read_answer,
+    secure_offer,
+    with_crypto,
+)
+from gateway.sip.sdp import RTP_PROFILES, SRTP_PROFILES, LocalMedia, build_answer, build_offer, negotiate, parse_sdp
 from gateway.transport.sip_transport import SipTransport
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from telcodecs.opus import OpusDecoder, OpusEncoder
@@ -39,6 +49,12 @@ class PeerCall:
     received_seqs: list[int] = field(default_factory=list)
     received_timestamps: list[int] = field(default_factory=list)
     opus_encoder: OpusEncoder | None = None
+    # SRTP (SDES): the crypto lines we offered, and once answered the context both ways; datagrams it refused.
+    offered_crypto: tuple[CryptoAttribute, ...] = ()
+    srtp: SrtpContext | None = None
+    srtp_refused: list[str] = field(default_factory=list)
+    frames_sent: int = 0
+    last_sent: bytes | None = None  # the last datagram stream() sent
 
 
 class SipPeer:
@@ -105,22 +121,32 @@ class SipPeer:
         codecs: Sequence[str] = ("PCMU",),
         body: bytes | None = None,
         from_user: str = "+15550100",
+        srtp: Sequence[str] = (),
+        srtp_profile: str = "RTP/SAVP",
     ) -> PeerCall:
+        """``srtp``: offer these SDES suites (one a=crypto line each, tags 1..) on ``srtp_profile`` (RTP/AVP for an
+        RFC 8643 OSRTP offer)."""
         rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         rtp.bind(("127.0.0.1", 0))
         rtp.setblocking(False)
+        offered = tuple(
+            CryptoAttribute(tag=tag, suite=suite, keys=(KeyParam(key_salt=random.randbytes(30)),))
+            for tag, suite in enumerate(srtp, start=1)
+        )
         if body is None:
-            body = build_offer(
+            offer = build_offer(
                 local_address="127.0.0.1",
                 local_port=rtp.getsockname()[1],
                 session_id=1,
                 session_version=1,
                 preferences=tuple(codecs),
-            ).to_bytes()
+            )
+            mode = "required" if srtp_profile.upper() in SRTP_PROFILES else "optional"
+            body = secure_offer(offer, mode, offered).to_bytes()
         handle = self.endpoint.invite(
             target, self.transport.now(), from_uri=f"sip:{from_user}@127.0.0.1:{self.port}", body=body
         )
-        call = PeerCall(handle=handle, rtp=rtp)
+        call = PeerCall(handle=handle, rtp=rtp, offered_crypto=offered)
         self.calls[handle] = call
         self._read_rtp(call)
         self.transport.pump()
@@ -133,6 +159,12 @@ class SipPeer:
                     data = call.rtp.recv(2048)
                 except BlockingIOError:
                     return
+                if call.srtp is not None:
+                    try:
+                        data = call.srtp.unprotect(data)
+                    except SrtpError as exc:
+                        call.srtp_refused.append(exc.reason)
+                        continue
                 packet = parse_rtp(data)
                 call.received_pts.append(packet.payload_type)
                 call.received_seqs.append(packet.sequence_number)
@@ -141,13 +173,14 @@ class SipPeer:
 
         asyncio.get_running_loop().add_reader(call.rtp.fileno(), on_rtp)
 
-    def answer(self, offered: CallOffered) -> PeerCall:
-        """Answer an incoming call (we are the trunk / callee) with PCMU and an RTP socket of our own."""
+    def answer(self, offered: CallOffered, *, srtp_tag: int | None = None) -> PeerCall:
+        """Answer an incoming call (we are the trunk / callee) with PCMU and an RTP socket of our own; with
+        ``srtp_tag``, accept that a=crypto line of the offer with a key of ours (SRTP both ways)."""
         rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         rtp.bind(("127.0.0.1", 0))
         rtp.setblocking(False)
         offer = parse_sdp(offered.body)
-        negotiated = negotiate(offer, local=LocalMedia())
+        negotiated = negotiate(offer, local=LocalMedia(), profiles=RTP_PROFILES | SRTP_PROFILES)
         answer = build_answer(
             offer,
             negotiated,
@@ -156,7 +189,22 @@ class SipPeer:
             session_id=2,
             session_version=1,
         )
-        call = PeerCall(handle=offered.call, rtp=rtp, codec=negotiated.codec_name, payload_type=negotiated.payload_type)
+        context = None
+        if srtp_tag is not None:
+            lines = [p for _, p in crypto_lines(offer.media[negotiated.media_index]) if isinstance(p, CryptoAttribute)]
+            theirs = next(line for line in lines if line.tag == srtp_tag)
+            ours = CryptoAttribute(tag=srtp_tag, suite=theirs.suite, keys=(KeyParam(key_salt=random.randbytes(30)),))
+            answer = with_crypto(answer, negotiated.media_index, (ours.to_attribute(),))
+            context = SrtpContext(
+                SrtpConfig(suite=theirs.suite, local_key=ours.keys[0].key_salt, remote_key=theirs.keys[0].key_salt)
+            )
+        call = PeerCall(
+            handle=offered.call,
+            rtp=rtp,
+            codec=negotiated.codec_name,
+            payload_type=negotiated.payload_type,
+            srtp=context,
+        )
         call.remote_rtp = negotiated.remote_rtp
         self.calls[offered.call] = call
         self._read_rtp(call)
@@ -166,10 +214,56 @@ class SipPeer:
 
     def answered(self, call: PeerCall, answer_body: bytes) -> None:
         answer = parse_sdp(answer_body)
-        negotiated = negotiate(answer, local=LocalMedia())
+        negotiated = negotiate(answer, local=LocalMedia(), profiles=RTP_PROFILES | SRTP_PROFILES)
         call.codec = negotiated.codec_name
         call.payload_type = negotiated.payload_type
         call.remote_rtp = negotiated.remote_rtp
+        if call.offered_crypto:
+            # The gateway's answer to our SRTP offer: exactly one of our lines, with its own key (RFC 4568 §5.1.2).
+            try:
+                srtp = read_answer(answer, negotiated, call.offered_crypto, "optional")
+            except SrtpRefused as exc:
+                raise AssertionError(f"the gateway's SRTP answer is not acceptable: {exc}") from exc
+            if srtp is not None:
+                call.srtp = SrtpContext(
+                    SrtpConfig(suite=srtp.suite, local_key=srtp.local_key, remote_key=srtp.remote_key)
+                )
+
+    def rekey(self, call: PeerCall, new_key: bytes) -> bytes:
+        """A re-offer with a new key of ours on the accepted line (RFC 4568 §7.1.4); returns the body sent."""
+        assert call.srtp is not None and call.remote_rtp is not None
+        offer = build_offer(
+            local_address="127.0.0.1",
+            local_port=call.rtp.getsockname()[1],
+            session_id=1,
+            session_version=2,
+            preferences=(call.codec,),
+        )
+        line = CryptoAttribute(tag=1, suite=call.srtp.suite, keys=(KeyParam(key_salt=new_key),))
+        body = secure_offer(offer, "required", (line,)).to_bytes()
+        call.offered_crypto = (line,)
+        self.endpoint.reinvite(call.handle, self.transport.now(), body=body)
+        self.transport.pump()
+        return body
+
+    def rekeyed(self, call: PeerCall, answer_body: bytes) -> None:
+        """The answer to :meth:`rekey`: our sending context takes the new key; the gateway's (it keeps its key,
+        so its outbound context carries on) is read from the answer."""
+        assert call.srtp is not None
+        answer = parse_sdp(answer_body)
+        [(_, line)] = crypto_lines(answer.media[0])
+        assert isinstance(line, CryptoAttribute)
+        old = call.srtp.config
+        call.srtp.rekey(
+            SrtpConfig(
+                suite=old.suite, local_key=call.offered_crypto[0].keys[0].key_salt, remote_key=line.keys[0].key_salt
+            )
+        )
+
+    def send_raw(self, call: PeerCall, data: bytes) -> None:
+        """One datagram to the gateway's RTP port as it is (a plain packet into an SRTP call, a tampered one)."""
+        assert call.remote_rtp is not None
+        call.rtp.sendto(data, call.remote_rtp)
 
     def hang_up(self, call: PeerCall) -> None:
         self.endpoint.hang_up(call.handle, self.transport.now())
@@ -195,13 +289,17 @@ class SipPeer:
                 chunk = np.pad(chunk, (0, 160 - chunk.size))
             packet = build_rtp(
                 payload_type=call.payload_type,
-                sequence_number=1000 + i,
-                timestamp=ticks * i,
+                sequence_number=(1000 + call.frames_sent) & 0xFFFF,
+                timestamp=ticks * call.frames_sent,
                 ssrc=0x1234,
                 payload=encode(chunk.astype(np.int16)),
                 marker=i == 0,
             )
+            if call.srtp is not None:
+                packet = call.srtp.protect(packet)
+            call.frames_sent += 1  # one stream goes on from the last: SRTP would refuse a repeated index
             call.rtp.sendto(packet, call.remote_rtp)
+            call.last_sent = packet
             delay = start + (i + 1) * 0.02 - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -93,3 +93,23 @@ def test_the_opus_encode_ahead_budget_comes_from_the_environment_and_a_negative_
     monkeypatch.setenv("GATEWAY_OPUS_ENCODE_AHEAD_MS", "-1")
     with pytest.raises(ValidationError, match="opus_encode_ahead_ms"):
         WorkerSettings()
+
+
+def test_srtp_settings_from_the_environment_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from gateway.commands.worker_args import add_worker_arguments, worker_settings
+
+    assert WorkerSettings().srtp == "optional"
+    assert WorkerSettings().srtp_suites == ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
+    monkeypatch.setenv("GATEWAY_SRTP", "Required")
+    monkeypatch.setenv("GATEWAY_SRTP_SUITES", "aes_cm_128_hmac_sha1_32")
+    settings = WorkerSettings()
+    assert (settings.srtp, settings.srtp_suites) == ("required", ("AES_CM_128_HMAC_SHA1_32",))
+    parser = argparse.ArgumentParser()
+    add_worker_arguments(parser)
+    flags = worker_settings(parser.parse_args(["--srtp", "off", "--srtp-suites", "AES_CM_128_HMAC_SHA1_80"]))
+    assert (flags.srtp, flags.srtp_suites) == ("off", ("AES_CM_128_HMAC_SHA1_80",))
+    for bad in ({"srtp": "maybe"}, {"srtp_suites": "AEAD_AES_256_GCM"}, {"srtp_suites": ""}):
+        with pytest.raises(ValueError):
+            WorkerSettings(**bad)  # type: ignore[arg-type]
