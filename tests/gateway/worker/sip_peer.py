@@ -53,6 +53,9 @@ class PeerCall:
     offered_crypto: tuple[CryptoAttribute, ...] = ()
     srtp: SrtpContext | None = None
     srtp_refused: list[str] = field(default_factory=list)
+    # Datagrams that came before the answer was read (the gateway sends RTP as soon as it answers): held until
+    # the answer says whether they are SRTP and with which key.
+    early: list[bytes] = field(default_factory=list)
     frames_sent: int = 0
     last_sent: bytes | None = None  # the last datagram stream() sent
 
@@ -159,19 +162,26 @@ class SipPeer:
                     data = call.rtp.recv(2048)
                 except BlockingIOError:
                     return
-                if call.srtp is not None:
-                    try:
-                        data = call.srtp.unprotect(data)
-                    except SrtpError as exc:
-                        call.srtp_refused.append(exc.reason)
-                        continue
-                packet = parse_rtp(data)
-                call.received_pts.append(packet.payload_type)
-                call.received_seqs.append(packet.sequence_number)
-                call.received_timestamps.append(packet.timestamp)
-                call.received.append(packet.payload)
+                if call.offered_crypto and call.remote_rtp is None:
+                    call.early.append(data)
+                else:
+                    self._take_rtp(call, data)
 
         asyncio.get_running_loop().add_reader(call.rtp.fileno(), on_rtp)
+
+    @staticmethod
+    def _take_rtp(call: PeerCall, data: bytes) -> None:
+        if call.srtp is not None:
+            try:
+                data = call.srtp.unprotect(data)
+            except SrtpError as exc:
+                call.srtp_refused.append(exc.reason)
+                return
+        packet = parse_rtp(data)
+        call.received_pts.append(packet.payload_type)
+        call.received_seqs.append(packet.sequence_number)
+        call.received_timestamps.append(packet.timestamp)
+        call.received.append(packet.payload)
 
     def answer(self, offered: CallOffered, *, srtp_tag: int | None = None) -> PeerCall:
         """Answer an incoming call (we are the trunk / callee) with PCMU and an RTP socket of our own; with
@@ -228,6 +238,9 @@ class SipPeer:
                 call.srtp = SrtpContext(
                     SrtpConfig(suite=srtp.suite, local_key=srtp.local_key, remote_key=srtp.remote_key)
                 )
+        early, call.early = call.early, []
+        for data in early:
+            self._take_rtp(call, data)
 
     def rekey(self, call: PeerCall, new_key: bytes) -> bytes:
         """A re-offer with a new key of ours on the accepted line (RFC 4568 §7.1.4); returns the body sent."""
