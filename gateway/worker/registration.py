@@ -212,7 +212,7 @@ class TrunkRegistration:
         if not event.contact_listed:
             self._outcomes["contact_missing"].inc()
             log.warning(
-                "worker %s: %s answered %d to our REGISTER without listing our contact %s (%d other contacts); "
+                "worker %s: %s answered %d to our REGISTER without listing our contact %s (other contacts: %d); "
                 "calls for %s may not reach this worker",
                 worker_id,
                 event.registrar,
@@ -227,7 +227,7 @@ class TrunkRegistration:
         else:
             self._outcomes["registered"].inc()
             log.info(
-                "worker %s: registered at %s for %s, %d s granted (%d other contacts)",
+                "worker %s: registered at %s for %s, %d s granted (other contacts: %d)",
                 worker_id,
                 event.registrar,
                 event.aor,
