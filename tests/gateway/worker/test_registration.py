@@ -273,3 +273,12 @@ async def test_shutdown_removes_the_binding(registrar: UdpRegistrar) -> None:
     await worker.aclose()
     assert registrar.registrar.contacts("+15550100", asyncio.get_running_loop().time()) == []
     assert worker.registration.info().state == "unregistered"  # type: ignore[union-attr]
+
+
+def test_every_trunk_setting_has_a_readme_row() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    names = [f"GATEWAY_{name.upper()}" for name in WorkerSettings.model_fields if name.startswith("trunk")]
+    assert len(names) >= 9
+    assert [name for name in names if f"`{name}`" not in readme] == []
