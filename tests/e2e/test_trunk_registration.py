@@ -1,7 +1,7 @@
 """``gateway run`` registering with a real registrar (Kamailio: registrar + usrloc in memory + digest auth with a
 fixed password, tests/support/kamailio-registrar.cfg) as a trunk that only calls registered contacts.
 
-One story with two gateways registering their own contacts for the same AOR:
+One story with two gateways registering their own contacts for the same AOR, one over UDP, one over TCP:
 1. each authenticates (digest, its auth user distinct from the AOR's user) and is bound: Kamailio's location
    table lists both contacts, each with its own +sip.instance, and /v1/workers shows each registration; the
    one that asked 3600 s was granted the registrar's maximum (8 s), the one that asked 2 s got 423 and asked
@@ -68,7 +68,7 @@ async def _registered(gateway: GatewayProcess) -> dict[str, Any] | None:
 
 def _of(bindings: list[Binding], gateway: GatewayProcess) -> Binding | None:
     address = f"sip:gateway@127.0.0.1:{gateway.sip_port}"
-    return next((b for b in bindings if b.address == address), None)
+    return next((b for b in bindings if b.address.split(";")[0] == address), None)
 
 
 async def _metrics(gateway: GatewayProcess) -> str:
@@ -104,7 +104,13 @@ async def test_two_gateways_register_refresh_take_a_call_and_unregister(
         start_gateway(peer_procs, env=_registration_env(registrar, "w-long"), name="gw-long", lifetime=170),
         start_gateway(
             peer_procs,
-            env=_registration_env(registrar, "w-short", GATEWAY_TRUNK_REGISTER_EXPIRES_S="2"),
+            env=_registration_env(
+                registrar,
+                "w-short",
+                GATEWAY_TRUNK_REGISTER_EXPIRES_S="2",
+                GATEWAY_TRUNK_REGISTRAR=f"{registrar.uri};transport=tcp",
+                GATEWAY_SIP_TRANSPORTS="udp,tcp",
+            ),
             name="gw-short",
             lifetime=170,
         ),
@@ -117,11 +123,12 @@ async def test_two_gateways_register_refresh_take_a_call_and_unregister(
     first_long, first_short = _of(both, long_ask), _of(both, short_ask)
     assert first_long is not None and first_short is not None
     assert first_long.instance and first_short.instance and first_long.instance != first_short.instance
+    assert first_short.address.endswith(";transport=tcp") and ";" not in first_long.address  # each its transport
     long_reg = await poll(lambda: _registered(long_ask), within=10, what="w-long registered")
     short_reg = await poll(lambda: _registered(short_ask), within=10, what="w-short registered")
     assert long_reg["expires_s"] == 8 and short_reg["expires_s"] == 4  # asked 3600: max; asked 2: 423, then 4
+    assert long_reg["registrar"] == registrar.uri and short_reg["registrar"] == f"{registrar.uri};transport=tcp"
     for registration, gateway in ((long_reg, long_ask), (short_reg, short_ask)):
-        assert registration["registrar"] == registrar.uri
         assert registration["aor"] == f"sip:{AOR_USER}@{registrar.realm}"
         assert f"127.0.0.1:{gateway.sip_port}" in registration["contact"]
         assert registration["last_status"] == 200 and registration["last_error"] == ""

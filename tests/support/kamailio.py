@@ -302,9 +302,9 @@ def parse_ul_dump(text: str) -> list[Binding]:
 
 
 class KamailioRegistrar(KamailioProcess):
-    """A registrar on loopback (tests/support/kamailio-registrar.cfg) for one account: `auth_user` with
-    `auth_password` in `realm`, expiries kept within [min_expires, max_expires] (423 below), nonces stale after
-    `nonce_expire` seconds. Out-of-dialog requests to a registered AOR go to its contacts."""
+    """A registrar on loopback, UDP and TCP on one port (tests/support/kamailio-registrar.cfg), for one account:
+    `auth_user` with `auth_password` in `realm`, expiries kept within [min_expires, max_expires] (423 below),
+    nonces stale after `nonce_expire` seconds. Out-of-dialog requests to a registered AOR go to its contacts."""
 
     def __init__(
         self,
@@ -334,6 +334,7 @@ class KamailioRegistrar(KamailioProcess):
     def _defines(self) -> list[str]:
         defines = {
             "LISTEN": f"udp:127.0.0.1:{self.port}",
+            "LISTEN_TCP": f"tcp:127.0.0.1:{self.port}",
             "CTL_SOCKET": f'"unix:{self.ctl_socket}"',
             "WORKERS": str(self.children),
             "REALM": f'"{self.realm}"',
