@@ -468,7 +468,8 @@ class RegistrationClient:
             ("To", f"<{self.config.aor}>"),
             ("Call-ID", self.call_id),
             ("CSeq", f"{self.cseq} REGISTER"),
-            ("Contact", self.contact),
+            # §10.2.2: a removal says 0 in the header and, for registrars that read only the contact's, there too.
+            ("Contact", self.contact if expires else f"{self.contact};expires=0"),
             ("Expires", str(expires)),
             *self._headers,
         ):

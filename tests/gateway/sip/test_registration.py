@@ -339,6 +339,7 @@ def test_stop_removes_our_contact_with_expires_zero_and_the_next_cseq() -> None:
     assert removal.headers.get("Expires") == "0" and removal.cseq.number == 3
     assert removal.call_id == registrar.requests[0].call_id
     assert str(removal.contacts[0].uri) == "sip:gateway@127.0.0.1:5070"  # ours, never "*"
+    assert removal.contacts[0].param("expires") == "0" and removal.contacts[0].param("+sip.instance")
     assert removal.headers.get("Authorization") is not None
     [done] = unregistered(wire)
     assert done.ok and done.status == 200
