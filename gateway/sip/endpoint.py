@@ -95,8 +95,11 @@ class SipEndpoint:
             self._core.stats.internal_errors += 1
 
     def next_deadline(self) -> float | None:
-        deadlines = [d for d in (self._core.next_deadline(), self.registrations.next_deadline()) if d is not None]
-        return min(deadlines) if deadlines else None
+        first = self._core.next_deadline()
+        if not self.registrations.clients:  # the common case: asked after every message the transport feeds in
+            return first
+        registration = self.registrations.next_deadline()
+        return registration if first is None or (registration is not None and registration < first) else first
 
     def datagrams(self) -> list[Outgoing]:
         out, self._core.outbox = self._core.outbox, []
