@@ -160,6 +160,19 @@ LOOP_LAG_SECONDS = Histogram(
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5),
     registry=REGISTRY,
 )
+TRUNK_REGISTERED = Gauge(
+    "gateway_trunk_registered",
+    "1 while the trunk's registrar holds this worker's contact (GATEWAY_TRUNK_REGISTER), else 0",
+    ["worker"],
+    registry=REGISTRY,
+)
+TRUNK_REGISTER_TOTAL = Counter(
+    "gateway_trunk_register_total",
+    "REGISTER outcomes with the trunk's registrar: registered, refreshed, contact_missing (a 2xx without our "
+    "contact), rejected, auth_rejected, timeout, unregistered, unregister_failed",
+    ["worker", "outcome"],
+    registry=REGISTRY,
+)
 WORKERS = Gauge("gateway_workers", "Workers known to the control plane, by status", ["status"], registry=REGISTRY)
 ADMISSIONS_TOTAL = Counter(
     "gateway_admissions_total",

@@ -102,10 +102,11 @@ class ControlPlane:
             await self.store.put_worker(stored)
             if stored.draining and not previous.draining:  # drained by itself (SIGTERM, `gateway drain`)
                 await self._publish("worker.draining", stored.model_dump(mode="json"))
-            elif (previous.active_calls, previous.draining, previous.capacity) != (
+            elif (previous.active_calls, previous.draining, previous.capacity, previous.registration) != (
                 stored.active_calls,
                 stored.draining,
                 stored.capacity,
+                stored.registration,  # its trunk registration changed (a refresh, a failure, a removal)
             ):
                 await self._publish("worker.updated", stored.model_dump(mode="json"))
         # In `gateway run` this loop also runs the worker's media tick: each call's tracking is its own slice.

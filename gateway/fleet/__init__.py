@@ -2,9 +2,9 @@
 
 Sits below gateway.control and gateway.worker, which both import it. Public surface:
 
-* models — WorkerInfo, CallSnapshot, CallStats, FleetEvent, WorkerEvent, AdmissionRequest/Decision,
-  ProfileModel (wire form of AgentProfile + webhook tools), OriginateRequest, TransferRequest,
-  DtmfRequest, DrainRequest, HangupRequest
+* models — WorkerInfo (with its TrunkRegistration), CallSnapshot, CallStats, FleetEvent, WorkerEvent,
+  AdmissionRequest/Decision, ProfileModel (wire form of AgentProfile + webhook tools), OriginateRequest,
+  TransferRequest, DtmfRequest, DrainRequest, HangupRequest
 * protocols — WorkerCommands (plane -> worker), ControlLink (worker -> plane), ControlPlaneApi
 * InProcessControlLink, HttpControlLink, HttpWorkerCommands, RetryPolicy, worker_api(commands, token)
 * estimate_mos (ITU-T G.107 E-model, simplified)
@@ -35,6 +35,7 @@ from gateway.fleet.models import (
     ToolModel,
     TranscriptLine,
     TransferRequest,
+    TrunkRegistration,
     WebhookSpec,
     WorkerEvent,
     WorkerInfo,
@@ -68,6 +69,7 @@ __all__ = [
     "ToolModel",
     "TranscriptLine",
     "TransferRequest",
+    "TrunkRegistration",
     "WebhookSpec",
     "WorkerCommands",
     "WorkerEvent",

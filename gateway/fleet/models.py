@@ -48,6 +48,28 @@ CAPACITY_SLACK = 1e-6
 
 # ------------------------------------------------------------------------------------------ workers
 
+TrunkRegistrationState = Literal["registering", "registered", "refreshing", "failed", "unregistering", "unregistered"]
+
+
+class TrunkRegistration(_Model):
+    """A worker's registration of its own contact with the trunk's registrar (GATEWAY_TRUNK_REGISTER)."""
+
+    state: TrunkRegistrationState = Field(
+        description="registered/refreshing: the registrar holds our contact; failed: the last attempt failed and "
+        "the next is at next_attempt_at; unregistered: removed on drain or shutdown"
+    )
+    registrar: str = Field(max_length=512, description="The registrar's SIP URI")
+    aor: str = Field(max_length=512, description="The address-of-record our contact is bound to")
+    contact: str = Field(default="", max_length=1024, description="This worker's Contact, as registered")
+    expires_s: int | None = Field(default=None, ge=0, description="The time the registrar last granted, seconds")
+    expires_at: float | None = Field(
+        default=None, description="When the binding lapses unless refreshed (worker clock, epoch seconds)"
+    )
+    next_attempt_at: float | None = Field(default=None, description="When a failed registration is tried again")
+    last_status: int | None = Field(default=None, ge=100, le=699, description="The registrar's last final status")
+    last_error: str = Field(default="", max_length=1024, description="Why the last attempt failed (empty after one)")
+    attempts: int = Field(default=0, ge=0, description="Attempts since the binding was last granted")
+
 
 class WorkerInfo(_Model):
     """A media worker as it describes itself (id, url, capacity, load) plus what the plane stamps on it."""
@@ -68,6 +90,19 @@ class WorkerInfo(_Model):
                     "status": "up",
                     "last_heartbeat": 1767225600.0,
                     "version": "0.1.0",
+                    "registration": {
+                        "state": "registered",
+                        "registrar": "sip:sip.carrier.example",
+                        "aor": "sip:+15550100@carrier.example",
+                        "contact": '<sip:gateway@10.0.0.5:5060>;+sip.instance="<urn:uuid:1d6f0c2e-2b8c-5a4e-'
+                        '9f51-0c8d1f3e7a21>"',
+                        "expires_s": 3600,
+                        "expires_at": 1767229200.0,
+                        "next_attempt_at": None,
+                        "last_status": 200,
+                        "last_error": "",
+                        "attempts": 0,
+                    },
                 }
             ]
         },
@@ -87,6 +122,9 @@ class WorkerInfo(_Model):
     status: WorkerStatus = "up"
     last_heartbeat: float = Field(default=0.0, description="Control-plane clock, epoch seconds")
     version: str = Field(default="", max_length=64)
+    registration: TrunkRegistration | None = Field(
+        default=None, description="Its registration with the trunk, when GATEWAY_TRUNK_REGISTER is on"
+    )
 
 
 # -------------------------------------------------------------------------------------------- calls

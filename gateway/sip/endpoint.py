@@ -28,6 +28,7 @@ from .events import Address, CallHandle, Outgoing, ReinviteFailed, SessionRefres
 from .headers import parse_via
 from .message import SipRequest, SipResponse, can_answer, parse_message, validate_request
 from .policy import InboundPolicy, Verdict
+from .registrations import Registrations
 from .session_timer import offer_headers, refresh_headers
 from .transaction import Transaction
 from .uac import OptionsPing, on_response, send_bye, send_cancel, send_in_dialog, start_invite
@@ -45,7 +46,9 @@ class SipEndpoint:
         self.config = config
         # Tags, branches and Call-IDs need only be unique and unguessable enough; tests pass a seeded rng.
         self._core = Core(config, rng or random.Random())
-        self._core.on_response = lambda tx, response, now: on_response(self._core, tx, response, now)
+        self._core.on_response = self._on_client_response
+        # Outbound registrations (RFC 3261 §10.2): `registrations.add(RegistrationConfig(...), now)`.
+        self.registrations = Registrations(self._core)
         self.last_internal_error: Exception | None = None
         self._policy = InboundPolicy(
             allow_cidrs=config.allow_cidrs, rate_limit=config.rate_limit, authenticator=config.authenticator
@@ -87,11 +90,16 @@ class SipEndpoint:
             self._core.fire_transaction_timers(now)
             for call in list(self._core.calls.values()):
                 self._call_timers(call, now)
+            self.registrations.fire_timers(now)
         except Exception:
             self._core.stats.internal_errors += 1
 
     def next_deadline(self) -> float | None:
-        return self._core.next_deadline()
+        first = self._core.next_deadline()
+        if not self.registrations.clients:  # the common case: asked after every message the transport feeds in
+            return first
+        registration = self.registrations.next_deadline()
+        return registration if first is None or (registration is not None and registration < first) else first
 
     def datagrams(self) -> list[Outgoing]:
         out, self._core.outbox = self._core.outbox, []
@@ -318,6 +326,10 @@ class SipEndpoint:
         return request_id
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _on_client_response(self, tx: Transaction, response: SipResponse | None, now: float) -> None:
+        if not self.registrations.on_response(tx, response, now):
+            on_response(self._core, tx, response, now)
 
     def _receive(self, data: bytes, source: Address, transport: str, now: float) -> None:
         core = self._core

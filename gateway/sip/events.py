@@ -218,6 +218,57 @@ class OptionsAnswered:
     status: int
 
 
+# --- registration (gateway/sip/registration.py) ----------------------------------------------
+
+
+RegistrationOutcome = Literal["rejected", "auth_rejected", "timeout"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrunkRegistered:
+    """A REGISTER of ours was accepted (2xx): the registrar binds our contact to the AOR for `expires` s.
+
+    `refreshed`: a binding we already held was extended. `contact_listed` is False when the 2xx did not list
+    our contact (RFC 3261 §10.3 says it must): the registrar may have stored something else. `other_contacts`
+    counts the other bindings it listed for the AOR (other workers' contacts, typically)."""
+
+    registrar: str
+    aor: str
+    contact: str
+    expires: int
+    status: int
+    refreshed: bool
+    contact_listed: bool
+    other_contacts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrunkRegistrationFailed:
+    """An attempt to register (or to refresh) failed; the next one comes `retry_in` seconds later.
+
+    `status` is the final response's (408 when none came); `outcome` says which kind of failure."""
+
+    registrar: str
+    aor: str
+    status: int
+    reason: str
+    outcome: RegistrationOutcome
+    failures: int
+    retry_in: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrunkUnregistered:
+    """The client stopped: our binding was removed (`ok`), there was none, or removing it failed or was given
+    up (`ok` False, `reason` says why). The last event of a registration."""
+
+    registrar: str
+    aor: str
+    ok: bool
+    status: int | None
+    reason: str
+
+
 SipEvent = (
     CallOffered
     | CallCancelled
@@ -236,4 +287,7 @@ SipEvent = (
     | TransferDeclined
     | OptionsReceived
     | OptionsAnswered
+    | TrunkRegistered
+    | TrunkRegistrationFailed
+    | TrunkUnregistered
 )

@@ -3,7 +3,9 @@
 A drain starts from the control plane (``POST /v1/workers/{id}/drain``), from the worker's own API (``gateway
 drain``, the Kubernetes preStop hook) or from SIGTERM. From then on the SIP endpoint answers new INVITEs and
 out-of-dialog OPTIONS with 503, so Kamailio's dispatcher probes mark the worker down and send new calls to the
-others, and the worker reports ``draining`` (not ready) in its heartbeat.
+others, the worker removes its contact from the trunk's registrar (with GATEWAY_TRUNK_REGISTER, so a trunk
+that delivers calls to registered contacts stops offering them here), and it reports ``draining`` (not ready)
+in its heartbeat.
 
 With a deadline, the calls still up when it passes are ended politely, all at once: each session asks its agent
 to say the goodbye (``drain_goodbye``; an agent that cannot speak, such as the echo agent, says nothing) and,
@@ -51,6 +53,7 @@ class WorkerDrain:
         worker.draining = True
         worker.endpoint.set_accepting_calls(False)
         if first:
+            worker.registration.begin_unregister("drain")  # the trunk's registrar stops offering calls here
             worker.heartbeat_soon()
         worker.exit_when_empty = worker.exit_when_empty or exit_when_empty
         if deadline_s is not None:

@@ -6,7 +6,7 @@ import ipaddress
 import socket
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.media.jitter import JitterConfig
@@ -67,7 +67,18 @@ class WorkerSettings(BaseSettings):
     # trunk is answered with digest credentials when trunk_user/trunk_password are set.
     trunk: str | None = None
     trunk_user: str | None = None
-    trunk_password: str | None = Field(default=None, repr=False)
+    trunk_password: SecretStr | None = Field(default=None, repr=False)
+    # Outbound registration (gateway/worker/registration.py): each worker binds its own contact to the AOR at the
+    # registrar (default sip:<trunk>), authenticating as trunk_user. The AOR defaults to sip:<trunk_user>@<host of
+    # the registrar>; its user may differ from the digest username.
+    trunk_register: bool = False
+    trunk_registrar: str | None = None
+    trunk_aor: str | None = None
+    trunk_register_expires_s: int = Field(default=3600, ge=1, le=2**31 - 1)
+    trunk_register_retry_min_s: float = Field(default=4.0, gt=0, le=3600)
+    trunk_register_retry_max_s: float = Field(default=300.0, gt=0, le=86_400)
+    # How long a drain or a shutdown waits for the registrar to confirm the removal of our contact.
+    trunk_unregister_timeout_s: float = Field(default=5.0, ge=0, le=60)
     session_expires_s: int = Field(default=1800, ge=90)
     user_agent: str = "voice-gateway/0.1"
     # A tool still running after this long is promoted to the background (the agent gets an interim output).
@@ -166,6 +177,10 @@ class WorkerSettings(BaseSettings):
             raise ValueError("set both sip_auth_user and sip_auth_password, or neither")
         if self.jitter_min_delay_ms > self.jitter_max_delay_ms:
             raise ValueError("jitter_min_delay_ms must not exceed jitter_max_delay_ms")
+        if self.trunk_register:
+            from gateway.worker.registration import check_registration_settings
+
+            check_registration_settings(self)
         return self
 
     @property

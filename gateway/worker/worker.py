@@ -54,6 +54,7 @@ from gateway.session.config import SessionConfig
 from gateway.sip.auth import ClientCredentials
 from gateway.sip.config import RateLimit, SessionTimerConfig, SipConfig
 from gateway.sip.endpoint import SipEndpoint
+from gateway.sip.events import SipEvent
 from gateway.slices import SLICE_S, Slices
 from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
@@ -62,6 +63,7 @@ from gateway.transport.sip_transport import SipTransport
 from gateway.worker.counters import CounterExporter, live_call_figures
 from gateway.worker.drain import WorkerDrain
 from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
+from gateway.worker.registration import REGISTRATION_EVENTS, TrunkRegistration
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls, TickRoute
 from gateway.worker.webrtc import WebRtcCalls
@@ -124,7 +126,7 @@ class MediaWorker:
             host=settings.sip_host,
             port=settings.sip_port,
             transports=settings.sip_transports,
-            on_events=self.sip_calls.on_sip_events,
+            on_events=self._on_sip_events,
         )
         first, last = settings.rtp_port_bounds
         self.ports = RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last))
@@ -156,7 +158,9 @@ class MediaWorker:
         if trunk_credentials is None and settings.trunk_user and settings.trunk_password:
             from gateway.sip.auth import DigestClientCredentials
 
-            trunk_credentials = DigestClientCredentials(username=settings.trunk_user, password=settings.trunk_password)
+            trunk_credentials = DigestClientCredentials(
+                username=settings.trunk_user, password=settings.trunk_password.get_secret_value()
+            )
         self.trunk_credentials = trunk_credentials
         self.draining = False
         self.exit_when_empty = False
@@ -172,6 +176,7 @@ class MediaWorker:
         self._metric_worker = settings.worker_id
         self._caller_audio_wait = CALLER_AUDIO_WAIT_SECONDS.labels(settings.worker_id)
         self.webrtc = WebRtcCalls(self)  # browser callers (gateway/worker/webrtc.py)
+        self.registration = TrunkRegistration(self)  # with GATEWAY_TRUNK_REGISTER (gateway/worker/registration.py)
 
     @staticmethod
     def _sip_config(settings: WorkerSettings) -> SipConfig:
@@ -210,6 +215,7 @@ class MediaWorker:
             self.collector.open()
         self.clock.start()
         self._started = True
+        self.registration.start()
         self._counters_task = asyncio.create_task(self._counters_loop(), name=f"worker-{self.id}-counters")
         if self.link is not None:
             try:
@@ -235,6 +241,7 @@ class MediaWorker:
         if self.closing:
             return
         self.closing = True
+        self.registration.begin_unregister(reason)  # first: the trunk stops sending calls here
         for leg in list(self.legs.values()):
             self.sip_calls.hang_up_leg(leg, reason)
         pending = [leg.task for leg in self.legs.values() if leg.task is not None]
@@ -253,6 +260,7 @@ class MediaWorker:
         if self.link is not None:  # an orderly exit is "gone", not "lost" (which alerts)
             with contextlib.suppress(Exception):
                 await self.link.report([WorkerEvent(type="worker.gone", worker=self.id, time=time.time())])
+        await self.registration.unregister(reason)  # bounded: GATEWAY_TRUNK_UNREGISTER_TIMEOUT_S
         await self._tasks.aclose()
         await self.sip.aclose()
         self.clock.stop()
@@ -287,7 +295,14 @@ class MediaWorker:
             draining=self.draining,
             status="draining" if self.draining else "up",
             version=__version__,
+            registration=self.registration.info(),
         )
+
+    def _on_sip_events(self, events: list[SipEvent]) -> None:
+        if any(isinstance(event, REGISTRATION_EVENTS) for event in events):
+            self.registration.on_events(events)
+            events = [event for event in events if not isinstance(event, REGISTRATION_EVENTS)]
+        self.sip_calls.on_sip_events(events)
 
     def heartbeat_soon(self) -> None:
         """Tell the control plane now, not at the next beat (a drain that began here: readiness follows)."""

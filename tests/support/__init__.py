@@ -14,7 +14,9 @@ Modules (import as `tests.support.<module>`):
 - pjsua     `PjsuaPhone` (pjsua2 in a helper process; caller or callee; play/record WAV; RFC 4733 DTMF at
             given times, telephone-event PT 120; `wait_state("CONFIRMED")`, `wait_done`, `recording`).
 - kamailio  `KamailioDispatcher` (deploy/kamailio/dispatcher.cfg with per-instance defines;
-            `check_config()`, `dispatcher_list()`, `wait_target(uri, active=)`, `sip_uri(user)`).
+            `check_config()`, `dispatcher_list()`, `wait_target(uri, active=)`, `sip_uri(user)`);
+            `KamailioRegistrar` (kamailio-registrar.cfg: registrar + digest auth for one account, UDP and
+            TCP; `bindings(aor_user)` from `kamcmd ul.dump`, `wait_bindings(aor_user, predicate, within=)`).
 - redis     `RedisServer` (`url`), no persistence.
 - chromium  `launch_chromium(workdir, fake_audio_wav=...)` -> session with a Playwright `context`;
             `LoopbackHttpServer({"/": html})`.

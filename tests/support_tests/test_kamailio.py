@@ -10,7 +10,13 @@ import pytest
 
 from tests.support.audio import align_and_correlate, read_wav
 from tests.support.baresip import BaresipPhone
-from tests.support.kamailio import KamailioConfigError, KamailioDispatcher, parse_dispatcher_list
+from tests.support.kamailio import (
+    KamailioConfigError,
+    KamailioDispatcher,
+    KamailioRegistrar,
+    parse_dispatcher_list,
+    parse_ul_dump,
+)
 from tests.support.peers import require_binary
 from tests.support.procs import ProcessGroup, free_ports
 
@@ -73,6 +79,67 @@ def test_parse_dispatcher_list() -> None:
         (1, "sip:127.0.0.1:5072", "AP"),
     ]
     assert targets[0].inactive and targets[1].active
+
+
+UL_DUMP = """{
+	Domains: {
+		Domain: {
+			Domain: location
+			AoRs: {
+				Info: {
+					AoR: +15550100
+					Contacts: {
+						Contact: {
+							Address: sip:gateway@127.0.0.1:15200
+							Expires: 10
+							Call-ID: cid1@127.0.0.1
+							CSeq: 2
+							Instance: <urn:uuid:00000000-0000-0000-0000-000000000001>
+						}
+						Contact: {
+							Address: sip:gateway@127.0.0.1:15202
+							Expires: permanent
+							Call-ID: cid2
+							CSeq: 7
+							Instance: [not set]
+						}
+					}
+				}
+				Info: {
+					AoR: alice
+					Contacts: {
+						Contact: {
+							Address: sip:alice@127.0.0.1:5999
+							Expires: 3
+							Call-ID: a
+							CSeq: 1
+						}
+					}
+				}
+			}
+		}
+	}
+}"""
+
+
+def test_parse_ul_dump() -> None:
+    first, second, third = parse_ul_dump(UL_DUMP)
+    assert (first.aor, first.address, first.expires, first.call_id, first.cseq) == (
+        "+15550100",
+        "sip:gateway@127.0.0.1:15200",
+        10,
+        "cid1@127.0.0.1",
+        2,
+    )
+    assert first.instance == "<urn:uuid:00000000-0000-0000-0000-000000000001>"
+    assert (second.expires, second.instance, second.cseq) == (None, None, 7)
+    assert (third.aor, third.address) == ("alice", "sip:alice@127.0.0.1:5999")
+    assert parse_ul_dump("{\n\tDomains: {\n\t}\n}") == []
+
+
+def test_registrar_config_validates(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    registrar = KamailioRegistrar(peer_procs, tmp_path, auth_password="pw", min_expires=2, max_expires=5)
+    assert "config file ok" in registrar.check_config()
 
 
 def test_shipped_config_validates_and_a_broken_one_does_not(peer_procs: ProcessGroup, tmp_path: Path) -> None:

@@ -373,6 +373,7 @@
     const meta = [worker.url || "in-process", worker.version && `v${worker.version}`,
       age !== null && `heartbeat ${age < 90 ? `${age.toFixed(0)} s` : `${(age / 60).toFixed(0)} min`} ago`];
     card.append(el("div", "worker-meta", meta.filter(Boolean).join(" · ")));
+    if (worker.registration) card.append(trunkLine(worker.registration));
     const bar = el("div", "loadbar");
     const fill = el("span", grade(worker.load, 0.7, 0.9, false) === "good" ? "" : grade(worker.load, 0.7, 0.9, false));
     fill.style.width = `${Math.min(100, Math.round((worker.load || 0) * 100))}%`;
@@ -388,6 +389,33 @@
     if (worker.status === "up") foot.append(drainButton(worker));
     card.append(foot);
     return card;
+  }
+
+  // The worker's registration with the trunk (GATEWAY_TRUNK_REGISTER): state, time left or next try, and why
+  // the last attempt failed; the registrar, AOR and contact in the tooltip.
+  function trunkLine(reg) {
+    const now = Date.now() / 1000;
+    const seconds = (at) => {
+      const left = Math.max(0, at - now);
+      return left < 120 ? `${Math.round(left)} s` : `${Math.round(left / 60)} min`;
+    };
+    const parts = [`trunk ${reg.state}`];
+    if ((reg.state === "registered" || reg.state === "refreshing") && reg.expires_at) {
+      parts.push(`expires in ${seconds(reg.expires_at)}`);
+    }
+    if (reg.state === "failed") {
+      if (reg.last_status) parts.push(`${reg.last_status}`);
+      parts.push(`attempt ${reg.attempts}`);
+      if (reg.next_attempt_at) parts.push(`retry in ${seconds(reg.next_attempt_at)}`);
+    }
+    const tone = { registered: "good", refreshing: "good", failed: "bad", registering: "warn" }[reg.state] || "";
+    const box = el("div", `worker-trunk ${tone}`.trim());
+    box.dataset.trunkState = reg.state;
+    box.title = [`registrar ${reg.registrar}`, `AOR ${reg.aor}`, reg.contact && `contact ${reg.contact}`,
+      reg.last_error].filter(Boolean).join("\n");
+    box.append(el("div", "", parts.join(" · ")));
+    if (reg.last_error) box.append(el("div", "worker-trunk-error", reg.last_error));
+    return box;
   }
 
   function drainButton(worker) {

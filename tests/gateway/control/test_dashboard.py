@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from gateway.control.app import create_app
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControlSettings
-from gateway.fleet import InProcessControlLink
+from gateway.fleet import InProcessControlLink, TrunkRegistration
 from tests.gateway.control.conftest import TOKEN, make_config
 from tests.gateway.fleet.fake_worker import FakeWorker
 from tests.gateway.fleet.servers import serve
@@ -44,6 +45,24 @@ async def live() -> AsyncIterator[tuple[str, ControlPlane, FakeWorker, FakeWorke
     plane: ControlPlane = app.state.plane
     first = FakeWorker("media-1", capacity=40)
     second = FakeWorker("media-2", capacity=40)
+    first.registration = TrunkRegistration(
+        state="registered",
+        registrar="sip:sip.carrier.example",
+        aor="sip:+15550100@carrier.example",
+        contact="<sip:gateway@10.0.0.5:5060>",
+        expires_s=3600,
+        expires_at=time.time() + 3000,
+        last_status=200,
+    )
+    second.registration = TrunkRegistration(
+        state="failed",
+        registrar="sip:sip.carrier.example",
+        aor="sip:+15550100@carrier.example",
+        next_attempt_at=time.time() + 40,
+        last_status=401,
+        last_error="sip:sip.carrier.example refused the credentials of user 'gw' for realm 'carrier.example'",
+        attempts=3,
+    )
     await first.connect(InProcessControlLink(plane, first))
     await second.connect(InProcessControlLink(plane, second))
     async with serve(app) as url:
@@ -99,6 +118,13 @@ async def test_dashboard_shows_live_calls_and_hangs_up(
             await expect(row).to_contain_text("4.32")
             await expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
             await expect(page.locator("#workers-up")).to_have_text("2")
+            # Each worker card says how its trunk registration stands, and why it failed.
+            trunk_ok = page.locator('[data-worker-id="media-1"] .worker-trunk')
+            await expect(trunk_ok).to_contain_text("trunk registered · expires in 50 min")
+            assert "AOR sip:+15550100@carrier.example" in (await trunk_ok.get_attribute("title") or "")
+            trunk_bad = page.locator('[data-worker-id="media-2"] .worker-trunk')
+            await expect(trunk_bad).to_contain_text("trunk failed · 401 · attempt 3 · retry in")
+            await expect(trunk_bad.locator(".worker-trunk-error")).to_contain_text("refused the credentials of user")
             await expect(page.locator("#live-count")).to_have_text("2")
 
             # Live statistics arrive over SSE.

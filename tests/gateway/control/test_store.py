@@ -20,7 +20,7 @@ from gateway.control.plane import ControlPlane
 from gateway.control.redis_store import RedisStore
 from gateway.control.settings import ControlSettings
 from gateway.control.store import MemoryStore, Reservation, StateStore
-from gateway.fleet import AdmissionRequest, CallSnapshot, InProcessControlLink, WorkerInfo
+from gateway.fleet import AdmissionRequest, CallSnapshot, InProcessControlLink, TrunkRegistration, WorkerInfo
 from tests.gateway.control.conftest import AUTH, TOKEN, make_config
 from tests.gateway.fleet.fake_worker import FakeWorker
 from tests.support.peers import require_binary
@@ -94,6 +94,24 @@ async def test_workers_roundtrip(store: StateStore) -> None:
     assert (await store.get_worker("b")).capacity == 3  # type: ignore[union-attr]
     await store.delete_worker("b")
     assert await store.get_worker("b") is None
+
+
+async def test_a_workers_trunk_registration_is_kept_as_sent(store: StateStore) -> None:
+    registration = TrunkRegistration(
+        state="failed",
+        registrar="sip:registrar.test",
+        aor="sip:+15550100@registrar.test",
+        contact='<sip:gateway@10.0.0.5:5060>;+sip.instance="<urn:uuid:1>"',
+        expires_s=None,
+        next_attempt_at=1767225612.5,
+        last_status=401,
+        last_error="sip:registrar.test refused the credentials of user 'gw' for realm 'registrar.test'",
+        attempts=3,
+    )
+    await store.put_worker(WorkerInfo(id="a", registration=registration))
+    await store.put_worker(WorkerInfo(id="b"))
+    stored = {w.id: w.registration for w in await store.list_workers()}
+    assert stored == {"a": registration, "b": None}
 
 
 async def test_reserve_checks_every_limit_atomically(store: StateStore) -> None:

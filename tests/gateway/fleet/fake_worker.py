@@ -19,6 +19,7 @@ from gateway.fleet import (
     CommandRejectedError,
     ControlLink,
     OriginateRequest,
+    TrunkRegistration,
     WorkerEvent,
     WorkerInfo,
 )
@@ -46,6 +47,7 @@ class FakeWorker:
         self.dtmf: list[tuple[str, str]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
         self.drains: list[bool] = []
+        self.registration: TrunkRegistration | None = None  # what it reports of its trunk registration
         self.drain_deadlines: list[float | None] = []
         self.hung_up = asyncio.Event()
 
@@ -111,6 +113,7 @@ class FakeWorker:
             used=sum(call.cost for call in live),
             draining=self.draining,
             version="test",
+            registration=self.registration,
         )
 
     async def connect(self, link: ControlLink) -> WorkerInfo:

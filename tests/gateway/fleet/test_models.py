@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.fleet import CallSnapshot, DtmfRequest, ProfileModel, WorkerInfo
+from gateway.fleet import CallSnapshot, DtmfRequest, ProfileModel, TrunkRegistration, WorkerInfo
+from gateway.fleet.models import HeartbeatRequest
 from gateway.providers.base import AgentProfile
 
 
@@ -44,3 +45,17 @@ def test_default_profile_model_matches_the_default_agent_profile() -> None:
     converted = ProfileModel().to_agent_profile()
     for name in ("name", "provider", "instructions", "max_duration_s", "audio_format", "turn_detection", "tools"):
         assert getattr(converted, name) == getattr(default, name), name
+
+
+def test_a_workers_trunk_registration_crosses_the_wire_and_is_checked() -> None:
+    example = WorkerInfo.model_json_schema()["examples"][0]
+    info = WorkerInfo.model_validate(example)
+    assert info.registration is not None and info.registration.state == "registered"
+    body = HeartbeatRequest(info=info).model_dump_json()
+    assert HeartbeatRequest.model_validate_json(body).info == info
+    with pytest.raises(ValidationError):
+        TrunkRegistration(state="confused", registrar="sip:r", aor="sip:a@r")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        TrunkRegistration(state="failed", registrar="sip:r", aor="sip:a@r", last_status=42)
+    with pytest.raises(ValidationError):
+        WorkerInfo.model_validate({**example, "registration": {**example["registration"], "secret": "x"}})

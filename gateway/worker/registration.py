@@ -1,0 +1,259 @@
+"""The worker's registration with its trunk: its own contact bound to the trunk's AOR (RFC 3261 §10.2).
+
+With ``GATEWAY_TRUNK_REGISTER=true`` every worker REGISTERs its Contact (its advertised SIP address, with an
+RFC 5626 ``+sip.instance`` made from its worker id, so each worker's contact is its own and a restarted worker
+replaces its old binding) for the AOR at the registrar, which then forks or picks among the workers' contacts.
+The protocol is gateway/sip/registration.py's, run on the worker's endpoint; this module owns the rest:
+
+* `check_registration_settings` and `registration_config`: the settings (validated at start-up, with messages
+  naming the ``GATEWAY_*`` variables) as a `RegistrationConfig`;
+* `TrunkRegistration`, held by the worker: starts the client with the worker, turns its events into log lines
+  and metrics (``gateway_trunk_registered``, ``gateway_trunk_register_total{outcome}``), gives the heartbeat
+  its `TrunkRegistration` snapshot (``/v1/workers``), and removes the binding when the worker drains (so the
+  trunk sends its calls to the other workers) and when it shuts down, waiting at most
+  ``GATEWAY_TRUNK_UNREGISTER_TIMEOUT_S`` for the registrar: a dead registrar never holds a shutdown.
+
+The password is a ``SecretStr`` in the settings and is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from gateway.fleet.models import TrunkRegistration as TrunkRegistrationModel
+from gateway.fleet.models import TrunkRegistrationState
+from gateway.observability import TRUNK_REGISTER_TOTAL, TRUNK_REGISTERED
+from gateway.sip.errors import RemoteProtocolError, SipConfigError
+from gateway.sip.events import SipEvent, TrunkRegistered, TrunkRegistrationFailed, TrunkUnregistered
+from gateway.sip.registration import RegistrationClient, RegistrationConfig, RegistrationTiming, RegState
+from gateway.sip.uri import parse_uri
+
+if TYPE_CHECKING:
+    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.worker import MediaWorker
+
+log = logging.getLogger(__name__)
+
+REGISTRATION_EVENTS = (TrunkRegistered, TrunkRegistrationFailed, TrunkUnregistered)
+_STATES: dict[RegState, TrunkRegistrationState] = {
+    RegState.IDLE: "registering",
+    RegState.REGISTERING: "registering",
+    RegState.REGISTERED: "registered",
+    RegState.REFRESHING: "refreshing",
+    RegState.FAILED: "failed",
+    RegState.STOPPING: "unregistering",
+    RegState.UNREGISTERING: "unregistering",
+    RegState.STOPPED: "unregistered",
+}
+
+
+def instance_id(worker_id: str) -> str:
+    """The worker's RFC 5626 instance id: a name-based UUID of its id, the same across restarts."""
+    return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'voice-gateway:worker:{worker_id}')}"
+
+
+def _registrar(settings: WorkerSettings) -> str:
+    if settings.trunk_registrar:
+        return settings.trunk_registrar.strip()
+    if not settings.trunk:
+        raise ValueError("GATEWAY_TRUNK_REGISTER=true needs GATEWAY_TRUNK_REGISTRAR or GATEWAY_TRUNK")
+    trunk = settings.trunk.strip()
+    return trunk if trunk.startswith(("sip:", "sips:")) else f"sip:{trunk}"
+
+
+def registration_config(settings: WorkerSettings) -> RegistrationConfig:
+    """The registration the settings ask for; ValueError (naming the variables) when they do not add up."""
+    registrar = _registrar(settings)
+    try:
+        registrar_host = parse_uri(registrar).host
+    except RemoteProtocolError as exc:
+        raise ValueError(f"GATEWAY_TRUNK_REGISTRAR {registrar!r} is not a SIP URI: {exc.reason}") from exc
+    aor = settings.trunk_aor.strip() if settings.trunk_aor else None
+    if aor is None:
+        if not settings.trunk_user:
+            raise ValueError(
+                "GATEWAY_TRUNK_REGISTER=true needs GATEWAY_TRUNK_AOR or GATEWAY_TRUNK_USER (the AOR's user)"
+            )
+        aor = f"sip:{settings.trunk_user}@{registrar_host}"
+    password = settings.trunk_password.get_secret_value() if settings.trunk_password is not None else None
+    if password is not None and not settings.trunk_user:
+        raise ValueError("GATEWAY_TRUNK_PASSWORD needs GATEWAY_TRUNK_USER (the digest username)")
+    if settings.trunk_register_retry_min_s > settings.trunk_register_retry_max_s:
+        raise ValueError("GATEWAY_TRUNK_REGISTER_RETRY_MIN_S must not exceed GATEWAY_TRUNK_REGISTER_RETRY_MAX_S")
+    try:
+        config = RegistrationConfig(
+            registrar=registrar,
+            aor=aor,
+            username=settings.trunk_user if password is not None else None,
+            password=password,
+            expires=settings.trunk_register_expires_s,
+            instance_id=instance_id(settings.worker_id),
+            timing=RegistrationTiming(
+                retry_min_s=settings.trunk_register_retry_min_s,
+                retry_max_s=settings.trunk_register_retry_max_s,
+                retry_after_max_s=max(3600.0, settings.trunk_register_retry_max_s),
+            ),
+        )
+    except SipConfigError as exc:
+        raise ValueError(f"trunk registration: {exc}") from exc
+    transport = config.registrar_uri.transport
+    if transport not in settings.sip_transports:
+        raise ValueError(
+            f"GATEWAY_TRUNK_REGISTRAR {registrar!r} asks for {transport}, which GATEWAY_SIP_TRANSPORTS "
+            f"({','.join(settings.sip_transports)}) does not listen on"
+        )
+    return config
+
+
+def check_registration_settings(settings: WorkerSettings) -> None:
+    registration_config(settings)
+
+
+class TrunkRegistration:
+    """The registration of one worker (a no-op unless ``settings.trunk_register``)."""
+
+    def __init__(self, worker: MediaWorker) -> None:
+        self._worker = worker
+        settings = worker.settings
+        self.config = registration_config(settings) if settings.trunk_register else None
+        self.client: RegistrationClient | None = None
+        self._ended = asyncio.Event()
+        self._registered = TRUNK_REGISTERED.labels(worker.id)
+        self._outcomes = {
+            outcome: TRUNK_REGISTER_TOTAL.labels(worker.id, outcome)
+            for outcome in (
+                "registered",
+                "refreshed",
+                "contact_missing",
+                "rejected",
+                "auth_rejected",
+                "timeout",
+                "unregistered",
+                "unregister_failed",
+            )
+        }
+        if self.config is not None:
+            self._registered.set(0)
+
+    def start(self) -> None:
+        """Send the first REGISTER (the worker's SIP transport is up)."""
+        if self.config is None or self.client is not None:
+            return
+        worker = self._worker
+        self.client = worker.endpoint.registrations.add(self.config, worker.sip.now())
+        worker.sip.pump()
+        log.info(
+            "worker %s: registering %s for %s at %s (auth user %s)",
+            worker.id,
+            self.client.contact,
+            self.config.aor,
+            self.config.registrar,
+            self.config.username or "none",
+        )
+
+    def begin_unregister(self, reason: str) -> None:
+        """Remove our binding now (drain, shutdown); the outcome is logged when it comes."""
+        client = self.client
+        if client is None or client.state is RegState.STOPPED:
+            return
+        worker = self._worker
+        if client.state not in (RegState.STOPPING, RegState.UNREGISTERING):
+            log.info("worker %s: removing its contact from %s (%s)", worker.id, client.config.registrar, reason)
+        worker.endpoint.registrations.stop(client, worker.sip.now(), within=worker.settings.trunk_unregister_timeout_s)
+        worker.sip.pump()
+
+    async def unregister(self, reason: str) -> None:
+        """Remove our binding and wait for the outcome, at most the unregister timeout (plus a little)."""
+        if self.client is None:
+            return
+        self.begin_unregister(reason)
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout=self._worker.settings.trunk_unregister_timeout_s + 1.0)
+        except TimeoutError:  # the core gives up by itself first; this only guards against a stalled loop
+            log.warning("worker %s: the removal of its trunk registration did not finish in time", self._worker.id)
+
+    def on_events(self, events: list[SipEvent]) -> None:
+        for event in events:
+            if isinstance(event, TrunkRegistered):
+                self._on_registered(event)
+            elif isinstance(event, TrunkRegistrationFailed):
+                self._on_failed(event)
+            elif isinstance(event, TrunkUnregistered):
+                self._on_unregistered(event)
+        self._worker.heartbeat_soon()
+
+    def info(self) -> TrunkRegistrationModel | None:
+        """The snapshot for the heartbeat (times on the worker's wall clock)."""
+        client = self.client
+        if client is None:
+            return None
+        status = client.status()
+        offset = time.time() - self._worker.sip.now()
+        return TrunkRegistrationModel(
+            state=_STATES[status.state],
+            registrar=status.registrar,
+            aor=status.aor,
+            contact=status.contact,
+            expires_s=status.expires,
+            expires_at=None if status.expires_at is None else round(status.expires_at + offset, 3),
+            next_attempt_at=None if status.next_attempt_at is None else round(status.next_attempt_at + offset, 3),
+            last_status=status.last_status,
+            last_error=status.last_error[:1024],
+            attempts=status.attempts,
+        )
+
+    def _on_registered(self, event: TrunkRegistered) -> None:
+        worker_id = self._worker.id
+        self._registered.set(1)
+        if not event.contact_listed:
+            self._outcomes["contact_missing"].inc()
+            log.warning(
+                "worker %s: %s answered %d to our REGISTER without listing our contact %s (other contacts: %d); "
+                "calls for %s may not reach this worker",
+                worker_id,
+                event.registrar,
+                event.status,
+                event.contact,
+                event.other_contacts,
+                event.aor,
+            )
+        elif event.refreshed:
+            self._outcomes["refreshed"].inc()
+            log.debug("worker %s: registration refreshed for %d s", worker_id, event.expires)
+        else:
+            self._outcomes["registered"].inc()
+            log.info(
+                "worker %s: registered at %s for %s, %d s granted (other contacts: %d)",
+                worker_id,
+                event.registrar,
+                event.aor,
+                event.expires,
+                event.other_contacts,
+            )
+
+    def _on_failed(self, event: TrunkRegistrationFailed) -> None:
+        client = self.client
+        self._registered.set(1 if client is not None and client.registered else 0)
+        self._outcomes[event.outcome].inc()
+        log.warning(
+            "worker %s: registration failed (%d): %s; attempt %d failed, next in %.1f s",
+            self._worker.id,
+            event.status,
+            event.reason,
+            event.failures,
+            event.retry_in,
+        )
+
+    def _on_unregistered(self, event: TrunkUnregistered) -> None:
+        self._registered.set(0)
+        self._ended.set()
+        if event.ok:
+            self._outcomes["unregistered"].inc()
+            log.info("worker %s: trunk registration removed (%s)", self._worker.id, event.reason)
+        else:
+            self._outcomes["unregister_failed"].inc()
+            log.warning("worker %s: removing the trunk registration failed: %s", self._worker.id, event.reason)
