@@ -73,6 +73,13 @@ def certificate_fingerprint(pem: bytes | Path) -> str:
     return ":".join(f"{byte:02X}" for byte in hashlib.sha256(der).digest())
 
 
+def certificate_not_after(pem: Path) -> float:
+    """When the first certificate in ``pem`` expires, as a Unix time (for an expiry alert)."""
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem.read_bytes()).not_valid_after_utc.timestamp()
+
+
 def classify_handshake_error(exc: BaseException) -> str:
     """The counter a failed handshake goes under: verify_failed (a certificate was refused, ours or theirs),
     not_tls (the peer does not speak TLS) or handshake_failed (anything else: no common cipher, old protocol,
@@ -171,6 +178,7 @@ class TlsContexts:
         self.server: ssl.SSLContext | None = build_server_context(config) if config.serves else None
         self.client: ssl.SSLContext = build_client_context(config)
         self.fingerprint = certificate_fingerprint(config.cert_file) if config.cert_file is not None else None
+        self.not_after = certificate_not_after(config.cert_file) if config.cert_file is not None else None
         self.reloads = 0
         self.reload_failures = 0
         self._stamp = self._files_stamp()
@@ -193,7 +201,8 @@ class TlsContexts:
             server = build_server_context(self.config) if self.config.serves else None
             client = build_client_context(self.config)
             fingerprint = certificate_fingerprint(self.config.cert_file) if self.config.cert_file else None
-        except (TlsConfigError, OSError, ssl.SSLError) as exc:
+            not_after = certificate_not_after(self.config.cert_file) if self.config.cert_file else None
+        except (TlsConfigError, OSError, ssl.SSLError, ValueError) as exc:
             self.reload_failures += 1
             log.warning("SIP TLS: the certificate files changed but cannot be used (keeping the old ones): %s", exc)
             return False
@@ -202,5 +211,5 @@ class TlsContexts:
         self.server, self.client = server, client
         self.reloads += 1
         log.info("SIP TLS: certificate reloaded from %s, SHA-256 fingerprint %s", self.config.cert_file, fingerprint)
-        self.fingerprint = fingerprint
+        self.fingerprint, self.not_after = fingerprint, not_after
         return True
