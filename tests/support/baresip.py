@@ -19,9 +19,10 @@ SIP over TLS (baresip 1.0 on libre 1.1, as checked on this machine): TLS listens
 with `sip_certificate` (one PEM file holding the certificate and its key; without it the listener cannot complete
 a handshake) and `sip_cafile`. Dial over TLS with `;transport=tls` in the URI; the phone's Via and Contact then
 name its TLS port. baresip 1.0 does not handle `sips:` URIs: its dial command takes `sips:...` for the user part
-of a sip: URI, and in a dialog whose remote Contact is `sips:` it sends no BYE when it hangs up (pjsua2 does both). baresip 1.0 has no `sip_verify_server` (that key came in later releases)
-and never verifies a server's certificate, with or without `sip_cafile`: the checks of certificates are the
-gateway's side of the tests (its verification of baresip as a callee), not baresip's.
+of a sip: URI, and in a dialog whose remote Contact is `sips:` it sends no BYE when it hangs up (pjsua2 does both).
+baresip 1.0 has no `sip_verify_server` (that key came in later releases) and never verifies a server's
+certificate, with or without `sip_cafile`: the checks of certificates are the gateway's side of the tests (its
+verification of baresip as a callee) and pjsua2's, not baresip's.
 """
 
 from __future__ import annotations
