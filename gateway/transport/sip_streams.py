@@ -412,8 +412,9 @@ class SipStreams:
         for outgoing in self._pending.pop(key, []):
             if connection.write(outgoing.data):
                 self.stats.sent += 1
-            else:
+            else:  # closed as soon as it was made
                 self.stats.send_failed += 1
+                self._on_failed(outgoing, "connect", f"the connection to {host}:{port} closed at once")
         if connection.usable:
             for alias in (key, (transport, *connection.peer)):
                 if alias not in connection.keys:
