@@ -93,6 +93,38 @@ SIP_MESSAGES_TOTAL = Counter(
 SIP_REJECTED_TOTAL = Counter(
     "gateway_sip_rejected_total", "SIP input rejected or dropped, by reason", ["worker", "reason"], registry=REGISTRY
 )
+SIP_CALLS_TOTAL = Counter(
+    "gateway_sip_calls_total",
+    "SIP calls offered to or placed by the worker, by the transport their INVITE took (udp, tcp, tls) and direction",
+    ["worker", "transport", "direction"],
+    registry=REGISTRY,
+)
+SIP_TRANSPORT_MESSAGES_TOTAL = Counter(
+    "gateway_sip_transport_messages_total",
+    "SIP messages received, by transport (udp, tcp, tls)",
+    ["worker", "transport"],
+    registry=REGISTRY,
+)
+SIP_TRANSPORT_ERRORS_TOTAL = Counter(
+    "gateway_sip_transport_errors_total",
+    "SIP connections refused, closed or failed, by transport (tcp, tls) and reason: refused (over the limit), "
+    "closed_oversize, closed_unframeable, closed_idle, closed_backlog, connect_failed, not_tls, handshake_failed, "
+    "handshake_timeout, verify_failed, record_error (docs/operations.md, SIP over TLS)",
+    ["worker", "transport", "reason"],
+    registry=REGISTRY,
+)
+SIP_CONNECTIONS = Gauge(
+    "gateway_sip_connections",
+    "Open SIP connections, by transport (tcp, tls)",
+    ["worker", "transport"],
+    registry=REGISTRY,
+)
+SIP_TLS_CERTIFICATE_EXPIRY = Gauge(
+    "gateway_sip_tls_certificate_expiry_timestamp_seconds",
+    "When the SIP TLS certificate served now expires (Unix time); alert well before it",
+    ["worker"],
+    registry=REGISTRY,
+)
 PROVIDER_LATENCY_SECONDS = Histogram(
     "gateway_provider_latency_seconds",
     "Caller speech end -> first agent audio sent to the caller",

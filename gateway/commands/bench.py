@@ -2,7 +2,7 @@
 the per-message work of the provider path (websocket framing, base64); ``webrtc`` what a browser call costs;
 ``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop; ``fec`` how many
 lost Opus packets in-band FEC mends, by the caller's jitter-buffer depth; ``records`` what the record an RTP parse
-returns costs in the compiled build."""
+returns costs in the compiled build; ``sip-transports`` what SIP over TLS costs against UDP and TCP."""
 
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     records.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     records.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
     records.add_argument("--count", type=int, default=200_000, help="packets per timing")
+    transports = sub.add_parser(
+        "sip-transports", help="µs per OPTIONS round trip over UDP, TCP and TLS; a TLS handshake and record"
+    )
+    transports.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    transports.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    transports.add_argument("--count", type=int, default=400, help="round trips per transport per repetition")
     calls = sub.add_parser(
         "calls",
         help="concurrent bridged calls one worker core sustains, AI leg active (see docs/performance.md)",
@@ -181,6 +187,12 @@ def main(args: argparse.Namespace) -> int:
         if args.repeats < 1 or args.count < 1000:
             raise SystemExit("gateway bench records: --repeats >= 1 and --count >= 1000")
         return run_records(repeats=args.repeats, count=args.count, json_output=args.json)
+    if args.bench == "sip-transports":
+        from gateway.bench.sip_transports import run as run_transports
+
+        if args.repeats < 1 or args.count < 10:
+            raise SystemExit("gateway bench sip-transports: --repeats >= 1 and --count >= 10")
+        return run_transports(repeats=args.repeats, count=args.count, json_output=args.json)
     if args.bench == "fec":
         from gateway.bench.fec import run as run_fec
 

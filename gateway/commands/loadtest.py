@@ -19,7 +19,13 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="127.0.0.1:5060", help="SIP target HOST:PORT (default 127.0.0.1:5060)")
-    parser.add_argument("--transport", choices=["udp", "tcp"], default="udp", help="SIP transport")
+    parser.add_argument("--transport", choices=["udp", "tcp", "tls"], default="udp", help="SIP transport")
+    parser.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="with --transport tls: verify the target's certificate (chain and name) against this CA bundle; "
+        "without it the certificate is not checked (a gateway's self-signed test pair)",
+    )
     parser.add_argument("--user", default="agent", help="user part of the Request-URI (the dialled number)")
     parser.add_argument("--cps", type=float, default=10.0, help="new calls per second")
     parser.add_argument("--calls", type=int, default=10, help="concurrent calls at most")
@@ -76,6 +82,7 @@ def build_config(args: argparse.Namespace) -> Any:
     return LoadConfig(
         target=target,
         transport=args.transport,
+        tls_ca=args.tls_ca,
         request_user=args.user,
         cps=args.cps,
         calls=args.calls,

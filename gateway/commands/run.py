@@ -52,7 +52,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"gateway run: bad setting: {exc}", file=sys.stderr)
         return 2
 
-    worker = MediaWorker(worker_settings, model_factory=model_factory, url="in-process")
+    from gateway.transport.tls import TlsConfigError
+
+    try:
+        worker = MediaWorker(worker_settings, model_factory=model_factory, url="in-process")
+    except (TlsConfigError, OSError) as exc:
+        print(f"gateway run: SIP over TLS: {exc}", file=sys.stderr)
+        return 2
 
     async def start_worker(plane: ControlPlane) -> None:
         worker.link = InProcessControlLink(plane, worker)
@@ -82,6 +88,13 @@ def main(args: argparse.Namespace) -> int:
             control_settings.http_host,
             control_settings.http_port,
         )
+        if "tls" in worker_settings.sip_transports:
+            log.info(
+                "gateway: SIP over TLS sips:agent@%s:%d (fingerprint %s)",
+                worker_settings.public_host,
+                worker.sip.tls_port,
+                worker.sip_tls.fingerprint if worker.sip_tls is not None else "-",
+            )
         started = await serve(
             app,
             host=control_settings.http_host,

@@ -71,7 +71,15 @@ def main(args: argparse.Namespace) -> int:
         return 2
     url = args.api_url or f"http://{args.api_host}:{args.api_port}"
     link = HttpControlLink(args.control, token)
-    worker = MediaWorker(settings, model_factory=model_factory, link=link, url=url, heartbeat_s=args.heartbeat_interval)
+    from gateway.transport.tls import TlsConfigError
+
+    try:
+        worker = MediaWorker(
+            settings, model_factory=model_factory, link=link, url=url, heartbeat_s=args.heartbeat_interval
+        )
+    except (TlsConfigError, OSError) as exc:
+        print(f"gateway worker: SIP over TLS: {exc}", file=sys.stderr)
+        return 2
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

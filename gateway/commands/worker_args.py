@@ -15,6 +15,21 @@ from gateway.worker.settings import WorkerSettings
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sip-host", help="SIP/RTP bind address (default: GATEWAY_SIP_HOST or 127.0.0.1)")
     parser.add_argument("--sip-port", type=int, help="SIP port, UDP and TCP (default: GATEWAY_SIP_PORT or 5060)")
+    parser.add_argument(
+        "--sip-transports", help="SIP transports, e.g. udp,tcp,tls (default: GATEWAY_SIP_TRANSPORTS or udp,tcp)"
+    )
+    parser.add_argument("--sip-tls-port", type=int, help="SIP over TLS port (default: GATEWAY_SIP_TLS_PORT or 5061)")
+    parser.add_argument("--sip-tls-cert", help="PEM certificate chain for SIP over TLS (GATEWAY_SIP_TLS_CERT)")
+    parser.add_argument("--sip-tls-key", help="PEM private key of --sip-tls-cert (GATEWAY_SIP_TLS_KEY)")
+    parser.add_argument(
+        "--sip-tls-ca", help="PEM CA bundle peers are verified against (default: the system trust store)"
+    )
+    parser.add_argument(
+        "--sip-tls-self-signed",
+        action="store_true",
+        default=None,
+        help="make and use a self-signed TLS pair in GATEWAY_STATE_DIR (tests and local runs, never for trunks)",
+    )
     parser.add_argument("--advertised-host", help="address written in Contact/Via/SDP (behind NAT)")
     parser.add_argument("--rtp-ports", help="RTP port range, e.g. 20000-29999")
     parser.add_argument("--codecs", help="codec preference, e.g. PCMU,PCMA,opus")
@@ -53,6 +68,12 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
     for flag, key in (
         ("sip_host", "sip_host"),
         ("sip_port", "sip_port"),
+        ("sip_transports", "sip_transports"),
+        ("sip_tls_port", "sip_tls_port"),
+        ("sip_tls_cert", "sip_tls_cert"),
+        ("sip_tls_key", "sip_tls_key"),
+        ("sip_tls_ca", "sip_tls_ca"),
+        ("sip_tls_self_signed", "sip_tls_self_signed"),
         ("advertised_host", "advertised_host"),
         ("rtp_ports", "rtp_ports"),
         ("codecs", "codecs"),

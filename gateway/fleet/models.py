@@ -190,6 +190,7 @@ class CallSnapshot(_Model):
                     "worker": "worker-a",
                     "codec": "PCMU",
                     "srtp": "AES_CM_128_HMAC_SHA1_80",
+                    "transport": "tls",
                     "started": 1767225600.0,
                     "answered": 1767225600.4,
                     "ended": None,
@@ -217,6 +218,10 @@ class CallSnapshot(_Model):
         max_length=64,
         description="The SRTP crypto-suite protecting the call's media (SDES), e.g. AES_CM_128_HMAC_SHA1_80; "
         "empty for plain RTP (and for browser calls, whose DTLS-SRTP is aiortc's)",
+    )
+    transport: Literal["", "udp", "tcp", "tls"] = Field(
+        default="",
+        description="The SIP transport the call's INVITE took (tls: signalling encrypted); empty for browser calls",
     )
     cost: float = Field(
         default=1.0, ge=1.0, le=1000.0, description="Capacity the call takes on its worker (1 = a G.711 call)"

@@ -112,7 +112,7 @@ class LoadCalls:
     def request_uri(self) -> str:
         host, port = self.target
         host = f"[{host}]" if ":" in host else host
-        suffix = ";transport=tcp" if self.transport == "tcp" else ""
+        suffix = f";transport={self.transport}" if self.transport in ("tcp", "tls") else ""
         return f"sip:{self.request_user}@{host}:{port}{suffix}"
 
     def place(self, index: int, *, rtp_host: str, rtp_port: int, now: float) -> LoadCall:

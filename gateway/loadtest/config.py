@@ -16,7 +16,7 @@ from gateway.sip.sdes import SUPPORTED_SUITES as SRTP_SUITES
 
 Codec = Literal["PCMU", "PCMA", "opus"]
 AudioKind = Literal["speech", "tone", "silence"]
-Transport = Literal["udp", "tcp"]
+Transport = Literal["udp", "tcp", "tls"]
 
 CODECS: dict[str, Codec] = {"pcmu": "PCMU", "pcma": "PCMA", "opus": "opus"}
 #: Slack after the last call's planned end before the run stops regardless (BYE round trips, analysis).
@@ -128,6 +128,7 @@ class LoadConfig:
 
     target: tuple[str, int] = ("127.0.0.1", 5060)
     transport: Transport = "udp"
+    tls_ca: str | None = None  # tls: verify the target's certificate (chain and name) against this PEM; None: not
     request_user: str = "agent"
     cps: float = 10.0
     calls: int = 10  # concurrency ceiling
@@ -150,8 +151,10 @@ class LoadConfig:
     def __post_init__(self) -> None:
         host, port = self.target
         check_target(host, self.allow_targets)
-        if self.transport not in ("udp", "tcp"):
-            raise LoadConfigError(f"transport must be udp or tcp, got {self.transport!r}")
+        if self.transport not in ("udp", "tcp", "tls"):
+            raise LoadConfigError(f"transport must be udp, tcp or tls, got {self.transport!r}")
+        if self.tls_ca is not None and self.transport != "tls":
+            raise LoadConfigError("a TLS CA (--tls-ca) is for --transport tls")
         if not (math.isfinite(self.cps) and self.cps > 0):
             raise LoadConfigError(f"cps must be positive, got {self.cps}")
         if self.calls < 1:

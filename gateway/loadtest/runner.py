@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from gateway.transport.clock import MediaClock
 from gateway.transport.ports import free_port
 from gateway.transport.rtp_socket import RtpEndpoint, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
+from gateway.transport.tls import SipTlsConfig, TlsContexts
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +139,13 @@ class LoadRunner:
         # counting frees what it can meanwhile and the cycles are collected once the run is over (ADR 0006).
         collecting = gc.isenabled()
         gc.collect()  # what earlier runs in this process left behind: collected now, not during this run
-        kind = socket.SOCK_STREAM if config.transport == "tcp" else socket.SOCK_DGRAM
+        kind = socket.SOCK_DGRAM if config.transport == "udp" else socket.SOCK_STREAM
         port = free_port(config.local_host, kind=kind)
         self.endpoint = SipEndpoint(
             SipConfig(
                 local_host=config.local_host,
                 local_port=port,
+                tls_port=port,
                 transports=(config.transport,),
                 user_agent="voice-gateway-loadtest",
                 contact_user="load",
@@ -167,12 +170,19 @@ class LoadRunner:
             rng=self._rng,
             srtp=config.srtp,
         )
+        tls = None
+        if config.transport == "tls":
+            # Outgoing TLS only (the target answers and sends its BYEs on the connection the calls opened).
+            ca = Path(config.tls_ca) if config.tls_ca else None
+            tls = TlsContexts(SipTlsConfig(ca_file=ca, verify_server=ca is not None))
         self.sip = SipTransport(
             self.endpoint,
             host=config.local_host,
             port=port,
             transports=(config.transport,),
             on_events=lambda events: self._on_sip_events(events),
+            tls=tls,
+            tls_port=port,
         )
         first, last = config.rtp_ports
         self.ports = RtpPortPool(RtpPortRange(host=config.local_host, first=first, last=last))

@@ -46,6 +46,8 @@ class Call:
     state: CallState
     transport: str
     peer: Address  # where the INVITE came from (UAS) or went (UAC)
+    # §12.1.1/§12.1.2: a sips Request-URI over TLS makes the dialog secure (our Contact is then sips too).
+    secure: bool = False
     invite: SipRequest  # the latest initial INVITE (ours or theirs)
     local_tag: str
     invite_tx: Transaction | None = None

@@ -3,6 +3,7 @@
 Owns: `SipConfig` (addresses, transports, timers, limits, policy, session timers) and its small parts
 `RateLimit` and `SessionTimerConfig`. The bind address is the glue's business; the core only needs the
 address it advertises in Via and Contact (which differs from the bind address behind NAT or a balancer).
+TLS (RFC 3261 §26, RFC 5630) is a transport name here like the others; certificates are the glue's.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from .errors import SipConfigError
 from .message import SipLimits
 from .timers import SipTimers
 
-Transport = str  # "udp" | "tcp"
-TRANSPORTS = ("udp", "tcp")
+Transport = str  # "udp" | "tcp" | "tls"
+TRANSPORTS = ("udp", "tcp", "tls")
+DEFAULT_TRANSPORTS = ("udp", "tcp")
+DEFAULT_PORTS = {"udp": 5060, "tcp": 5060, "tls": 5061}  # RFC 3261 §19.1.2, §26.2.2; RFC 3263 §4.2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +54,12 @@ class SipConfig:
 
     local_host: str = "127.0.0.1"
     local_port: int = 5060
+    # SIP over TLS listens on its own port (RFC 3261 §26.2.2: 5061); Via and Contact of TLS messages name it.
+    tls_port: int = 5061
     advertised_host: str | None = None
     advertised_port: int | None = None
-    transports: tuple[Transport, ...] = TRANSPORTS
+    advertised_tls_port: int | None = None
+    transports: tuple[Transport, ...] = DEFAULT_TRANSPORTS
     timers: SipTimers = field(default_factory=SipTimers)
     limits: SipLimits = field(default_factory=SipLimits)
     user_agent: str = "voice-gateway"
@@ -71,7 +77,7 @@ class SipConfig:
     def __post_init__(self) -> None:
         if not self.transports or any(t not in TRANSPORTS for t in self.transports):
             raise SipConfigError(f"transports must be a non-empty subset of {TRANSPORTS}")
-        for port in (self.local_port, self.advertised_port):
+        for port in (self.local_port, self.advertised_port, self.tls_port, self.advertised_tls_port):
             if port is not None and not 0 < port < 65536:
                 raise SipConfigError(f"port out of range: {port}")
         try:
@@ -89,3 +95,9 @@ class SipConfig:
     @property
     def via_port(self) -> int:
         return self.advertised_port or self.local_port
+
+    def port_for(self, transport: Transport) -> int:
+        """The port advertised in Via and Contact for messages over ``transport``."""
+        if transport == "tls":
+            return self.advertised_tls_port or self.tls_port
+        return self.via_port

@@ -5,6 +5,14 @@ per §17.1.3 / §17.2.3 with the merged-request index of §8.2.2.2, the calls (b
 the identifier factories (tags, branches with the z9hG4bK cookie, Call-IDs), our Via and Contact from
 the advertised address, and the §18.2.2 rule for where a response goes (received / rport, or the
 connection a request came on for reliable transports).
+
+Target selection (§8.1.2, §18.1.1, RFC 3263 §4.1-4.2, RFC 5630): a request goes where its URI (the
+Request-URI, or within a dialog the first Route or the remote target) points, over the transport it names
+(``sips:`` or ``;transport=tls`` -> TLS, default port 5061), else over the call's own. Within a dialog on a
+connection-oriented transport the request also names the connection the dialog came on (``flow``), which
+the glue prefers while it is open when the next hop is the same host (RFC 5923's reuse, without the alias
+parameter: the peer connected from an ephemeral port). A connection or TLS failure the glue reports fails
+the client transactions toward that destination as if 503 had come (§8.1.3.1, §17.1.1.2, §17.1.2.2).
 """
 
 from __future__ import annotations
@@ -15,8 +23,9 @@ import random
 from collections.abc import Callable
 
 from .call import Call, CallState
-from .config import SipConfig
-from .dialog import DialogId
+from .config import DEFAULT_PORTS, SipConfig
+from .dialog import Dialog, DialogId
+from .errors import LocalProtocolError
 from .events import Address, CallEnded, CallHandle, Outgoing, Side, SipEvent, SipStats
 from .headers import BRANCH_MAGIC, Via
 from .message import SipRequest, SipResponse, make_response
@@ -25,6 +34,7 @@ from .transaction import (
     Transaction,
     TransactionTimedOut,
     Transmit,
+    TransportErrorReported,
     TxEffect,
     TxKind,
     TxState,
@@ -39,6 +49,7 @@ KNOWN_METHODS = frozenset({*ALLOWED_METHODS, "REGISTER", "SUBSCRIBE", "PUBLISH",
 SUPPORTED_OPTIONS = ("timer",)
 
 ResponseHandler = Callable[[Transaction, SipResponse | None, float], None]
+TransportErrorHandler = Callable[[Transaction, TransportErrorReported, float], None]
 MergeKey = tuple[str, str, int, str]  # From tag, Call-ID, CSeq number, method
 
 
@@ -70,6 +81,7 @@ class Core:
         self.calls: dict[CallHandle, Call] = {}
         self.dialogs: dict[DialogId, CallHandle] = {}
         self.on_response: ResponseHandler = lambda tx, response, now: None
+        self.on_transport_error: TransportErrorHandler = lambda tx, error, now: None
         # While False (a draining worker), out-of-dialog OPTIONS get 503: load balancers probing with
         # OPTIONS (Kamailio's dispatcher) stop sending new calls here, and calls in progress go on.
         self.accepting_calls = True
@@ -89,12 +101,18 @@ class Core:
 
     def via(self, transport: str, branch: str | None = None) -> str:
         host = format_host(self.config.via_host)
-        return f"SIP/2.0/{transport.upper()} {host}:{self.config.via_port};branch={branch or self.new_branch()};rport"
+        port = self.config.port_for(transport)
+        return f"SIP/2.0/{transport.upper()} {host}:{port};branch={branch or self.new_branch()};rport"
 
-    def contact(self, transport: str) -> str:
+    def contact(self, transport: str, *, secure: bool = False) -> str:
+        """Our Contact for messages over ``transport``; a sips URI in a secure dialog (§12.1.1, RFC 5630 §3.1.3:
+        the dialog's Request-URI was sips), else ``;transport=`` naming a connection-oriented transport."""
         host = format_host(self.config.via_host)
-        suffix = ";transport=tcp" if transport == "tcp" else ""
-        return f"<sip:{self.config.contact_user}@{host}:{self.config.via_port}{suffix}>"
+        port = self.config.port_for(transport)
+        if secure:
+            return f"<sips:{self.config.contact_user}@{host}:{port}>"
+        suffix = f";transport={transport}" if transport in ("tcp", "tls") else ""
+        return f"<sip:{self.config.contact_user}@{host}:{port}{suffix}>"
 
     def common_headers(self) -> tuple[tuple[str, str], ...]:
         return (
@@ -104,14 +122,40 @@ class Core:
         )
 
     def uri_destination(self, uri: SipUri) -> tuple[Address, str]:
-        transport = uri.transport if uri.transport in self.config.transports else self.config.transports[0]
-        return uri.host_port(), transport
+        """Where an out-of-dialog request to ``uri`` goes and over what. A secure URI (sips, transport=tls)
+        never falls back to a plain transport: without TLS configured it is refused."""
+        transport = uri.transport
+        if transport not in self.config.transports:
+            if uri.secure:
+                raise LocalProtocolError(f"{uri.scheme}:{uri.host} needs SIP over TLS, which is not enabled here")
+            transport = self.config.transports[0]
+        return uri.host_port(DEFAULT_PORTS[transport]), transport
+
+    def next_hop(self, call: Call, dialog: Dialog | None = None) -> tuple[Address, str, Address | None]:
+        """Destination, transport and preferred connection of a request within ``call``'s dialog (or
+        ``dialog``, one the call is about to take or has refused)."""
+        dialog = dialog or call.dialog
+        assert dialog is not None
+        uri = dialog.next_hop_uri()
+        transport = uri.transport if uri.names_transport else call.transport
+        if transport not in self.config.transports:
+            transport = call.transport
+        destination = uri.host_port(DEFAULT_PORTS.get(transport, 5060))
+        flow = None
+        if transport == call.transport and transport != "udp" and destination[0] == call.peer[0]:
+            flow = call.peer
+        return destination, transport, flow
+
+    def send_in_dialog(self, call: Call, data: bytes, dialog: Dialog | None = None) -> None:
+        """A message outside any transaction (the ACK of a 2xx) to the dialog's next hop."""
+        destination, transport, flow = self.next_hop(call, dialog)
+        self.send(data, destination, transport, flow=flow)
 
     # --- output ----------------------------------------------------------------------------------
 
-    def send(self, data: bytes, destination: Address, transport: str) -> None:
+    def send(self, data: bytes, destination: Address, transport: str, *, flow: Address | None = None) -> None:
         self.stats.datagrams_sent += 1
-        self.outbox.append(Outgoing(data=data, destination=destination, transport=transport))
+        self.outbox.append(Outgoing(data=data, destination=destination, transport=transport, flow=flow))
 
     def emit(self, event: SipEvent) -> None:
         self.pending_events.append(event)
@@ -133,11 +177,25 @@ class Core:
     # --- transactions ----------------------------------------------------------------------------
 
     def start_client(
-        self, request: SipRequest, destination: Address, transport: str, now: float, *, context: object = None
+        self,
+        request: SipRequest,
+        destination: Address,
+        transport: str,
+        now: float,
+        *,
+        context: object = None,
+        flow: Address | None = None,
     ) -> Transaction:
         kind = TxKind.INVITE_CLIENT if request.method == "INVITE" else TxKind.NON_INVITE_CLIENT
         tx, effects = Transaction.start(
-            kind, request, peer=destination, transport=transport, timers=self.config.timers, now=now, context=context
+            kind,
+            request,
+            peer=destination,
+            transport=transport,
+            timers=self.config.timers,
+            now=now,
+            context=context,
+            flow=flow,
         )
         self.client_txs[client_key(request.top_via.branch or "", request.method)] = tx
         self.apply(tx, effects, now)
@@ -174,11 +232,13 @@ class Core:
     def apply(self, tx: Transaction, effects: list[TxEffect], now: float) -> None:
         for effect in effects:
             if isinstance(effect, Transmit):
-                self.send(effect.data, tx.peer, tx.transport)
+                self.send(effect.data, tx.peer, tx.transport, flow=tx.flow)
             elif isinstance(effect, ResponsePassed):
                 self.on_response(tx, effect.response, now)
             elif isinstance(effect, TransactionTimedOut):
                 self.on_response(tx, None, now)
+            elif isinstance(effect, TransportErrorReported):
+                self.on_transport_error(tx, effect, now)
         if tx.state is TxState.TERMINATED:
             self._forget(tx)
             return
@@ -202,6 +262,22 @@ class Core:
             ckey = client_key(request.top_via.branch or "", request.method)
             if self.client_txs.get(ckey) is tx:
                 del self.client_txs[ckey]
+
+    def transport_failed(self, destination: Address, transport: str, now: float, *, cause: str, detail: str) -> int:
+        """The glue could not deliver to ``destination`` over ``transport`` (no connection, a failed TLS
+        handshake, ...): every client transaction toward it ends as if 503 had come. Returns how many."""
+        failed = [
+            tx
+            for tx in self.client_txs.values()
+            if tx.peer == destination and tx.transport == transport and tx.state is not TxState.TERMINATED
+        ]
+        for tx in failed:
+            self.apply(tx, tx.transport_error(now, cause=cause, detail=detail), now)
+        return len(failed)
+
+    def flow_in_use(self, transport: str, address: Address) -> bool:
+        """True while a live call's dialog came on, or was placed over, this connection."""
+        return any(call.transport == transport and call.peer == address for call in self.calls.values())
 
     def fire_transaction_timers(self, now: float) -> None:
         timers = self._tx_timers

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import RemoteProtocolError
+from .grammar import has_param
 from .message import SipRequest, SipResponse, is_rfc3261
 from .uri import NameAddr, SipUri, parse_name_addr
 
@@ -103,7 +104,7 @@ class Dialog:
             cseq = self.local_seq
         routes = [str(route) for route in self.route_set]
         uri = self.remote_target
-        if self.route_set and self.route_set[0].uri.param("lr") is None:
+        if self.route_set and not has_param(self.route_set[0].uri.params, "lr"):  # ";lr" is a flag: no value
             # §12.2.1.1 strict routing: the first route becomes the Request-URI, the target goes last.
             uri = self.route_set[0].uri.with_params(
                 tuple(p for p in self.route_set[0].uri.params if p[0] not in ("method", "maddr", "ttl", "transport"))

@@ -31,12 +31,13 @@ from .policy import InboundPolicy, Verdict
 from .registrations import Registrations
 from .session_timer import offer_headers, refresh_headers
 from .transaction import Transaction
-from .uac import OptionsPing, on_response, send_bye, send_cancel, send_in_dialog, start_invite
+from .uac import OptionsPing, on_response, on_transport_error, send_bye, send_cancel, send_in_dialog, start_invite
 from .uas import handle_request
 from .uri import NameAddr, SipUri, parse_name_addr, parse_uri
 
 Headers = Sequence[tuple[str, str]]
-ACCEPTED_REQUEST_SCHEMES = ("sip", "tel")  # no TLS here, so sips: earns 416 like any unknown scheme
+# sips: only over TLS (RFC 5630 §3.1.3: no "last hop exception"); over UDP or TCP it earns 416 like an unknown scheme.
+ACCEPTED_REQUEST_SCHEMES = ("sip", "sips", "tel")
 
 
 class SipEndpoint:
@@ -47,6 +48,7 @@ class SipEndpoint:
         # Tags, branches and Call-IDs need only be unique and unguessable enough; tests pass a seeded rng.
         self._core = Core(config, rng or random.Random())
         self._core.on_response = self._on_client_response
+        self._core.on_transport_error = lambda tx, error, now: on_transport_error(self._core, tx, error, now)
         # Outbound registrations (RFC 3261 §10.2): `registrations.add(RegistrationConfig(...), now)`.
         self.registrations = Registrations(self._core)
         self.last_internal_error: Exception | None = None
@@ -101,6 +103,25 @@ class SipEndpoint:
         registration = self.registrations.next_deadline()
         return registration if first is None or (registration is not None and registration < first) else first
 
+    def transport_failed(self, outgoing: Outgoing, now: float, *, cause: str, detail: str) -> None:
+        """The glue could not deliver ``outgoing`` (``cause``: connect, tls, resolve, ...; ``detail``: how).
+        Client transactions toward its destination end as if 503 had come; an outbound call's failure names the
+        cause. Never raises."""
+        try:
+            self._core.transport_failed(outgoing.destination, outgoing.transport, now, cause=cause, detail=detail)
+        except Exception as exc:
+            self._core.stats.internal_errors += 1
+            self.last_internal_error = exc
+
+    def flow_in_use(self, transport: str, address: Address) -> bool:
+        """True while a live call's dialog uses the connection to ``address`` (the glue keeps it open)."""
+        return self._core.flow_in_use(transport, address)
+
+    def transport_of(self, call: CallHandle) -> str | None:
+        """The SIP transport a call's INVITE came or went over (udp, tcp, tls); None for an unknown call."""
+        c = self._core.calls.get(call)
+        return c.transport if c is not None else None
+
     def datagrams(self) -> list[Outgoing]:
         out, self._core.outbox = self._core.outbox, []
         return out
@@ -118,7 +139,8 @@ class SipEndpoint:
             return
         if not 101 <= status <= 199:
             raise LocalProtocolError("ring() needs a 1xx status above 100")
-        headers = (("Contact", self._core.contact(c.transport)), *_body_headers(body, "application/sdp"))
+        contact = self._core.contact(c.transport, secure=c.secure)
+        headers = (("Contact", contact), *_body_headers(body, "application/sdp"))
         assert c.invite_tx is not None
         self._core.respond(c.invite_tx, status, now, to_tag=c.local_tag, headers=headers, body=body)
 
@@ -269,10 +291,10 @@ class SipEndpoint:
         uri = _parse_local_uri(request_uri)
         sender = _parse_local_addr(from_uri)
         recipient = _parse_local_addr(to_uri or request_uri)
+        destination, transport = core.uri_destination(uri)
         if core.config.outbound_proxy is not None:
-            destination, transport = core.config.outbound_proxy, core.config.transports[0]
-        else:
-            destination, transport = core.uri_destination(uri)
+            destination = core.config.outbound_proxy
+        secure = uri.scheme == "sips"
         local_tag = core.token(32)
         invite = SipRequest(method="INVITE", uri=uri, body=body)
         for name, value in (
@@ -282,7 +304,7 @@ class SipEndpoint:
             ("To", str(recipient.with_params(()))),
             ("Call-ID", f"{core.token(96)}@{core.config.via_host}"),
             ("CSeq", "1 INVITE"),
-            ("Contact", core.contact(transport)),
+            ("Contact", core.contact(transport, secure=secure)),
             *core.common_headers(),
             *offer_headers(core.config.session_timer),
             *_body_headers(body, content_type),
@@ -295,6 +317,7 @@ class SipEndpoint:
             state=CallState.CALLING,
             transport=transport,
             peer=destination,
+            secure=secure,
             invite=invite,
             local_tag=local_tag,
             local_body=body,
@@ -354,6 +377,8 @@ class SipEndpoint:
             validate_request(message)
             if message.uri.scheme not in ACCEPTED_REQUEST_SCHEMES:
                 raise RemoteProtocolError(f"unsupported URI scheme {message.uri.scheme}", status_code=416)
+            if message.uri.scheme == "sips" and transport != "tls":
+                raise RemoteProtocolError("SIPS Request-URI needs TLS", status_code=416)
             max_forwards = message.headers.get("Max-Forwards")
             if max_forwards is not None and int(max_forwards) == 0 and message.method not in ("ACK", "OPTIONS"):
                 raise RemoteProtocolError("Too Many Hops", status_code=483)
@@ -399,7 +424,7 @@ class SipEndpoint:
         if cseq.method == "INVITE" and 200 <= response.status < 300:
             call = core.call_for_dialog((response.call_id, response.from_.tag or "", response.to.tag or ""))
             if call is not None and call.ack is not None and call.dialog is not None:
-                core.send(call.ack.encode(), call.dialog.next_hop_uri().host_port(), call.transport)
+                core.send_in_dialog(call, call.ack.encode())
                 return
         core.stats.unmatched_responses += 1
 
@@ -464,7 +489,7 @@ class SipEndpoint:
     ) -> None:
         core = self._core
         all_headers = (
-            ("Contact", core.contact(call.transport)),
+            ("Contact", core.contact(call.transport, secure=call.secure)),
             *core.common_headers(),
             *call.answer_headers,
             *_body_headers(body, content_type),

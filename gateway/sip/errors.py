@@ -9,6 +9,8 @@
     │   ├── MalformedMessageError    a header line or the body framing was broken; carries the best-effort
     │   │                            `partial` message so the endpoint can still answer 400 if it can
     │   ├── MessageTooLargeError     a limit from `SipLimits` was exceeded (513 / dropped on streams)
+    │   ├── UnframeableStreamError   a stream whose message boundaries cannot be found (Content-Length
+    │   │                            unreadable or given twice differently): the connection must go
     │   └── IncompleteMessageError   the input ended before the message did (stream: wait for more)
     ├── LocalProtocolError           we were asked to do something illegal (answer a call twice, ...)
     └── SipConfigError               `SipConfig` failed validation at start-up
@@ -53,6 +55,11 @@ class MessageTooLargeError(RemoteProtocolError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, status_code=513)
+
+
+class UnframeableStreamError(RemoteProtocolError):
+    """On a stream, where a message ends cannot be known (§18.3: Content-Length decides), so nothing after it can
+    be read either."""
 
 
 class IncompleteMessageError(RemoteProtocolError):

@@ -19,11 +19,14 @@ HeaderList = tuple[tuple[str, str], ...]
 @dataclass(frozen=True, kw_only=True)
 class Outgoing:
     """One message to send. `destination` may be a host name (from a URI) that the glue resolves; for tcp
-    it names the connection the request came in on, or the peer to connect to."""
+    and tls it names the connection the request came in on, or the peer to connect to (for tls also the name
+    its certificate must carry). `flow`, set on requests within a dialog over a connection, names the
+    connection to use instead while it is still open (core.Core.next_hop)."""
 
     data: bytes
     destination: Address
     transport: str
+    flow: Address | None = None
 
 
 @dataclass(kw_only=True)
@@ -113,11 +116,14 @@ class OutboundCallAnswered:
 
 @dataclass(frozen=True, kw_only=True)
 class OutboundCallFailed:
-    """A final 3xx-6xx, a timeout (408) or a failed authentication ended the attempt."""
+    """A final 3xx-6xx, a timeout (408) or a failed authentication ended the attempt. `transport_error`
+    names what failed when the INVITE never got out (connect, tls, resolve; `status` is then 503 and
+    `reason` says how, §8.1.3.1); None when the peer answered or was silent."""
 
     call: CallHandle
     status: int
     reason: str
+    transport_error: str | None = None
 
 
 # --- mid-call ---------------------------------------------------------------------------------

@@ -4,17 +4,19 @@ Owns: `StreamFramer`, which turns an arbitrary chunking of a byte stream into wh
 ends after its header section (CRLFCRLF) plus Content-Length bytes of body; Content-Length is mandatory on
 streams, and a message without one is taken as having no body. CRLFs between messages (keepalive pings)
 are skipped. A header section or body beyond `SipLimits` makes the stream unusable: `feed` raises
-`MessageTooLargeError` and the glue should close the connection.
+`MessageTooLargeError` and the glue should close the connection. So does a message whose end cannot be known:
+a Content-Length that is not a number, or two that differ (RFC 4475 §3.1.2.11 over a stream), raise
+`UnframeableStreamError`.
 """
 
 from __future__ import annotations
 
 import re
 
-from .errors import MessageTooLargeError
+from .errors import MessageTooLargeError, UnframeableStreamError
 from .message import SipLimits
 
-_LENGTH_RE = re.compile(rb"^(?:content-length|l)[ \t]*:[ \t]*(\d+)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_LENGTH_RE = re.compile(rb"^(?:content-length|l)[ \t]*:[ \t]*(.*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
 class StreamFramer:
@@ -52,8 +54,12 @@ class StreamFramer:
             raise MessageTooLargeError("header section too large on stream")
         head = bytes(buffer[:end])
         # Folded Content-Length lines are not worth supporting here: the parser rejects a mismatch later.
-        match = _LENGTH_RE.search(head)
-        digits = match.group(1) if match else b"0"
+        values = set(_LENGTH_RE.findall(head))
+        if len(values) > 1:
+            raise UnframeableStreamError("two different Content-Length values on a stream")
+        digits = values.pop() if values else b"0"
+        if not digits.isdigit():
+            raise UnframeableStreamError(f"Content-Length {digits[:20]!r} is not a number")
         if len(digits) > 10:  # int() of an unbounded digit string is itself a denial of service
             raise MessageTooLargeError(f"Content-Length of {len(digits)} digits on stream")
         length = int(digits)

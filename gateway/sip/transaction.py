@@ -12,6 +12,8 @@ INVITE client (§17.1.1, RFC 6026 §7.2)      starts in CALLING: send request, a
     COMPLETED   timer D      -> TERMINATED
     ACCEPTED    2xx          -> ACCEPTED     pass to TU (2xx retransmission: the dialog re-sends its ACK)
     ACCEPTED    timer M      -> TERMINATED
+    CALLING|PROCEEDING transport error -> TERMINATED  report it (the TU acts as if 503 came, §8.1.3.1)
+    COMPLETED   transport error -> TERMINATED   (the ACK of a 3xx-6xx could not go; nothing is left to do)
 non-INVITE client (§17.1.2)                  starts in TRYING: send request, arm E (unreliable), F
     TRYING      timer E      -> TRYING       resend, re-arm E at min(2x, T2)
     TRYING|PROCEEDING 1xx    -> PROCEEDING   pass to TU
@@ -19,6 +21,7 @@ non-INVITE client (§17.1.2)                  starts in TRYING: send request, ar
     TRYING|PROCEEDING final  -> COMPLETED    pass to TU, arm K (0 on reliable transports)
     TRYING|PROCEEDING timer F-> TERMINATED   report timeout
     COMPLETED   timer K      -> TERMINATED
+    TRYING|PROCEEDING transport error -> TERMINATED  report it (§17.1.2.2)
 INVITE server (§17.2.1, RFC 6026 §7.1)       starts in PROCEEDING (the core sends 100 Trying at once)
     PROCEEDING  request      -> PROCEEDING   resend the last provisional response
     PROCEEDING  TU 1xx       -> PROCEEDING   send it
@@ -40,7 +43,9 @@ non-INVITE server (§17.2.2)                  starts in TRYING
     TRYING|PROCEEDING TU final -> COMPLETED  send it, arm J (0 on reliable transports)
     COMPLETED   request      -> COMPLETED    resend the final response
     COMPLETED   timer J      -> TERMINATED
-Any (state, input) pair not in a table is ignored. A timer lives only in the states listed in `_LIVE_TIMERS`:
+Any (state, input) pair not in a table is ignored. A transport error reaches client transactions only: the
+glue reports a destination it could not connect to (or finish a TLS handshake with); a response that cannot
+be delivered leaves its server transaction to its own timers. A timer lives only in the states listed in `_LIVE_TIMERS`:
 leaving those states disarms it. Transaction keys follow §17.1.3 (client: branch + CSeq method) and
 §17.2.3 (server: branch + sent-by + method, ACK matching INVITE).
 """
@@ -93,6 +98,7 @@ class TxInput(enum.Enum):
     TIMER_K = "K"
     TIMER_L = "L"
     TIMER_M = "M"
+    TRANSPORT_ERROR = "transport error"
 
 
 class TxAction(enum.Enum):
@@ -101,6 +107,7 @@ class TxAction(enum.Enum):
     SEND_ACK = "send ACK"
     PASS_RESPONSE = "pass response to TU"
     REPORT_TIMEOUT = "report timeout"
+    REPORT_TRANSPORT_ERROR = "report transport error"
     ARM_A = "arm A"
     ARM_B = "arm B"
     ARM_D = "arm D"
@@ -132,6 +139,9 @@ INVITE_CLIENT_TABLE: Table = {
     (S.COMPLETED, I.TIMER_D): (S.TERMINATED, ()),
     (S.ACCEPTED, I.RESPONSE_2XX): (S.ACCEPTED, (A.PASS_RESPONSE,)),
     (S.ACCEPTED, I.TIMER_M): (S.TERMINATED, ()),
+    (S.CALLING, I.TRANSPORT_ERROR): (S.TERMINATED, (A.REPORT_TRANSPORT_ERROR,)),
+    (S.PROCEEDING, I.TRANSPORT_ERROR): (S.TERMINATED, (A.REPORT_TRANSPORT_ERROR,)),
+    (S.COMPLETED, I.TRANSPORT_ERROR): (S.TERMINATED, ()),
 }
 
 NON_INVITE_CLIENT_TABLE: Table = {
@@ -146,6 +156,8 @@ NON_INVITE_CLIENT_TABLE: Table = {
     (S.PROCEEDING, I.RESPONSE_2XX): (S.COMPLETED, (A.PASS_RESPONSE, A.ARM_K)),
     (S.PROCEEDING, I.RESPONSE_FINAL): (S.COMPLETED, (A.PASS_RESPONSE, A.ARM_K)),
     (S.COMPLETED, I.TIMER_K): (S.TERMINATED, ()),
+    (S.TRYING, I.TRANSPORT_ERROR): (S.TERMINATED, (A.REPORT_TRANSPORT_ERROR,)),
+    (S.PROCEEDING, I.TRANSPORT_ERROR): (S.TERMINATED, (A.REPORT_TRANSPORT_ERROR,)),
 }
 
 INVITE_SERVER_TABLE: Table = {
@@ -251,7 +263,16 @@ class TransactionTimedOut:
     """Timer B/F (client: act as if 408 arrived) or H (server: the ACK never came)."""
 
 
-TxEffect = Transmit | ResponsePassed | TransactionTimedOut
+@dataclass(frozen=True, kw_only=True)
+class TransportErrorReported:
+    """The request could not be delivered (client transactions): ``cause`` names what failed (connect, tls,
+    resolve, ...), ``detail`` says how, for the call's record and the logs."""
+
+    cause: str
+    detail: str
+
+
+TxEffect = Transmit | ResponsePassed | TransactionTimedOut | TransportErrorReported
 Address = tuple[str, int]
 
 
@@ -290,6 +311,9 @@ class Transaction:
     intervals: dict[TxInput, float] = field(default_factory=dict)
     # Caller-owned context (for example the call handle the transaction belongs to).
     context: object = None
+    # Client: the connection to send on while it is open (a dialog's), else a new one to `peer`.
+    flow: Address | None = None
+    transport_failure: TransportErrorReported | None = None
 
     @property
     def reliable(self) -> bool:
@@ -306,6 +330,7 @@ class Transaction:
         timers: SipTimers,
         now: float,
         context: object = None,
+        flow: Address | None = None,
     ) -> tuple[Transaction, list[TxEffect]]:
         tx = cls(
             kind=kind,
@@ -315,6 +340,7 @@ class Transaction:
             timers=timers,
             state=INITIAL_STATE[kind],
             context=context,
+            flow=flow,
         )
         return tx, tx._run(INITIAL_ACTIONS[kind], now)
 
@@ -349,6 +375,11 @@ class Transaction:
             return self.handle(I.RESPONSE_1XX, now, response=response)
         return self.handle(I.RESPONSE_2XX if response.status < 300 else I.RESPONSE_FINAL, now, response=response)
 
+    def transport_error(self, now: float, *, cause: str, detail: str) -> list[TxEffect]:
+        """Client transactions: the transport could not deliver the request (§17.1.1.2, §17.1.2.2)."""
+        self.transport_failure = TransportErrorReported(cause=cause, detail=detail)
+        return self.handle(I.TRANSPORT_ERROR, now)
+
     def fire_due(self, now: float) -> list[TxEffect]:
         """Fire every timer whose deadline has passed, earliest first."""
         effects: list[TxEffect] = []
@@ -374,6 +405,8 @@ class Transaction:
                 effects.append(ResponsePassed(response=self.received))
             elif action is A.REPORT_TIMEOUT:
                 effects.append(TransactionTimedOut())
+            elif action is A.REPORT_TRANSPORT_ERROR and self.transport_failure is not None:
+                effects.append(self.transport_failure)
             elif action in _ARMS:
                 self._arm(action, now)
         # Zero-length timers (D/I/J/K on reliable transports) fire at once rather than a tick later.

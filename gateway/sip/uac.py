@@ -14,6 +14,8 @@ and `on_response`, where client transactions hand their responses (or timeouts, 
              408/481/timeout -> BYE + CallEnded (§14.1, §12.2.1.2); others -> ReinviteFailed
     REFER    2xx -> TransferProgressed(202); failure or timeout -> TransferFailed
     OPTIONS  (out of dialog) -> OptionsAnswered
+    any      transport error (the glue could not connect or finish TLS) -> as a 503; the initial INVITE's
+             OutboundCallFailed names the cause (on_transport_error)
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from .events import (
     TransferFailed,
     TransferProgressed,
 )
-from .message import SipRequest, SipResponse
+from .message import SipRequest, SipResponse, make_response
 from .session_timer import min_se_of_422, negotiate_as_uac, offer_headers
-from .transaction import Transaction
+from .transaction import Transaction, TransportErrorReported
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,17 +84,17 @@ def send_in_dialog(
 ) -> Transaction:
     dialog = call.dialog
     assert dialog is not None, "in-dialog request without a dialog"
-    request = dialog.build_request(method, via=core.via(call.transport))
+    destination, transport, flow = core.next_hop(call)
+    request = dialog.build_request(method, via=core.via(transport))
     if method in ("INVITE", "UPDATE", "REFER", "NOTIFY"):
-        request.headers.add("Contact", core.contact(call.transport))
+        request.headers.add("Contact", core.contact(transport, secure=call.secure))
     for name, value in headers:
         request.headers.add(name, value)
     request.headers.add("User-Agent", core.config.user_agent)
     if body:
         request.headers.add("Content-Type", content_type or "application/sdp")
         request.body = body
-    destination = dialog.next_hop_uri().host_port()
-    return core.start_client(request, destination, call.transport, now, context=call)
+    return core.start_client(request, destination, transport, now, context=call, flow=flow)
 
 
 def send_bye(core: Core, call: Call, now: float) -> None:
@@ -117,15 +119,16 @@ def send_cancel(core: Core, call: Call, now: float) -> None:
 
 def _send_ack(core: Core, call: Call, dialog: Dialog, invite: SipRequest) -> SipRequest:
     """§13.2.2.4: the ACK for a 2xx is a new request in the dialog with the INVITE's CSeq number."""
-    ack = dialog.build_request("ACK", via=core.via(call.transport), cseq=invite.cseq.number)
-    core.send(ack.encode(), dialog.next_hop_uri().host_port(), call.transport)
+    _, transport, _ = core.next_hop(call, dialog)
+    ack = dialog.build_request("ACK", via=core.via(transport), cseq=invite.cseq.number)
+    core.send_in_dialog(call, ack.encode(), dialog)
     return ack
 
 
 def _resend_ack(core: Core, call: Call, ack: SipRequest) -> None:
     if call.dialog is not None:
         core.stats.retransmissions_sent += 1
-        core.send(ack.encode(), call.dialog.next_hop_uri().host_port(), call.transport)
+        core.send_in_dialog(call, ack.encode())
 
 
 def on_response(core: Core, tx: Transaction, response: SipResponse | None, now: float) -> None:
@@ -148,6 +151,17 @@ def on_response(core: Core, tx: Transaction, response: SipResponse | None, now: 
         _refer_response(core, context, response)
     elif method in ("BYE", "INFO") and response is not None and response.status in (408, 481):
         core.end_call(context, reason=f"{method} failed", by="remote", status=response.status)
+
+
+def on_transport_error(core: Core, tx: Transaction, error: TransportErrorReported, now: float) -> None:
+    """The request never reached the peer: the initial INVITE fails its call with 503 and the cause; any other
+    request is answered as if by a 503 (§8.1.3.1) and handled as such."""
+    context = tx.context
+    if isinstance(context, Call) and tx.request.method == "INVITE" and tx is context.invite_tx:
+        _fail(core, context, 503, error.detail, transport_error=error.cause)
+        return
+    reason = " ".join(error.detail.split())[:100] or "Service Unavailable"
+    core.on_response(tx, make_response(tx.request, 503, reason), now)  # the endpoint's: registrations' too
 
 
 def _initial_invite_response(core: Core, call: Call, tx: Transaction, response: SipResponse | None, now: float) -> None:
@@ -195,9 +209,9 @@ def _initial_invite_response(core: Core, call: Call, tx: Transaction, response: 
     _fail(core, call, status, response.reason)
 
 
-def _fail(core: Core, call: Call, status: int, reason: str) -> None:
+def _fail(core: Core, call: Call, status: int, reason: str, *, transport_error: str | None = None) -> None:
     if call.state is CallState.CALLING and not call.end_reported:
-        core.emit(OutboundCallFailed(call=call.handle, status=status, reason=reason))
+        core.emit(OutboundCallFailed(call=call.handle, status=status, reason=reason, transport_error=transport_error))
     core.end_call(call, reason=reason or "failed", by="remote", status=status)
 
 
@@ -220,6 +234,7 @@ def _invite_answered(core: Core, call: Call, tx: Transaction, response: SipRespo
             state=CallState.CONFIRMED,
             transport=call.transport,
             peer=call.peer,
+            secure=call.secure,
             invite=tx.request,
             local_tag=dialog.local_tag,
             dialog=dialog,

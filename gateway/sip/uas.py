@@ -130,6 +130,7 @@ def _new_call(core: Core, request: SipRequest, source: Address, transport: str, 
         state=CallState.OFFERED,
         transport=transport,
         peer=source,
+        secure=request.uri.scheme == "sips" and transport == "tls",
         invite=request,
         local_tag=local_tag,
         invite_tx=tx,
@@ -252,7 +253,8 @@ def _reinvite(core: Core, call: Call, tx: Transaction, now: float) -> None:
     request = tx.request
     if request.method == "UPDATE" and not request.body:
         call.dialog.refresh_target(request)
-        core.respond(tx, 200, now, headers=(("Contact", core.contact(call.transport)), *headers))
+        contact = core.contact(call.transport, secure=call.secure)
+        core.respond(tx, 200, now, headers=(("Contact", contact), *headers))
         if call.session_timer is not None:
             core.emit(SessionRefreshed(call=call.handle, interval=call.session_timer.interval, by="remote"))
         return

@@ -40,16 +40,31 @@ class SipUri:
 
     @property
     def transport(self) -> str:
-        """Lower-cased transport parameter; sips implies tcp (TLS is the glue's business)."""
+        """Lower-cased transport parameter; a sips URI means TLS (RFC 5630 §3.2: over TCP, whatever
+        ``transport=`` says), and a sip URI without the parameter means UDP (RFC 3263 §4.1)."""
+        if self.scheme == "sips":
+            return "tls"
         value = self.param("transport")
-        if value:
-            return value.lower()
-        return "tcp" if self.scheme == "sips" else "udp"
+        return value.lower() if value else "udp"
 
-    def host_port(self, default_port: int = 5060) -> tuple[str, int]:
-        """Host (IPv6 without brackets) and port, defaulting per §19.1.2."""
+    @property
+    def names_transport(self) -> bool:
+        """True when the URI itself chooses the transport (sips, or a transport parameter)."""
+        return self.scheme == "sips" or self.param("transport") is not None
+
+    @property
+    def secure(self) -> bool:
+        """sips, or sip with ``transport=tls`` (the RFC 3261 form RFC 5630 deprecates but peers still send)."""
+        return self.transport == "tls"
+
+    def host_port(self, default_port: int | None = None) -> tuple[str, int]:
+        """Host (IPv6 without brackets) and port, defaulting per §19.1.2 (5061 for TLS, RFC 3263 §4.2)."""
         host = self.host[1:-1] if self.host.startswith("[") else self.host
-        return host, self.port if self.port is not None else (5061 if self.scheme == "sips" else default_port)
+        if self.port is not None:
+            return host, self.port
+        if default_port is None:
+            default_port = 5061 if self.secure else 5060
+        return host, default_port
 
     def with_params(self, params: Params) -> SipUri:
         return replace(self, params=params)

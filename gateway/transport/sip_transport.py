@@ -1,59 +1,38 @@
-"""SIP over UDP and TCP: the asyncio glue around the sans-I/O :class:`gateway.sip.endpoint.SipEndpoint`.
+"""SIP over UDP, TCP and TLS: the asyncio glue around the sans-I/O :class:`gateway.sip.endpoint.SipEndpoint`.
 
 The shape is aioquic's ``asyncio/protocol.py``: receive bytes -> feed the core -> drain its datagrams and
 events -> re-arm one timer at ``next_deadline()``. The application (the worker) gets the drained events
 through ``on_events`` and, after acting on the endpoint, calls :meth:`SipTransport.pump` so that whatever
 its actions produced leaves at once.
 
-TCP (RFC 3261 §18): one :class:`~gateway.sip.framing.StreamFramer` per connection; responses go back on
-the connection the request came in on (connections are keyed by the peer's address); requests to a peer
-without a connection open one. A stream that breaks the size limits, or that the framer fails on in any
-other way, is closed and counted; nothing a peer sends ends the connection task with an exception.
-Destinations that are not IP literals are resolved off the loop (``getaddrinfo``) before sending.
+UDP is here; TCP and TLS connections (framing, connection reuse, TLS handshakes and their failures, idle and
+limit policing) are :class:`~gateway.transport.sip_streams.SipStreams`'. A message the streams cannot deliver
+(no connection, a failed handshake) is reported back to the endpoint, which fails its transactions as a 503.
+TLS listens on its own port (``tls_port``, 5061 by default) with the contexts of
+:class:`~gateway.transport.tls.TlsContexts`; without a certificate, TLS is outgoing only. UDP destinations that
+are not IP literals are resolved off the loop (``getaddrinfo``) before sending.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.errors import MessageTooLargeError
 from gateway.sip.events import Outgoing, SipEvent
-from gateway.sip.framing import StreamFramer
 from gateway.tasks import TaskSet
+from gateway.transport.sip_streams import STREAM_TRANSPORTS, SipStreams, TransportStats, is_ip
+from gateway.transport.tls import SipTlsConfig, TlsContexts
+
+__all__ = ["SipTransport", "TransportStats"]
 
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
-_TCP_READ = 65536
-_TCP_IDLE_TIMEOUT_S = 300.0
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-@dataclass(slots=True)
-class TransportStats:
-    udp_received: int = 0
-    tcp_received: int = 0
-    sent: int = 0
-    send_failed: int = 0
-    tcp_connections: int = 0
-    tcp_closed_oversize: int = 0
-    tcp_refused: int = 0
-    tcp_closed_unframeable: int = 0
-    unresolvable: int = 0
+IDLE_TIMEOUT_S = 300.0
 
 
 class _UdpProtocol(asyncio.DatagramProtocol):
@@ -69,7 +48,7 @@ class _UdpProtocol(asyncio.DatagramProtocol):
 
 
 class SipTransport:
-    """Binds SIP UDP and/or TCP on one address and drives one endpoint."""
+    """Binds SIP UDP and/or TCP on one address (TLS on ``tls_port``) and drives one endpoint."""
 
     def __init__(
         self,
@@ -80,23 +59,37 @@ class SipTransport:
         transports: tuple[str, ...] = ("udp", "tcp"),
         on_events: Callable[[list[SipEvent]], None],
         max_tcp_connections: int = 1024,
+        tls: TlsContexts | None = None,
+        tls_port: int = 5061,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         self.endpoint = endpoint
         self.host = host
         self.port = port
+        self.tls_port = tls_port
         self.transports = transports
         self.stats = TransportStats()
+        if tls is None and "tls" in transports:
+            tls = TlsContexts(SipTlsConfig())  # outgoing only, servers verified against the system store
+        self.tls = tls
         self._on_events = on_events
         self._loop: asyncio.AbstractEventLoop | None = None
         self._udp: asyncio.DatagramTransport | None = None
-        self._tcp_server: asyncio.Server | None = None
-        self._tcp: dict[Address, asyncio.StreamWriter] = {}
+        self.streams = SipStreams(
+            stats=self.stats,
+            limits=endpoint.config.limits,
+            on_message=self._feed,
+            on_failed=self._send_failed,
+            in_use=endpoint.flow_in_use,
+            tls=tls,
+            max_connections=max_tcp_connections,
+            idle_timeout_s=idle_timeout_s,
+        )
         self._tasks = TaskSet("sip transport")
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._pumping = False
         self._closed = False
-        self.max_tcp_connections = max_tcp_connections
 
     @property
     def bound_port(self) -> int:
@@ -114,9 +107,9 @@ class SipTransport:
             if self.port == 0:
                 self.port = transport.get_extra_info("sockname")[1]
         if "tcp" in self.transports:
-            self._tcp_server = await asyncio.start_server(
-                self._serve_tcp, host=self.host, port=self.port, family=family, reuse_address=True
-            )
+            await self.streams.listen("tcp", self.host, self.port)
+        if "tls" in self.transports and self.tls is not None and self.tls.server is not None:
+            self.tls_port = await self.streams.listen("tls", self.host, self.tls_port)
 
     def now(self) -> float:
         assert self._loop is not None
@@ -180,23 +173,25 @@ class SipTransport:
     # ----------------------------------------------------------------------------------- sending
 
     def _send(self, outgoing: Outgoing) -> None:
-        host, port = outgoing.destination
-        if not _is_ip(host):
-            self._spawn(self._resolve_and_send(outgoing))
+        if outgoing.transport in STREAM_TRANSPORTS:
+            self.streams.send(outgoing)
             return
-        if outgoing.transport == "tcp":
-            writer = self._tcp.get((host, port))
-            if writer is None or writer.is_closing():
-                self._spawn(self._connect_and_send(outgoing))
-                return
-            writer.write(outgoing.data)
-            self.stats.sent += 1
+        host, port = outgoing.destination
+        if not is_ip(host):
+            self._spawn(self._resolve_and_send(outgoing))
             return
         if self._udp is None:
             self.stats.send_failed += 1
             return
         self._udp.sendto(outgoing.data, (host, port))
         self.stats.sent += 1
+
+    def _send_failed(self, outgoing: Outgoing, cause: str, detail: str) -> None:
+        """The streams could not deliver ``outgoing``: the endpoint fails the transactions toward it."""
+        if self._closed:
+            return
+        self.endpoint.transport_failed(outgoing, self.now(), cause=cause, detail=detail)
+        self.pump()
 
     async def _resolve_and_send(self, outgoing: Outgoing) -> None:
         assert self._loop is not None
@@ -210,66 +205,12 @@ class SipTransport:
         address = infos[0][4]
         self._send(Outgoing(data=outgoing.data, destination=(str(address[0]), port), transport=outgoing.transport))
 
-    async def _connect_and_send(self, outgoing: Outgoing) -> None:
-        host, port = outgoing.destination
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=5.0)
-        except (OSError, TimeoutError) as exc:
-            self.stats.send_failed += 1
-            log.info("SIP TCP connect to %s:%d failed: %s", host, port, exc)
-            return
-        self._tcp[(host, port)] = writer
-        writer.write(outgoing.data)
-        self.stats.sent += 1
-        await self._read_stream(reader, writer, (host, port))
-
-    # ------------------------------------------------------------------------------------- TCP
-
-    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._tcp) >= self.max_tcp_connections:
-            self.stats.tcp_refused += 1  # a connection flood must not exhaust file descriptors
-            writer.close()
-            return
-        peer = writer.get_extra_info("peername")
-        address = (str(peer[0]), int(peer[1]))
-        self._tcp[address] = writer
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.adopt(task)
-        await self._read_stream(reader, writer, address)
-
-    async def _read_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Address) -> None:
-        self.stats.tcp_connections += 1
-        framer = StreamFramer(self.endpoint.config.limits)
-        try:
-            while not self._closed:
-                try:
-                    chunk = await asyncio.wait_for(reader.read(_TCP_READ), timeout=_TCP_IDLE_TIMEOUT_S)
-                except TimeoutError:
-                    break
-                if not chunk:
-                    break
-                try:
-                    messages = framer.feed(chunk)
-                except MessageTooLargeError:
-                    self.stats.tcp_closed_oversize += 1
-                    break
-                except Exception as exc:  # a stream the framer cannot cut costs that stream, not the task
-                    self.stats.tcp_closed_unframeable += 1
-                    log.info("SIP TCP stream from %s:%d closed, cannot be framed: %.200s", *peer, exc)
-                    break
-                for message in messages:
-                    self.stats.tcp_received += 1
-                    self._feed(message, peer, "tcp")
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            if self._tcp.get(peer) is writer:
-                del self._tcp[peer]
-            writer.close()
-
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._tasks.spawn(coro, "sip-send")
+
+    def connection_counts(self) -> dict[str, int]:
+        """Open TCP and TLS connections now, per transport."""
+        return self.streams.connection_counts()
 
     async def aclose(self) -> None:
         """Send what is queued, then close sockets and stop every task this transport started."""
@@ -279,10 +220,5 @@ class SipTransport:
             self._timer.cancel()
         if self._udp is not None:
             self._udp.close()
-        if self._tcp_server is not None:
-            self._tcp_server.close()
-        for writer in list(self._tcp.values()):
-            writer.close()
+        await self.streams.aclose()
         await self._tasks.aclose()
-        if self._tcp_server is not None:
-            await self._tcp_server.wait_closed()

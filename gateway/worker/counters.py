@@ -22,12 +22,16 @@ from gateway.observability import (
     RTP_JITTER_MS,
     RTP_LOST_TOTAL,
     RTP_PACKETS_TOTAL,
+    SIP_CONNECTIONS,
     SIP_MESSAGES_TOTAL,
     SIP_REJECTED_TOTAL,
+    SIP_TRANSPORT_ERRORS_TOTAL,
+    SIP_TRANSPORT_MESSAGES_TOTAL,
     SRTP_DROPPED_TOTAL,
 )
 from gateway.session.turns import LatencyObserver
 from gateway.sip.events import SipStats
+from gateway.transport.sip_streams import TransportStats
 
 # SipStats fields that mean "this input was refused or dropped", exported as gateway_sip_rejected_total{reason}
 SIP_REJECT_REASONS = (
@@ -122,6 +126,19 @@ class CounterExporter:
             delta = self._delta("sip_messages", kind, values[name])
             if delta:
                 SIP_MESSAGES_TOTAL.labels(self.worker, kind).inc(delta)
+
+    def sip_transport(self, stats: TransportStats, connections: Mapping[str, int]) -> None:
+        """Messages per transport, connections refused/closed/failed per transport and reason, open connections."""
+        for transport in ("udp", "tcp", "tls"):
+            delta = self._delta("sip_transport_messages", transport, getattr(stats, f"{transport}_received"))
+            if delta > 0:
+                SIP_TRANSPORT_MESSAGES_TOTAL.labels(self.worker, transport).inc(delta)
+        for (transport, reason), value in stats.errors().items():
+            delta = self._delta("sip_transport_errors", f"{transport}/{reason}", value)
+            if delta > 0:
+                SIP_TRANSPORT_ERRORS_TOTAL.labels(self.worker, transport, reason).inc(delta)
+        for transport, count in connections.items():
+            SIP_CONNECTIONS.labels(self.worker, transport).set(count)
 
     def rtp_dropped(self, dropped: Mapping[str, int]) -> None:
         """The tick's drops by reason: SRTP's refusals (``srtp_*``, ``srtcp_*``) as gateway_srtp_dropped_total,

@@ -44,6 +44,7 @@ class CallLeg:
     from_uri: str
     to_uri: str
     source: str = ""
+    transport: str = ""  # the SIP transport of its INVITE: udp, tcp or tls
     route: str = ""
     profile: ProfileModel | None = None
     provider: str = ""  # the provider actually used (profiles may say "default")

@@ -119,6 +119,7 @@ def build_snapshot(
     stats: dict[str, Any],
     session: CallSession | None,
     srtp: str = "",
+    transport: str = "",
 ) -> CallSnapshot:
     end = ended or time.time()
     return CallSnapshot.model_validate(
@@ -134,6 +135,7 @@ def build_snapshot(
             "worker": worker,
             "codec": codec,
             "srtp": srtp,
+            "transport": transport,
             "cost": cost,
             "started": started,
             "answered": answered,

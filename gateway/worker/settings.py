@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -21,9 +22,24 @@ class WorkerSettings(BaseSettings):
     sip_host: str = "127.0.0.1"
     sip_port: int = Field(default=5060, ge=1, le=65535)
     sip_transports: Annotated[tuple[str, ...], NoDecode] = ("udp", "tcp")
+    # SIP over TLS (with "tls" in sip_transports): its own port, our certificate chain and key (PEM), the CA bundle
+    # peers are verified against (unset: the system trust store), whether servers we call are verified (their
+    # certificate must name the host dialled) and whether callers must present a certificate (mutual TLS). Defaults
+    # fit a trunk: trunks present public certificates and are admitted by address and digest, not client certificates.
+    sip_tls_port: int = Field(default=5061, ge=1, le=65535)
+    sip_tls_cert: Path | None = None
+    sip_tls_key: Path | None = None
+    sip_tls_ca: Path | None = None
+    sip_tls_verify_server: bool = True
+    sip_tls_client_certs: Literal["none", "optional", "required"] = "none"
+    sip_tls_handshake_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # Tests and local runs: a self-signed pair kept in state_dir/sip-tls (made if missing; its fingerprint is logged).
+    sip_tls_self_signed: bool = False
+    state_dir: Path = Path("~/.local/state/voice-gateway")
     # Address written into Contact, Via and SDP c= lines (the host's public address behind NAT).
     advertised_host: str | None = None
     advertised_sip_port: int | None = Field(default=None, ge=1, le=65535)
+    advertised_sip_tls_port: int | None = Field(default=None, ge=1, le=65535)
     rtp_host: str | None = None  # defaults to sip_host
     rtp_ports: str = "20000-29999"
     codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
@@ -118,11 +134,16 @@ class WorkerSettings(BaseSettings):
     @field_validator("sip_transports")
     @classmethod
     def _known_transports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        lowered = tuple(v.lower() for v in value)
-        bad = [v for v in lowered if v not in ("udp", "tcp")]
+        lowered = tuple(dict.fromkeys(v.lower() for v in value))
+        bad = [v for v in lowered if v not in ("udp", "tcp", "tls")]
         if bad or not lowered:
-            raise ValueError(f"sip_transports must be udp and/or tcp, got {value!r}")
+            raise ValueError(f"sip_transports must be one or more of udp, tcp, tls, got {value!r}")
         return lowered
+
+    @field_validator("sip_tls_client_certs", mode="before")
+    @classmethod
+    def _client_certs(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("codecs")
     @classmethod
@@ -177,6 +198,17 @@ class WorkerSettings(BaseSettings):
             raise ValueError("set both sip_auth_user and sip_auth_password, or neither")
         if self.jitter_min_delay_ms > self.jitter_max_delay_ms:
             raise ValueError("jitter_min_delay_ms must not exceed jitter_max_delay_ms")
+        if (self.sip_tls_cert is None) != (self.sip_tls_key is None):
+            raise ValueError("set both sip_tls_cert and sip_tls_key, or neither")
+        if "tls" in self.sip_transports:
+            if self.sip_tls_cert is None and not self.sip_tls_self_signed:
+                raise ValueError(
+                    "the tls transport needs sip_tls_cert and sip_tls_key (or sip_tls_self_signed=true for a test pair)"
+                )
+            if self.sip_tls_cert is not None and self.sip_tls_self_signed:
+                raise ValueError("sip_tls_self_signed is for running without a certificate: unset one of them")
+            if "tcp" in self.sip_transports and self.sip_tls_port == self.sip_port:
+                raise ValueError(f"sip_tls_port {self.sip_tls_port} is taken by SIP over TCP (sip_port)")
         if self.trunk_register:
             from gateway.worker.registration import check_registration_settings
 
@@ -219,3 +251,7 @@ class WorkerSettings(BaseSettings):
     @property
     def public_sip_port(self) -> int:
         return self.advertised_sip_port or self.sip_port
+
+    @property
+    def public_sip_tls_port(self) -> int:
+        return self.advertised_sip_tls_port or self.sip_tls_port

@@ -40,11 +40,12 @@ from gateway.observability import (
     ACTIVE_CALLS,
     CALL_SETUP_SECONDS,
     CALLS_TOTAL,
+    SIP_CALLS_TOTAL,
 )
 from gateway.providers.base import RealtimeModel
 from gateway.session.config import WebhookToolConfig
 from gateway.session.session import CallSession
-from gateway.sip.errors import RemoteProtocolError
+from gateway.sip.errors import LocalProtocolError, RemoteProtocolError
 from gateway.sip.events import (
     CallCancelled,
     CallEnded,
@@ -214,10 +215,13 @@ class SipCalls:
             elif isinstance(event, OutboundCallAnswered):
                 self._outbound_answered(leg, event)
             elif isinstance(event, OutboundCallFailed):
-                leg.end_reason = f"sip_{event.status}"
+                # A transport error (the INVITE never got out: resolve, connect, tls) ends it as e.g. tls_failed.
+                leg.end_reason = f"{event.transport_error}_failed" if event.transport_error else f"sip_{event.status}"
+                if event.transport_error:
+                    log.warning("call %s to %s failed: %s", leg.id, leg.to_uri, event.reason)
                 if leg.answered is not None and not leg.answered.done():
                     leg.answered.set_result(False)
-                self._begin_finish(leg, f"sip_{event.status}")
+                self._begin_finish(leg, leg.end_reason)
 
     def _offered(self, event: CallOffered) -> None:
         leg = CallLeg(
@@ -227,7 +231,9 @@ class SipCalls:
             from_uri=event.from_uri,
             to_uri=event.to_uri,
             source=f"{event.source[0]}:{event.source[1]}",
+            transport=event.transport,
         )
+        SIP_CALLS_TOTAL.labels(self._worker.id, event.transport, "inbound").inc()
         self._worker.legs[leg.id] = leg
         self.by_handle[event.call] = leg
         leg.task = self._worker.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
@@ -777,6 +783,7 @@ class SipCalls:
             stats=stats,
             session=leg.session,
             srtp=leg.srtp.suite if leg.srtp is not None else "",
+            transport=leg.transport,
         )
 
     async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
@@ -820,13 +827,20 @@ class SipCalls:
         from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
         leg.answered = asyncio.get_running_loop().create_future()
-        leg.sip = self._worker.endpoint.invite(
-            to_uri,
-            self._worker.sip.now(),
-            from_uri=from_uri,
-            body=leg.local_sdp.to_bytes(),
-            credentials=self._worker.trunk_credentials,
-        )
+        try:
+            leg.sip = self._worker.endpoint.invite(
+                to_uri,
+                self._worker.sip.now(),
+                from_uri=from_uri,
+                body=leg.local_sdp.to_bytes(),
+                credentials=self._worker.trunk_credentials,
+            )
+        except LocalProtocolError as exc:  # a bad URI, or sips: without TLS enabled here
+            self._worker.ports.release(rtp)
+            leg.rtp = None
+            raise CommandRejectedError(str(exc)) from exc
+        leg.transport = self._worker.endpoint.transport_of(leg.sip) or ""
+        SIP_CALLS_TOTAL.labels(self._worker.id, leg.transport, "outbound").inc()
         self._worker.legs[leg.id] = leg
         self.by_handle[leg.sip] = leg
         leg.state = "ringing"

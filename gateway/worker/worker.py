@@ -45,6 +45,7 @@ from gateway.observability import (
     GC_PAUSE_SECONDS,
     LOOP_LAG_SECONDS,
     OPUS_CALLS_AHEAD,
+    SIP_TLS_CERTIFICATE_EXPIRY,
     TICK_OVERRUNS_TOTAL,
     TICK_SECONDS,
     TICKS_SKIPPED_TOTAL,
@@ -66,6 +67,7 @@ from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
 from gateway.worker.registration import REGISTRATION_EVENTS, TrunkRegistration
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls, TickRoute
+from gateway.worker.sip_tls import sip_tls_contexts
 from gateway.worker.webrtc import WebRtcCalls
 from telcodecs.frames import dbfs
 
@@ -121,12 +123,16 @@ class MediaWorker:
         self.sip_config = sip_config or self._sip_config(settings)
         self.endpoint = SipEndpoint(self.sip_config)
         self.sip_calls = SipCalls(self)
+        # Raises TlsConfigError (unusable certificate files) or OSError (a self-signed pair cannot be written).
+        self.sip_tls = sip_tls_contexts(settings)
         self.sip = SipTransport(
             self.endpoint,
             host=settings.sip_host,
             port=settings.sip_port,
             transports=settings.sip_transports,
             on_events=self._on_sip_events,
+            tls=self.sip_tls,
+            tls_port=settings.sip_tls_port,
         )
         first, last = settings.rtp_port_bounds
         self.ports = RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last))
@@ -195,8 +201,10 @@ class MediaWorker:
         return SipConfig(
             local_host=settings.sip_host,
             local_port=settings.sip_port,
+            tls_port=settings.sip_tls_port,
             advertised_host=settings.advertised_host,
             advertised_port=settings.advertised_sip_port,
+            advertised_tls_port=settings.advertised_sip_tls_port,
             transports=settings.sip_transports,
             user_agent=settings.user_agent,
             allow_cidrs=settings.sip_allow,
@@ -226,11 +234,12 @@ class MediaWorker:
                 self._control_ok_at = time.monotonic()
             self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name=f"worker-{self.id}-heartbeat")
         log.info(
-            "worker %s: SIP on %s:%d (%s), RTP %s, capacity %d, %s",
+            "worker %s: SIP on %s:%d (%s%s), RTP %s, capacity %d, %s",
             self.id,
             self.settings.sip_host,
             self.sip.port,
             "+".join(self.settings.sip_transports),
+            f"; TLS on {self.sip.tls_port}" if "tls" in self.settings.sip_transports else "",
             self.settings.rtp_ports,
             self.settings.capacity,
             compiled_status(),
@@ -365,6 +374,9 @@ class MediaWorker:
     def _export_totals(self) -> list[CallLeg]:
         """Everything but the SIP calls' own figures; returns the calls whose figures are to be exported."""
         self.counters.sip(self.endpoint.stats)
+        self.counters.sip_transport(self.sip.stats, self.sip.connection_counts())
+        if self.sip_tls is not None and self.sip_tls.not_after is not None:
+            SIP_TLS_CERTIFICATE_EXPIRY.labels(self._metric_worker).set(self.sip_tls.not_after)
         self.counters.rtp_dropped(self.engine.dropped)
         self.counters.opus_moves(self.engine.opus_moves)
         received, sent = self.sip_calls.rtp_in_done, self.sip_calls.rtp_out_done

@@ -22,10 +22,19 @@ class GatewayProcess:
     token: str
     rtp_range: tuple[int, int]
     env: dict[str, str] = field(default_factory=dict)
+    tls_port: int = 0  # GATEWAY_SIP_TLS_PORT (listening when GATEWAY_SIP_TRANSPORTS names tls)
 
     @property
     def sip_uri(self) -> str:
         return f"sip:agent@127.0.0.1:{self.sip_port}"
+
+    @property
+    def tls_uri(self) -> str:
+        return f"sip:agent@127.0.0.1:{self.tls_port};transport=tls"
+
+    @property
+    def sips_uri(self) -> str:
+        return f"sips:agent@127.0.0.1:{self.tls_port}"
 
     @property
     def http(self) -> str:
@@ -50,13 +59,14 @@ async def start_gateway(
     lifetime: float = 240.0,
     name: str = "gateway",
 ) -> GatewayProcess:
-    sip_port, http_port = free_ports(2)
+    sip_port, http_port, tls_port = free_ports(3)
     # RTP from a range above the harness's allocator (12000-31000) and the kernel's ephemeral ports.
     block = next(_RTP_BLOCKS) % 40
     rtp_low = 32000 + block * 200
     token = "test-token-0123456789"
     full_env = {
         "GATEWAY_SIP_PORT": str(sip_port),
+        "GATEWAY_SIP_TLS_PORT": str(tls_port),
         "GATEWAY_HTTP_PORT": str(http_port),
         "GATEWAY_RTP_PORTS": f"{rtp_low}-{rtp_low + 199}",
         "GATEWAY_API_TOKEN": token,
@@ -79,4 +89,5 @@ async def start_gateway(
         token=token,
         rtp_range=(rtp_low, rtp_low + 199),
         env=full_env,
+        tls_port=tls_port,
     )

@@ -14,6 +14,15 @@ the digit in `param`.
 Two baresip 1.0 behaviours matter to tests: a call is hung up when the source WAV ends (pad the WAV with
 `tail_silence` to keep a callee on the line), and aufile does not resample (8 kHz mono WAV for G.711,
 48 kHz stereo for Opus).
+
+SIP over TLS (baresip 1.0 on libre 1.1, as checked on this machine): TLS listens on the SIP port + 1 (`tls_port`),
+with `sip_certificate` (one PEM file holding the certificate and its key; without it the listener cannot complete
+a handshake) and `sip_cafile`. Dial over TLS with `;transport=tls` in the URI; the phone's Via and Contact then
+name its TLS port. baresip 1.0 does not handle `sips:` URIs: its dial command takes `sips:...` for the user part
+of a sip: URI, and in a dialog whose remote Contact is `sips:` it sends no BYE when it hangs up (pjsua2 does both).
+baresip 1.0 has no `sip_verify_server` (that key came in later releases) and never verifies a server's
+certificate, with or without `sip_cafile`: the checks of certificates are the gateway's side of the tests (its
+verification of baresip as a callee) and pjsua2's, not baresip's.
 """
 
 from __future__ import annotations
@@ -88,10 +97,18 @@ class BaresipPhone:
         tail_silence: float = 0.0,
         lifetime: float = 60.0,
         mediaenc: str | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_cafile: Path | None = None,
+        sip_trace: bool = False,
     ) -> None:
         """``mediaenc``: the account's media encryption, with baresip's srtp.so loaded: ``srtp`` (RTP/AVP with
         a=crypto, SRTP if answered so), ``srtp-mand`` (RTP/SAVP) or ``srtp-mandf`` (RTP/SAVPF). It is the media's
-        only option here, apart from the SIP transport's, so the two combine (SIP over TLS with SRTP media)."""
+        only option here, apart from the SIP transport's, so the two combine (SIP over TLS with SRTP media).
+
+        ``tls_cert``/``tls_key``: the certificate its TLS listener serves (joined into the one file baresip reads);
+        ``tls_cafile``: its `sip_cafile` (read, but servers are not verified by baresip 1.0: see the module).
+        ``sip_trace``: baresip writes every SIP message it sends and receives to its log (``-s``)."""
         self.name = name
         self.user = user
         self.codecs = tuple(CODEC_ALIASES.get(c.lower(), c) for c in codecs)
@@ -105,7 +122,11 @@ class BaresipPhone:
         if mediaenc not in (None, *MEDIAENC):
             raise ValueError(f"mediaenc must be one of {MEDIAENC}, got {mediaenc!r}")
         self.mediaenc = mediaenc
-        # SIP on P (baresip also takes P+1 for TCP), ctrl_tcp on P+2, RTP in P+4..P+11 (even start).
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        self.tls_cert, self.tls_key, self.tls_cafile = tls_cert, tls_key, tls_cafile
+        self.sip_trace = sip_trace
+        # SIP on P (UDP and TCP; baresip takes P+1 for TLS), ctrl_tcp on P+2, RTP in P+4..P+11 (even start).
         ports = free_ports(12)
         self.sip_port = ports[0]
         self.ctrl_port = ports[2]
@@ -126,6 +147,15 @@ class BaresipPhone:
         return f"sip:{self.user}@127.0.0.1:{self.sip_port}"
 
     @property
+    def tls_port(self) -> int:
+        return self.sip_port + 1
+
+    @property
+    def tls_uri(self) -> str:
+        """Its address over TLS (its listener serves ``tls_cert``)."""
+        return f"sip:{self.user}@127.0.0.1:{self.tls_port};transport=tls"
+
+    @property
     def log_path(self) -> Path | None:
         return None if self.process is None else self.process.log_path
 
@@ -138,9 +168,18 @@ class BaresipPhone:
                 with_silence(read_wav(self._source_wav), tail=self._tail_silence).samples,
                 read_wav(self._source_wav).rate,
             )
+        tls_lines = []
+        if self.tls_cert is not None and self.tls_key is not None:
+            bundle = self.config_dir / "sip-tls.pem"
+            bundle.write_bytes(self.tls_cert.read_bytes() + self.tls_key.read_bytes())
+            bundle.chmod(0o600)
+            tls_lines.append(f"sip_certificate {bundle}")
+        if self.tls_cafile is not None:
+            tls_lines.append(f"sip_cafile {self.tls_cafile}")
         lines = [
             "poll_method epoll",
             f"sip_listen 127.0.0.1:{self.sip_port}",
+            *tls_lines,
             f"audio_source aufile,{source}",
             "audio_player alsa,null",
             "audio_alert alsa,null",
@@ -164,6 +203,8 @@ class BaresipPhone:
     async def start(self, *, within: float = 10.0) -> BaresipPhone:
         self._write_config()
         argv = ["baresip", "-f", str(self.config_dir), "-n", "127.0.0.1", "-t", str(int(self.lifetime))]
+        if self.sip_trace:
+            argv.append("-s")
         self.process = await self._procs.start(self.name, argv, lifetime=self.lifetime + 5)
         await self.process.wait_for_port(self.ctrl_port, within=within)
         reader, self._writer = await asyncio.open_connection("127.0.0.1", self.ctrl_port)

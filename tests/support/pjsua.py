@@ -64,9 +64,20 @@ class PjsuaPhone:
         codecs: Sequence[str] = ("PCMU", "PCMA"),
         clock_rate: int = 8000,
         srtp: str = "disabled",
+        srtp_secure_signaling: int = 0,
+        tls: bool = False,
+        tls_ca: Path | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_verify_server: bool = False,
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
-        (RTP/SAVP); separate from the SIP transport, so the two combine."""
+        (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
+        TLS signalling (RFC 4568 §8.3 asks for a secure hop).
+
+        ``tls``: PJSIP's TLS transport too, on ``tls_port`` (a ``uri`` with ``;transport=tls`` or ``sips:`` takes
+        it), serving ``tls_cert``/``tls_key``; ``tls_verify_server`` checks the server's chain against ``tls_ca``
+        and its name against the host dialled."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
         if mode == "caller" and not uri:
@@ -79,6 +90,7 @@ class PjsuaPhone:
         self.recording: Path | None = self.workdir / "heard.wav" if record else None
         ports = free_ports(2)
         self.sip_port = ports[0]
+        self.tls_port = ports[1] if tls else None
         self.rtp_port = free_ports(24)[0]
         self.max_seconds = max_seconds
         self.events: list[PjsuaEvent] = []
@@ -97,7 +109,15 @@ class PjsuaPhone:
             f"--clock-rate={clock_rate}",
             f"--log={self.pjsip_log}",
             f"--srtp={srtp}",
+            f"--srtp-secure-signaling={srtp_secure_signaling}",
         ]
+        if self.tls_port is not None:
+            self._argv.append(f"--tls-port={self.tls_port}")
+            for flag, value in (("--tls-ca", tls_ca), ("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+                if value is not None:
+                    self._argv.append(f"{flag}={value}")
+            if tls_verify_server:
+                self._argv.append("--tls-verify-server")
         if uri:
             self._argv.append(f"--uri={uri}")
         if play is not None:

@@ -12,6 +12,11 @@ seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at 
 It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
 ready, call_state, media_active, dtmf_sent, dtmf_received, player_eof, done. PJSIP's own log goes to
 `--log`. Everything listens on 127.0.0.1 only; a null sound device keeps it off the audio hardware.
+
+SIP over TLS: `--tls-port` adds PJSIP's TLS transport there (`--tls-cert`/`--tls-key` for what it serves,
+`--tls-ca` and `--tls-verify-server` for how it checks the server it calls: chain and name); a URI with
+`;transport=tls` or `sips:` takes it. `--srtp-secure-signaling 1` makes PJSIP refuse SDES keys over a hop that is
+not TLS (call_state and the log say so).
 """
 
 from __future__ import annotations
@@ -156,6 +161,19 @@ def run(args: argparse.Namespace) -> int:
     transport.boundAddress = "127.0.0.1"
     transport.publicAddress = "127.0.0.1"
     ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, transport)
+    if args.tls_port:
+        tls = pj.TransportConfig()
+        tls.port = args.tls_port
+        tls.boundAddress = "127.0.0.1"
+        tls.publicAddress = "127.0.0.1"
+        tls.tlsConfig.method = pj.PJSIP_TLSV1_2_METHOD
+        if args.tls_ca:
+            tls.tlsConfig.CaListFile = args.tls_ca
+        if args.tls_cert:
+            tls.tlsConfig.certFile = args.tls_cert
+            tls.tlsConfig.privKeyFile = args.tls_key
+        tls.tlsConfig.verifyServer = bool(args.tls_verify_server)
+        ep.transportCreate(pj.PJSIP_TRANSPORT_TLS, tls)
     ep.libStart()
     configure_codecs(ep, [c for c in args.codecs.split(",") if c])
 
@@ -172,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             "optional": pj.PJMEDIA_SRTP_OPTIONAL,
             "mandatory": pj.PJMEDIA_SRTP_MANDATORY,
         }[args.srtp]
-        account_cfg.mediaConfig.srtpSecureSignaling = 0
+        account_cfg.mediaConfig.srtpSecureSignaling = args.srtp_secure_signaling
     account = PhoneAccount(phone)
     account.create(account_cfg)
     emit("ready", sip_port=args.port, uri=account_cfg.idUri, mode=args.mode)
@@ -246,6 +264,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock-rate", type=int, default=8000)
     parser.add_argument("--log", help="PJSIP log file")
     parser.add_argument("--srtp", choices=["disabled", "optional", "mandatory"], default="disabled")
+    parser.add_argument(
+        "--srtp-secure-signaling", type=int, choices=[0, 1, 2], default=0, help="1: SDES only over TLS signalling"
+    )
+    parser.add_argument("--tls-port", type=int, help="also speak SIP over TLS on this 127.0.0.1 port")
+    parser.add_argument("--tls-ca", help="CA list (PEM) the server's certificate is checked against")
+    parser.add_argument("--tls-cert", help="certificate (PEM) its TLS transport serves")
+    parser.add_argument("--tls-key", help="private key (PEM) of --tls-cert")
+    parser.add_argument("--tls-verify-server", action="store_true", help="refuse a server it cannot verify")
     args = parser.parse_args(argv)
     if args.mode == "caller" and not args.uri:
         parser.error("--uri is required in caller mode")

@@ -247,7 +247,8 @@
     const who = el("td");
     who.append(el("span", "parties", `${call.from || "?"} → ${call.to || "?"}`));
     const detail = call.state === "ended" && call.end_reason
-      ? `${call.id} · ${call.end_reason}` : `${call.id} · ${call.direction} ${call.kind}`;
+      ? `${call.id} · ${call.end_reason}`
+      : `${call.id} · ${call.direction} ${call.kind}${call.transport ? `/${call.transport}` : ""}`;
     who.append(el("span", "sub call-id", detail));
     row.append(who);
 

@@ -16,22 +16,43 @@ from gateway.sip.events import CallEnded, CallHandle, CallOffered, SipEvent
 from gateway.sip.sdp import LocalMedia, build_answer, negotiate, parse_sdp
 from gateway.transport.rtp_socket import RtpEndpoint, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
+from gateway.transport.tls import TlsContexts
 
 _HEADER = struct.Struct("!BBHII")
 
 
 class EchoPeer:
-    def __init__(self, *, port: int, rtp_ports: tuple[int, int], reject: int = 0, drop_every: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        port: int,
+        rtp_ports: tuple[int, int],
+        reject: int = 0,
+        drop_every: int = 0,
+        tls: TlsContexts | None = None,
+        tls_port: int = 5061,
+    ) -> None:
+        """``tls``: SIP over TLS too, listening on ``tls_port`` with the contexts' certificate."""
+        transports = ("udp", "tcp", "tls") if tls is not None else ("udp", "tcp")
         self.endpoint = SipEndpoint(
             SipConfig(
                 local_port=port,
+                tls_port=tls_port,
                 rate_limit=None,
                 session_timer=SessionTimerConfig(enabled=False),
-                transports=("udp", "tcp"),
+                transports=transports,
             ),
             rng=random.Random(5),
         )
-        self.sip = SipTransport(self.endpoint, host="127.0.0.1", port=port, on_events=self._on_events)
+        self.sip = SipTransport(
+            self.endpoint,
+            host="127.0.0.1",
+            port=port,
+            transports=transports,
+            on_events=self._on_events,
+            tls=tls,
+            tls_port=tls_port,
+        )
         self.pool = RtpPortPool(RtpPortRange(first=rtp_ports[0], last=rtp_ports[1]))
         self.reject = reject
         self.drop_every = drop_every

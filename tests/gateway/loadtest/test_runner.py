@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from gateway.loadtest.config import LoadConfig, TalkPattern
 from gateway.loadtest.results import aggregate
 from gateway.loadtest.runner import run_load
+from gateway.transport.self_signed import ensure_self_signed
+from gateway.transport.tls import SipTlsConfig, TlsContexts
 from tests.gateway.loadtest.echo_peer import EchoPeer
 from tests.support.procs import free_ports
 
@@ -62,6 +65,32 @@ async def test_reflected_calls_have_no_loss_markers_back_and_matching_audio(code
 async def test_tcp_signalling_works_too() -> None:
     s = await _run(transport="tcp", calls=2, cps=10.0)
     assert s["answered"] == 2 and s["packets_lost"] == 0 and s["audio_ok"] == 2
+
+
+async def test_tls_signalling_verified_against_the_peers_certificate(tmp_path: Path) -> None:
+    pair = ensure_self_signed(tmp_path, ("127.0.0.1",))
+    port, tls_port = free_ports(2)
+    contexts = TlsContexts(SipTlsConfig(cert_file=pair.cert_file, key_file=pair.key_file))
+    peer = EchoPeer(port=port, rtp_ports=(33000, 33199), tls=contexts, tls_port=tls_port)
+    await peer.start()
+    try:
+        config = LoadConfig(
+            target=("127.0.0.1", tls_port),
+            transport="tls",
+            tls_ca=str(pair.cert_file),
+            cps=10.0,
+            calls=2,
+            duration_s=2.0,
+            audio="tone",
+            talk=PATTERN,
+            rtp_ports=(34000, 34199),
+        )
+        s = aggregate(await run_load(config))
+    finally:
+        await peer.aclose()
+    assert s["answered"] == 2 and s["packets_lost"] == 0 and s["audio_ok"] == 2
+    assert peer.ended == 2  # the BYEs came over TLS
+    assert peer.sip.stats.tls_received >= 6 and peer.sip.stats.udp_received == 0 and peer.sip.stats.tcp_received == 0
 
 
 async def test_loss_on_the_way_back_is_counted() -> None:

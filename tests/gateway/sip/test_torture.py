@@ -14,7 +14,7 @@ from gateway.sip.auth import DigestAuthenticator, DigestClientCredentials
 from gateway.sip.config import RateLimit, SipConfig
 from gateway.sip.digest import DigestChallenger
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.errors import MessageTooLargeError
+from gateway.sip.errors import MessageTooLargeError, UnframeableStreamError
 from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
 from gateway.sip.framing import StreamFramer
 from gateway.sip.message import SipRequest, SipResponse, parse_message
@@ -405,6 +405,20 @@ INV2543 = (
     b"m=audio 49217 RTP/AVP 0\r\n"
 )
 PEER_2543 = ("192.0.2.15", 5060)
+
+
+@pytest.mark.parametrize(
+    ("head", "why"),
+    [(MCL01, "two different Content-Length"), (b"OPTIONS sip:a@b SIP/2.0\r\nl: twelve\r\n\r\n", "not a number")],
+)
+def test_a_stream_whose_message_end_cannot_be_known_is_unframeable(head: bytes, why: str) -> None:
+    framer = StreamFramer()
+    with pytest.raises(UnframeableStreamError, match=why):
+        for index in range(len(head)):  # however it is chunked
+            framer.feed(head[index : index + 1])
+    # The same length written twice frames as one message.
+    same = b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length: 2\r\ncontent-length:2 \r\n\r\nhi"
+    assert StreamFramer().feed(same) == [same]
 
 
 def test_rfc4475_mcl01_two_content_lengths_get_400() -> None:

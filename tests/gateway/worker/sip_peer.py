@@ -33,6 +33,7 @@ from gateway.sip.sdes import (
 )
 from gateway.sip.sdp import RTP_PROFILES, SRTP_PROFILES, LocalMedia, build_answer, build_offer, negotiate, parse_sdp
 from gateway.transport.sip_transport import SipTransport
+from gateway.transport.tls import TlsContexts
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from telcodecs.opus import OpusDecoder, OpusEncoder
 
@@ -61,14 +62,21 @@ class PeerCall:
 
 
 class SipPeer:
-    def __init__(self, *, port: int | None = None, authenticator: object | None = None) -> None:
-        if port is None:
-            from tests.support.procs import free_ports
+    def __init__(
+        self, *, port: int | None = None, authenticator: object | None = None, tls: TlsContexts | None = None
+    ) -> None:
+        """``tls``: also speak SIP over TLS (a listener on ``tls_port`` when the contexts carry a certificate)."""
+        from tests.support.procs import free_ports
 
+        if port is None:
             port = free_ports(1)[0]
+        self.tls_port = free_ports(1)[0]
+        transports = ("udp", "tls") if tls is not None else ("udp",)
         config = SipConfig(
             local_host="127.0.0.1",
             local_port=port,
+            tls_port=self.tls_port,
+            transports=transports,
             rate_limit=None,
             authenticator=authenticator,  # type: ignore[arg-type]
         )
@@ -86,7 +94,13 @@ class SipPeer:
         self.endpoint.receive = recording_receive  # type: ignore[method-assign]
         self.events: asyncio.Queue[SipEvent] = asyncio.Queue()
         self.transport = SipTransport(
-            self.endpoint, host="127.0.0.1", port=port, transports=("udp",), on_events=self._on_events
+            self.endpoint,
+            host="127.0.0.1",
+            port=port,
+            transports=transports,
+            on_events=self._on_events,
+            tls=tls,
+            tls_port=self.tls_port,
         )
         self.calls: dict[CallHandle, PeerCall] = {}
 
