@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     calls.add_argument("--steps", help="comma-separated concurrency steps (default 50,100,200,300,400,600,800)")
     calls.add_argument("--quick", action="store_true", help="smoke run: steps 20,50, a 5 s window")
-    calls.add_argument("--codec", choices=["pcmu", "pcma", "opus"], default="pcmu", help="codec of every call")
+    calls.add_argument("--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call")
     calls.add_argument(
         "--engine", choices=["batched", "percall"], default="batched", help="the worker's media design under test"
     )
