@@ -227,3 +227,28 @@ def test_spandsps_itu_test_mode_bypasses_the_qmf() -> None:
     decoded = SpandspDecoder(itu_test_mode=True).decode(codes)
     assert decoded.shape == (400,) and not (decoded & 1).any()  # (lower, upper) band pairs, shifted left one bit
     assert codes != SpandspEncoder().encode(np.repeat(words, 2))
+
+
+def test_after_a_lost_frame_a_decoder_that_kept_its_state_beats_a_reset_one(speech: dict[str, np.ndarray]) -> None:
+    """Why the media tick keeps a G.722 decoder's state through a loss (gateway/media/g722calls.py, ADR 0020):
+    over the 100 ms after one lost frame of speech, the decoder that kept its state is nearer the unbroken decode
+    than one reset at the loss (on this sentence: medians of 10.4 against 3.8 dB SNR over 140 losses)."""
+    x = speech["speech"]
+    payloads = [G722Encoder().encode(x)[i : i + FRAME_BYTES] for i in range(0, x.shape[0] // 2, FRAME_BYTES)]
+    reference_decoder = G722Decoder()
+    unbroken = [reference_decoder.decode(p).astype(np.float64) for p in payloads]
+    voiced = [k for k in range(5, len(payloads) - 6) if np.abs(unbroken[k - 1]).mean() > 300]
+    kept_snr, reset_snr = [], []
+    for lost in voiced:
+        for reset, out in ((False, kept_snr), (True, reset_snr)):
+            decoder = G722Decoder()
+            for p in payloads[:lost]:
+                decoder.decode(p)
+            if reset:
+                decoder.reset()
+            after = np.concatenate([decoder.decode(p) for p in payloads[lost + 1 : lost + 6]]).astype(np.float64)
+            want = np.concatenate(unbroken[lost + 1 : lost + 6])
+            out.append(10 * np.log10(np.dot(want, want) / max(float(np.dot(after - want, after - want)), 1.0)))
+    assert len(voiced) > 20
+    assert float(np.median(kept_snr)) > 9.0
+    assert float(np.median(kept_snr)) > float(np.median(reset_snr)) + 4.0
