@@ -14,6 +14,7 @@ import pytest
 
 from gateway.media.call import MediaCallConfig
 from gateway.media.rfc4733 import parse_telephone_event
+from gateway.media.rtcp import SenderReport, parse_rtcp
 from gateway.media.rtp import build_rtp, parse_rtp
 from gateway.media.srtp import SrtpConfig, SrtpContext
 from gateway.media.tick import TickEngine
@@ -299,3 +300,19 @@ def test_a_peer_g722_decoder_hears_the_agent(tmp_path: Path) -> None:
             payloads.append(parse_rtp(data).payload)
     heard = G722Decoder().decode(b"".join(payloads))
     assert best_correlation(tone(3000, 16000, 0.5, amp=7000), heard, 1600) > 0.98
+
+
+def test_rtcp_sender_reports_count_the_8000_clock() -> None:
+    engine = TickEngine(rtcp_interval=1.0)
+    engine.add_call(config(), now=0.0)
+    reports = []
+    for k in range(400):  # 8 s of ticks
+        now = k * 0.02
+        engine.tick_outbound({}, now)
+        reports += [parse_rtcp(data)[0] for _, _, data in engine.rtcp_due(now + 0.001)]
+    senders = [r for r in reports if isinstance(r, SenderReport)]
+    assert len(senders) >= 3
+    first, last = senders[0], senders[-1]
+    seconds = (last.ntp_timestamp - first.ntp_timestamp) / 2**32
+    assert (last.rtp_timestamp - first.rtp_timestamp) & 0xFFFFFFFF == pytest.approx(8000 * seconds, abs=2)
+    assert last.octet_count == 160 * last.packet_count
