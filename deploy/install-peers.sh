@@ -5,7 +5,7 @@
 set -uo pipefail
 
 declare -A PKG=(
-  [baresip]="baresip baresip-core"
+  [baresip]="baresip baresip-core libspandsp2"  # libspandsp2: baresip's g722 module, and the G.722 peer of tests/telcodecs
   [kamailio]="kamailio"
   [redis-server]="redis-server"
   [espeak-ng]="espeak-ng"

@@ -89,6 +89,7 @@ class CallsBenchConfig:
     talk: TalkPattern = field(default_factory=TalkPattern)
     uvloop: bool = True
     nice: int = 0  # niceness of the worker, the fake and the generator (negative needs root)
+    rtp_base: int = 40000  # first UDP port of the generator's RTP range (another bench on the machine may hold it)
     compiled: str | None = None  # a `gateway compile` build the worker runs on (GATEWAY_COMPILED)
     against_source: bool = False  # with `compiled`: each repeat also runs the source worker, interleaved
     srtp: str | None = None  # an SDES suite: each repeat runs the calls over plain RTP and then over SRTP
@@ -526,7 +527,7 @@ class CallsBench:
             duration_s=3.0,
             codec=self.config.codec,  # type: ignore[arg-type]
             srtp=self.config.calls_srtp,
-            rtp_ports=(40000, 40199),
+            rtp_ports=(self.config.rtp_base, self.config.rtp_base + 199),
             analyze=False,
         )
         await LoadRunner(load).run()
@@ -540,7 +541,7 @@ class CallsBench:
         for calls in self.config.steps:
             runs = []
             for _ in range(self.config.repeats):
-                runs.append(await self.step(calls, port_base=40000))
+                runs.append(await self.step(calls, port_base=self.config.rtp_base))
                 print(_row_line(runs[-1]), file=sys.stderr, flush=True)
                 for failure in runs[-1]["audio_failures"]:
                     print(f"  audio not right: {failure}", file=sys.stderr, flush=True)

@@ -5,6 +5,8 @@ Two round trips are measured, each as one media tick for N calls (receive direct
 * G.711 <-> 24 kHz: PCMU payload -> decode -> 8k->24k | 24 kHz frame -> 24k->8k -> encode -> payload;
 * Opus <-> 24 kHz: packet -> decode (48 kHz) -> 48k->24k | 24 kHz frame -> 24k->48k -> encode -> packet; and
   what the media tick does, libopus decoding to and encoding from 24 kHz itself (no resampler).
+* G.722 <-> 24 kHz: payload -> decode per call (16 kHz) -> 16k->24k batched | 24 kHz frame -> 24k->16k batched ->
+  encode per call -> payload; and each G.722 implementation's encode and decode alone (gateway/bench/_g722.py).
 
 Beside them, the Opus encode alone: a frame of speech, a frame of an agent's silence through libopus, and the
 same silence once the encoder has settled and reuses its packet (``OpusEncoder(reuse_silence=...)``). And the
@@ -43,7 +45,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 
+from gateway.bench import _g722  # noqa: E402
 from telcodecs import g711  # noqa: E402
+from telcodecs.g722 import library_version as libg722_version  # noqa: E402
 from telcodecs.opus import SILENCE_SETTLE_FRAMES, OpusDecoder, OpusEncoder, libopus_version  # noqa: E402
 from telcodecs.resample import BatchResampler, StreamResampler  # noqa: E402
 
@@ -57,8 +61,9 @@ G711_TARGET_RATIO = 10.0
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Case:
     name: str
-    family: str  # "g711", "opus", "opus-encode" or "opus-loss"
-    path: str  # "batched", "libopus-24k", "per-call", "aiortc", "pyav-codec", "av", "soxr", "audioop"
+    family: str  # "g711", "g722", "g722-codec", "opus", "opus-encode" or "opus-loss"
+    # "batched", "libopus-24k", "per-call", "aiortc", "pyav-codec", "av", "soxr", "audioop"; g722-codec: the library
+    path: str
     calls: int
     frames: int  # ticks per timing
     build: Callable[[], Tick]
@@ -468,6 +473,41 @@ def _cases(quick: bool) -> list[Case]:
     for n in BATCH_SIZES if not quick else (1, 10):
         cases.append(
             Case(
+                name="g722<->24k telcodecs, libg722 per call, batched resample",
+                family="g722",
+                path="batched",
+                calls=n,
+                frames=frames_for(n),
+                build=lambda n=n: _g722.batched(n, _speech_like),
+            )
+        )
+    cases.append(
+        Case(
+            name="g722<->24k telcodecs, libg722 per call, per-call StreamResampler",
+            family="g722",
+            path="per-call",
+            calls=per_call,
+            frames=frames_for(per_call),
+            build=lambda: _g722.per_call(per_call, _speech_like),
+        )
+    )
+    for implementation in _g722.implementations():
+        for direction in ("encode", "decode"):
+            cases.append(
+                Case(
+                    name=f"g722 {direction}, {implementation}",
+                    family="g722-codec",
+                    path=implementation,
+                    calls=alt_calls,
+                    frames=frames_for(alt_calls),
+                    build=lambda i=implementation, d=direction: _g722.codec(
+                        alt_calls, _speech_like, implementation=i, direction=d
+                    ),
+                )
+            )
+    for n in BATCH_SIZES if not quick else (1, 10):
+        cases.append(
+            Case(
                 name="opus<->24k telcodecs batched resample",
                 family="opus",
                 path="batched",
@@ -594,6 +634,7 @@ def _environment() -> dict[str, Any]:
         "scipy": scipy.__version__,
         "av": av.__version__,
         "libopus": libopus_version(),
+        "libg722": libg722_version(),
     }
     for module in ("aiortc", "soxr"):
         try:

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     calls.add_argument("--steps", help="comma-separated concurrency steps (default 50,100,200,300,400,600,800)")
     calls.add_argument("--quick", action="store_true", help="smoke run: steps 20,50, a 5 s window")
-    calls.add_argument("--codec", choices=["pcmu", "pcma", "opus"], default="pcmu", help="codec of every call")
+    calls.add_argument("--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call")
     calls.add_argument(
         "--engine", choices=["batched", "percall"], default="batched", help="the worker's media design under test"
     )
@@ -135,6 +135,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "RTP, and report the ratio of their CPU per call-frame",
     )
     calls.add_argument("--nice", type=int, default=0, help="niceness of the bench processes (negative: root only)")
+    calls.add_argument(
+        "--rtp-base",
+        type=int,
+        default=40000,
+        help="first UDP port of the load generator's RTP range (default 40000; move it off another bench's)",
+    )
     webrtc = sub.add_parser(
         "webrtc", help="worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"
     )
@@ -225,6 +231,7 @@ def main(args: argparse.Namespace) -> int:
             profile=args.profile,
             uvloop=not args.no_uvloop,
             nice=args.nice,
+            rtp_base=args.rtp_base,
             compiled=args.compiled,
             against_source=args.against_source,
             srtp=args.srtp,

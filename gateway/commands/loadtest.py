@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=10, help="concurrent calls at most")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds each call lasts after its 200 OK")
     parser.add_argument("--total", type=int, help="calls to place in all (default: --calls)")
-    parser.add_argument("--codec", choices=["pcmu", "pcma", "opus"], default="pcmu", help="the one codec offered")
+    parser.add_argument(
+        "--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="the one codec offered"
+    )
     parser.add_argument(
         "--srtp",
         nargs="?",

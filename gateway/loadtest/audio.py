@@ -1,6 +1,6 @@
 """What the synthetic callers say: source audio and each call's planned send signal with its markers.
 
-Sources (at the codec's clock rate: 8 kHz for G.711, 48 kHz for Opus):
+Sources (at the codec's sampling rate: 8 kHz for G.711, 16 kHz for G.722, 48 kHz for Opus):
 
 - ``speech``: a WAV file when given; else real speech rendered once with espeak-ng and cached under
   ``$XDG_CACHE_HOME/voice-gateway/loadtest``; else (no espeak-ng) a built-in speech-like signal (a glottal

@@ -34,7 +34,7 @@ from gateway.loadtest.config import Codec
 from gateway.loadtest.media import CallReceiver
 
 #: Correlation above which a returned spurt counts as the audio that was sent (two codec passes + resampling).
-CORRELATION_OK = {"PCMU": 0.85, "PCMA": 0.85, "opus": 0.6}
+CORRELATION_OK = {"PCMU": 0.85, "PCMA": 0.85, "G722": 0.85, "opus": 0.6}
 #: Pacing-error histogram: bins of 0.25 ms up to 250 ms (the last bin collects everything later).
 PACING_BIN_MS = 0.25
 PACING_BINS = 1000
@@ -147,7 +147,7 @@ def analyze_call(
             barge_in_stop_ms=(),
         )
     slots, arrivals, ext_ts = _frame_arrivals(receiver)
-    errors = pacing_errors(arrivals, ext_ts, rate)
+    errors = pacing_errors(arrivals, ext_ts, _codec.clock_rate(codec))
     hist = pacing_histogram(errors)
     reads = read_delays(receiver)
     read_hist = pacing_histogram(reads) if reads.size else None

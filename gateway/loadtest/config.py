@@ -14,11 +14,11 @@ from typing import Literal
 
 from gateway.sip.sdes import SUPPORTED_SUITES as SRTP_SUITES
 
-Codec = Literal["PCMU", "PCMA", "opus"]
+Codec = Literal["PCMU", "PCMA", "opus", "G722"]
 AudioKind = Literal["speech", "tone", "silence"]
 Transport = Literal["udp", "tcp", "tls"]
 
-CODECS: dict[str, Codec] = {"pcmu": "PCMU", "pcma": "PCMA", "opus": "opus"}
+CODECS: dict[str, Codec] = {"pcmu": "PCMU", "pcma": "PCMA", "g722": "G722", "opus": "opus"}
 #: Slack after the last call's planned end before the run stops regardless (BYE round trips, analysis).
 DEADLINE_MARGIN_S = 15.0
 
@@ -163,8 +163,8 @@ class LoadConfig:
             raise LoadConfigError("total must be >= 1")
         if not (math.isfinite(self.duration_s) and 0 < self.duration_s <= 24 * 3600):
             raise LoadConfigError(f"duration must be in (0, 86400] s, got {self.duration_s}")
-        if self.codec not in ("PCMU", "PCMA", "opus"):
-            raise LoadConfigError(f"codec must be PCMU, PCMA or opus, got {self.codec!r}")
+        if self.codec not in ("PCMU", "PCMA", "opus", "G722"):
+            raise LoadConfigError(f"codec must be PCMU, PCMA, G722 or opus, got {self.codec!r}")
         if self.srtp is not None and self.srtp not in SRTP_SUITES:
             raise LoadConfigError(f"srtp must be one of {', '.join(SRTP_SUITES)}, got {self.srtp!r}")
         if self.audio not in ("speech", "tone", "silence"):
@@ -187,7 +187,13 @@ class LoadConfig:
 
     @property
     def clock_rate(self) -> int:
+        """The RTP clock (G.722's is 8000 although it samples at 16 kHz)."""
         return 48000 if self.codec == "opus" else 8000
+
+    @property
+    def audio_rate(self) -> int:
+        """The rate of the audio the calls send and are analysed at."""
+        return {"opus": 48000, "G722": 16000}.get(self.codec, 8000)
 
     @property
     def hard_deadline_s(self) -> float:

@@ -76,9 +76,10 @@ class LoadRunner:
         self._rng = random.Random(config.seed)
         codec = config.codec
         self._pt = _codec.PAYLOAD_TYPES[codec]
-        self._spf = _codec.samples_per_frame(codec)
+        self._spf = _codec.samples_per_frame(codec)  # PCM samples per 20 ms
+        self._ts_step = _codec.timestamp_step(codec)  # RTP timestamp units per 20 ms
         self._silence = _codec.silence_payload(codec)
-        self._source = source_audio(config.audio, config.clock_rate, wav=config.wav)
+        self._source = source_audio(config.audio, config.audio_rate, wav=config.wav)
         self._plans: dict[int, tuple[CallAudio, list[bytes], int]] = {}
         self._tick_times: dict[int, float] = {}  # tick -> time.monotonic() when its packets left
         self._sending: dict[int, tuple[CallSender, RtpEndpoint, tuple[str, int], CallImpairment | None]] = {}
@@ -105,7 +106,7 @@ class LoadRunner:
         """A send plan, its payloads, and how many samples our own codec delays its first marker."""
         plan = self._plans.get(variant)
         if plan is None:
-            rate = self.config.clock_rate
+            rate = self.config.audio_rate
             audio = plan_call_audio(
                 self._source,
                 rate,
@@ -332,7 +333,7 @@ class LoadRunner:
             payloads=payloads,
             silence=self._silence,
             payload_type=negotiated.payload_type,
-            samples_per_frame=self._spf,
+            samples_per_frame=self._ts_step,
             ssrc=self._rng.getrandbits(32),
             seq0=self._rng.getrandbits(16),
             ts0=self._rng.getrandbits(32),
@@ -542,8 +543,9 @@ async def run_load(
 
 
 def _own_delay(plan: CallAudio, payloads: list[bytes], codec: str) -> int:
-    """Samples between a marker in the plan and in our own decoded payloads (Opus look-ahead; 0 for G.711)."""
-    if codec != "opus" or not plan.markers:
+    """Samples between a marker in the plan and in our own decoded payloads (Opus look-ahead, G.722's QMFs; 0 for
+    G.711)."""
+    if codec not in ("opus", "G722") or not plan.markers:
         return 0
     from gateway.loadtest.analysis import chirp, find_marker
     from gateway.loadtest.audio import MARKER_MS

@@ -54,11 +54,13 @@ from gateway.media.rtp import RtpPacket, pack_rtp_header, parse_rtp
 from gateway.media.srtp import SrtpConfig, SrtpContext
 from telcodecs.g711 import alaw_is_quiet, ulaw_is_quiet
 
-Codec = Literal["PCMU", "PCMA", "opus"]
+Codec = Literal["PCMU", "PCMA", "opus", "G722"]
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 Address = tuple[str, int]
 
-_CLOCK = {"PCMU": 8000, "PCMA": 8000, "opus": 48000}
+# G.722 samples at 16 kHz but its RTP clock is 8000 (RFC 3551 §4.5.2): 160 per 20 ms, like G.711, and one
+# octet per clock tick at 64 kbit/s, so its payloads are re-framed in the same 10 ms units of 80 octets.
+_CLOCK = {"PCMU": 8000, "PCMA": 8000, "opus": 48000, "G722": 8000}
 PROBE_INTERVAL_S = 1.0  # one received packet per call per second is timed from arrival to its frame's send
 
 
@@ -87,14 +89,14 @@ class MediaCallConfig:
 
     def __post_init__(self) -> None:
         if self.codec not in _CLOCK:
-            raise LocalMediaError(f"unsupported codec {self.codec!r}; PCMU, PCMA or opus")
+            raise LocalMediaError(f"unsupported codec {self.codec!r}; PCMU, PCMA, G722 or opus")
         for pt in (self.payload_type, self.telephone_event_pt):
             if pt is not None and not 0 <= pt <= 127:
                 raise LocalMediaError(f"payload type {pt} outside 0..127")
         if self.payload_type == self.telephone_event_pt:
             raise LocalMediaError("audio and telephone-event payload types must differ")
         if self.channels not in (1, 2) or (self.codec != "opus" and self.channels != 1):
-            raise LocalMediaError(f"channels={self.channels}: G.711 is mono, opus is 1 or 2")
+            raise LocalMediaError(f"channels={self.channels}: G.711 and G.722 are mono, opus is 1 or 2")
         if self.direction not in ("sendrecv", "sendonly", "recvonly", "inactive"):
             raise LocalMediaError(f"unknown direction {self.direction!r}")
         if not 0 <= self.ssrc <= 0xFFFFFFFF or not 0 <= self.initial_sequence <= 0xFFFF:
@@ -189,6 +191,7 @@ class MediaCall:
         "rtt",
         "send_address",
         "srtp",
+        "stream_restarted",
     )
 
     def __init__(self, config: MediaCallConfig, *, now: float) -> None:
@@ -197,6 +200,9 @@ class MediaCall:
         quiet: Callable[[bytes], bool] | None
         if config.codec == "opus":
             unit_samples, upf, unit_bytes, quiet = clock // 50, 1, 0, None
+        elif config.codec == "G722":
+            # ADPCM codes cannot be judged quiet without decoding: the tick reports the decoded level (heard()).
+            unit_samples, upf, unit_bytes, quiet = clock // 100, 2, clock // 100, None
         else:
             unit_samples, upf, unit_bytes = clock // 100, 2, clock // 100
             quiet = ulaw_is_quiet if config.codec == "PCMU" else alaw_is_quiet
@@ -210,6 +216,9 @@ class MediaCall:
             fec=config.codec == "opus",
         )
         self.reception = ReceptionStats(clock)
+        # The peer's stream started afresh (new SSRC or sequence restart): a stateful decoder (G.722) is reset
+        # before the new stream's first frame, as the peer's new encoder was. The tick clears it.
+        self.stream_restarted = False
         self.dtmf_in = DtmfReceiver(config.call_id)
         self.dtmf_out = DtmfSender(clock_rate=clock)
         self.events: list[DtmfReceived] = []
@@ -295,7 +304,7 @@ class MediaCall:
 
     def _is_plain_rtp(self, data: bytes) -> bool:
         """Whether a datagram that failed authentication is exactly a plain RTP packet of this call: our audio
-        payload type with whole 10 ms of G.711 (an SRTP packet's tag, 4 or 10 octets, never makes a whole
+        payload type with whole 10 ms of G.711 or G.722 (an SRTP packet's tag, 4 or 10 octets, never makes a whole
         number of 80-octet units), or a telephone-event of exactly 4 octets (with a tag it is 8 or more).
         Opus payloads have no such size, so an Opus call counts a plain packet as an authentication failure."""
         try:
@@ -335,6 +344,7 @@ class MediaCall:
             if status == reception.OUT_OF_RANGE:
                 return self.drop("out_of_range")
             self.jitter_buffer.reset()  # new SSRC or sequence restart: playout resyncs on this packet
+            self.stream_restarted = True
         if not audio:
             try:
                 event = self.dtmf_in.feed(packet.timestamp, packet.payload, now)
@@ -353,6 +363,10 @@ class MediaCall:
                 return self.drop("unsupported_ptime")
         elif len(payload) < 80:
             return self.drop("short_payload")
+        elif cfg.codec == "G722" and len(payload) % 80:
+            # G.722 at 64 kbit/s is 80 octets per 10 ms; any other size is not a whole number of samples' codes,
+            # and an ADPCM decoder fed a misaligned stream would mistrack until it recovered.
+            return self.drop("malformed_g722_size")
         pushed = self.jitter_buffer.push(rx.ext_ts, payload, in_order=status != reception.REORDERED)
         if pushed == jitter.LATE:
             return self.drop("late")

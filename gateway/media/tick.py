@@ -18,8 +18,10 @@ transport glue (the only owner of sockets and clocks) drives it:
 Batching: all G.711 calls (PCMU rows first, then PCMA) are decoded with one ``*_decode_batch`` call per law
 and resampled 8k->24k as one (N, 160) -> (N, 480) batch with per-call state rows of a
 :class:`~telcodecs.resample.BatchResampler`; outbound runs the mirror image (24k->8k batch, encode batch).
-Opus calls decode/encode per call (libopus state is per call), at 24 kHz: libopus decodes to and encodes from
-the session's rate itself, so Opus needs no resampler (the RTP clock stays 48 kHz, RFC 7587).
+G.722 calls (:mod:`gateway.media.g722calls`) decode and encode per call (ADPCM state is per call) and resample
+16k<->24k as one batch each way. Opus calls decode/encode per call (libopus state is per call), at 24 kHz:
+libopus decodes to and encodes from the session's rate itself, so Opus needs no resampler (the RTP clock stays
+48 kHz, RFC 7587).
 Every G.711 inbound frame also carries its 8 kHz codes (``Frame.g711``): the caller's own bytes when the frame
 was played, the codes of the concealment otherwise, for sessions whose provider takes G.711 (passthrough).
 
@@ -29,7 +31,8 @@ it is not; only frames without codes are resampled 24k->8k (one batch) and encod
 law's silence code, resampled only while the previous PCM frame's filter tail still has to play out.
 
 PLC: G.711 repeats the last decoded 20 ms frame with a linear fade to silence over ``PLC_FADE_FRAMES``
-frames; Opus uses the decoder's in-band FEC when the next packet is already buffered, else its PLC.
+frames, and so does G.722 at 16 kHz, its decoder's state kept through the gap; Opus uses the decoder's in-band
+FEC when the next packet is already buffered, else its PLC.
 
 Clocks: ``now`` is the transport's monotonic clock in seconds; RTCP needs wall-clock NTP timestamps, taken as
 ``now + wall_clock_offset`` (the transport measures the offset once, at start-up).
@@ -48,6 +51,7 @@ import numpy.typing as npt
 from gateway.media import jitter
 from gateway.media.call import Address, Direction, MediaCall, MediaCallConfig, MediaStats
 from gateway.media.errors import LocalMediaError, RtpError
+from gateway.media.g722calls import G722Calls
 from gateway.media.rfc4733 import DtmfReceived
 from gateway.media.rtcp import build_bye, ntp_timestamp
 from gateway.media.rtp import looks_like_rtcp, parse_rtp
@@ -176,6 +180,7 @@ class TickEngine:
         self._down8_state: list[int] = []  # per row of _down8: _CLEAR, _LIVE or _STALE
         self._plc_last = np.zeros((64, G711_FRAME), dtype=np.int16)
         self._plc_gap = np.zeros(64, dtype=np.int32)
+        self._g722 = G722Calls(fade_frames=PLC_FADE_FRAMES)
         # Opus.
         self._opus: dict[str, _OpusLeg] = {}
         self._opus_order: list[MediaCall] = []
@@ -197,6 +202,8 @@ class TickEngine:
                 OpusEncoder(channels=config.channels, bitrate=config.opus_bitrate, sample_rate=SAMPLE_RATE),
             )
             self._opus[config.call_id] = leg
+        elif config.codec == "G722":
+            self._g722.add(config.call_id)
         else:
             row_in = self._up8.open()
             row_out = self._down8.open()  # a zeroed row
@@ -224,6 +231,7 @@ class TickEngine:
             self._up8.close(rows[0])
             self._down8.close(rows[1])
         self._opus.pop(call_id, None)
+        self._g722.remove(call_id)
         self._rebuild()
         cfg = call.config
         bye = build_bye(ssrc=cfg.ssrc, cname=cfg.cname)
@@ -231,7 +239,7 @@ class TickEngine:
 
     def _rebuild(self) -> None:
         calls = self._calls.values()
-        self._takes_g711 = [(c.config.call_id, c.config.codec != "opus") for c in calls]
+        self._takes_g711 = [(c.config.call_id, c.config.codec in _CODEC_LAW) for c in calls]
         ulaw = [c for c in calls if c.config.codec == "PCMU"]
         alaw = [c for c in calls if c.config.codec == "PCMA"]
         self._g711_order = ulaw + alaw
@@ -241,6 +249,7 @@ class TickEngine:
         self._g711_out_list = [r[1] for r in rows]
         self._g711_out_rows = np.array(self._g711_out_list, dtype=np.intp)
         self._opus_order = [c for c in calls if c.config.codec == "opus"]
+        self._g722.rebuild([c for c in calls if c.config.codec == "G722"])
 
     def call(self, call_id: str) -> MediaCall:
         call = self._calls.get(call_id)
@@ -337,6 +346,8 @@ class TickEngine:
         probes: dict[str, float] = {}
         if self._g711_order:
             self._inbound_g711(frames, probes, now)
+        if len(self._g722):
+            self._g722.inbound(frames, probes, now)
         if self._opus_order:
             self._inbound_opus(frames, probes, now)
         return InboundTick(frames=frames, events=events, probes=probes)
@@ -454,11 +465,13 @@ class TickEngine:
     def tick_outbound(self, outbound: Mapping[str, OutboundFrame], now: float) -> list[Datagram]:
         """Encode each call's frame (missing/None = silence) into RTP; returns (call_id, address, datagram).
 
-        G.711 calls take a :class:`G711Frame` (codes only) or a ``Frame``. Opus calls need PCM: a session is told
-        its caller takes codes only for a G.711 call, and a code frame handed to an Opus call would be silence."""
+        G.711 calls take a :class:`G711Frame` (codes only) or a ``Frame``. G.722 and Opus calls need PCM: a session
+        is told its caller takes codes only for a G.711 call, and a code frame handed to them would be silence."""
         out: list[Datagram] = []
         if self._g711_order:
             self._outbound_g711(outbound, now, out)
+        if len(self._g722):
+            self._g722.outbound(outbound, now, out)
         if self._opus_order:
             self._outbound_opus(outbound, now, out)
         return out

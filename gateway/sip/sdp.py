@@ -1,16 +1,18 @@
 """SDP session descriptions (RFC 4566) and the audio offer/answer model (RFC 3264) of the gateway.
 
 Owns: parsing and serializing SDP (v/o/s/c/b/t/m/a lines plus i/u/e/p/r/z/k kept verbatim), the frozen
-value types that describe it, the choice of ONE audio codec among PCMU/8000, PCMA/8000 and opus/48000/2
-(RFC 7587) together with RFC 4733 telephone-event, and building answers and offers.
+value types that describe it, the choice of ONE audio codec among PCMU/8000, PCMA/8000, G722/8000 and
+opus/48000/2 (RFC 7587) together with RFC 4733 telephone-event, and building answers and offers.
 
 Rules followed, and why:
 
 * RFC 4566 §5: ``v=`` comes first, ``o=`` and ``s=`` are required, an unknown type letter rejects the whole
   description. Every media line with a non-zero port needs a ``c=`` at media or session level. Lines may end
   in CRLF or bare LF (many stacks send LF only).
-* RFC 3551 §6: static payload types (0 = PCMU/8000, 8 = PCMA/8000, ...) may come without ``a=rtpmap``;
-  dynamic ones (96-127) without an rtpmap are kept in ``formats`` but have no :class:`Codec`.
+* RFC 3551 §6: static payload types (0 = PCMU/8000, 8 = PCMA/8000, 9 = G722/8000, ...) may come without
+  ``a=rtpmap``; dynamic ones (96-127) without an rtpmap are kept in ``formats`` but have no :class:`Codec`.
+* RFC 3551 §4.5.2: G.722 samples at 16 kHz but is signalled, and clocked in RTP, at 8000 (an error kept for
+  compatibility): ``G722/8000`` is the only G.722 taken, and its telephone-events are the 8000 Hz ones.
 * RFC 3264 §6: the answer has as many m-lines as the offer, in order; streams we do not take (video,
   further audio, SRTP profiles unless gateway/sip/sdes.py takes them) are answered with port 0.
   Payload-type numbers are the offer's (§6.1), so the numbers we send with are the numbers the remote
@@ -37,7 +39,7 @@ from .errors import RemoteProtocolError
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 _DIRECTION_BY_NAME: dict[str, Direction] = {d: d for d in DIRECTIONS}
-SUPPORTED_CODECS: tuple[str, ...] = ("PCMU", "PCMA", "opus")
+SUPPORTED_CODECS: tuple[str, ...] = ("PCMU", "PCMA", "opus", "G722")
 RTP_PROFILES = frozenset({"RTP/AVP", "RTP/AVPF"})  # plain RTP; SRTP profiles are gateway/sip/sdes.py's
 SRTP_PROFILES = frozenset({"RTP/SAVP", "RTP/SAVPF"})  # SDES-keyed SRTP (RFC 4568), negotiated by sdes.py
 
@@ -48,9 +50,15 @@ STATIC_PAYLOAD_TYPES: dict[int, tuple[str, int, int]] = {
     12: ("QCELP", 8000, 1), 13: ("CN", 8000, 1), 14: ("MPA", 90000, 1), 15: ("G728", 8000, 1),
     16: ("DVI4", 11025, 1), 17: ("DVI4", 22050, 1), 18: ("G729", 8000, 1),
 }  # fmt: skip
-# (name, clock, channels) of the codecs we can carry; opus is always signalled as 2 channels (RFC 7587 §7).
-_CODEC_SHAPES: dict[str, tuple[int, int]] = {"PCMU": (8000, 1), "PCMA": (8000, 1), "opus": (48000, 2)}
-_PAYLOAD_TYPES_WE_OFFER = {"PCMU": 0, "PCMA": 8, "opus": 111}
+# (name, clock, channels) of the codecs we can carry; opus is always signalled as 2 channels (RFC 7587 §7), G.722
+# at its RTP clock of 8000, not its 16 kHz sampling rate (RFC 3551 §4.5.2).
+_CODEC_SHAPES: dict[str, tuple[int, int]] = {
+    "PCMU": (8000, 1),
+    "PCMA": (8000, 1),
+    "opus": (48000, 2),
+    "G722": (8000, 1),
+}
+_PAYLOAD_TYPES_WE_OFFER = {"PCMU": 0, "PCMA": 8, "opus": 111, "G722": 9}
 _TE_PT_8000, _TE_PT_48000 = 101, 110
 DEFAULT_PTIME, MAX_PTIME = 20, 120  # 120 ms: the longest opus packet (RFC 6716 §3.2.5)
 _HOLD_ADDRESSES = frozenset({"0.0.0.0", "::"})
@@ -605,7 +613,7 @@ class NegotiatedMedia:
     """The outcome of offer/answer for the one audio stream we take (payload types are the remote's)."""
 
     media_index: int  # which m= line of the remote description
-    codec_name: str  # "PCMU" | "PCMA" | "opus"
+    codec_name: str  # "PCMU" | "PCMA" | "opus" | "G722"
     payload_type: int
     clock_rate: int
     channels: int
@@ -782,7 +790,7 @@ def build_offer(
 ) -> SessionDescription:
     """Our offer (outbound calls, the 200 to a re-INVITE without SDP): all preferred codecs in our order.
 
-    Payload types: PCMU 0, PCMA 8, opus 111, telephone-event/8000 101 and, with opus, telephone-event/48000
+    Payload types: PCMU 0, PCMA 8, G722 9, opus 111, telephone-event/8000 101 and, with opus, telephone-event/48000
     110 so the answerer can match the event clock to the codec it picks.
     """
     _check_preferences(preferences)

@@ -42,7 +42,9 @@ class WorkerSettings(BaseSettings):
     advertised_sip_tls_port: int | None = Field(default=None, ge=1, le=65535)
     rtp_host: str | None = None  # defaults to sip_host
     rtp_ports: str = "20000-29999"
-    codecs: Annotated[tuple[str, ...], NoDecode] = ("PCMU", "PCMA", "opus")
+    # Our order decides which of the offered codecs a call takes. G.722 first: a phone that offers wideband gets it
+    # (7 kHz of the caller's voice to the speech model instead of 3.4), at g722_call_cost of a G.711 call.
+    codecs: Annotated[tuple[str, ...], NoDecode] = ("G722", "PCMU", "PCMA", "opus")
     # SDES SRTP on SIP calls (gateway/sip/sdes.py). "optional": SRTP when the offer carries a=crypto, plain RTP
     # otherwise, and our own offers are RFC 8643 OSRTP (RTP/AVP with a=crypto, which a plain peer ignores), so
     # turning SRTP on breaks no plain trunk; "required": SRTP only (a plain offer gets 488, our offers are
@@ -51,12 +53,15 @@ class WorkerSettings(BaseSettings):
     # The suites taken and offered, in our order for our offers (the offerer's order decides in answers).
     srtp_suites: Annotated[tuple[str, ...], NoDecode] = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
     # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
-    # takes 1 of it with PCMU/PCMA, opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
+    # takes 1 of it with PCMU/PCMA, g722_call_cost with G.722 (libg722 both ways on every frame, silence included:
+    # 1.5-1.6x a G.711 call's CPU in `gateway bench calls --codec g722` at 50 and 100 calls, about 1.4x at a
+    # compiled worker's knee), opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
     # calls --codec opus`, whose agent is mostly silent, about 6x for one that talks throughout; 8 leaves room) and
     # webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call, about 18x: `gateway
     # bench webrtc`); admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)
     opus_call_cost: float = Field(default=8.0, ge=1.0, le=1000.0)
+    g722_call_cost: float = Field(default=1.6, ge=1.0, le=1000.0)
     webrtc_call_cost: float = Field(default=18.0, ge=1.0, le=1000.0)
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Opus callers' frames are encoded a tick ahead (their packets leave at the start of the tick, 20 ms more
@@ -148,11 +153,11 @@ class WorkerSettings(BaseSettings):
     @field_validator("codecs")
     @classmethod
     def _known_codecs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        names = {"pcmu": "PCMU", "pcma": "PCMA", "opus": "opus"}
+        names = {"pcmu": "PCMU", "pcma": "PCMA", "opus": "opus", "g722": "G722"}
         out = []
         for v in value:
             if v.lower() not in names:
-                raise ValueError(f"unknown codec {v!r}; choose from PCMU, PCMA, opus")
+                raise ValueError(f"unknown codec {v!r}; choose from G722, PCMU, PCMA, opus")
             out.append(names[v.lower()])
         if not out:
             raise ValueError("at least one codec is needed")
@@ -229,7 +234,10 @@ class WorkerSettings(BaseSettings):
 
     def call_cost(self, codec: str) -> float:
         """How much of ``capacity`` a call with this codec takes (the names of ``codecs``)."""
-        return self.opus_call_cost if codec.lower() == "opus" else 1.0
+        name = codec.lower()
+        if name == "opus":
+            return self.opus_call_cost
+        return self.g722_call_cost if name == "g722" else 1.0
 
     def offer_cost(self) -> float:
         """What a call takes before its codec is known (our own offer): the dearest codec we offer."""

@@ -1,5 +1,5 @@
-"""``gateway loadtest`` against a real ``gateway run`` process: 30 echo calls for 10 s, 10 Opus calls over a lossy
-network, and 10 over a bursty one.
+"""``gateway loadtest`` against a real ``gateway run`` process: 30 echo calls for 10 s, 20 G.722 calls, 10 Opus
+calls over a lossy network, and 10 over a bursty one.
 
 Asserts what the load tester promises: every call answered, zero RTP loss, and for every call its markers
 came back (a round-trip latency per marker) and its speech came back as sent. Speech is espeak-ng's when
@@ -49,6 +49,25 @@ async def test_thirty_echo_calls_lose_nothing_and_come_back_right(tmp_path: Path
     assert summary["rtt_ms"]["count"] == 60 and 0 < summary["rtt_ms"]["max"] < 1000
     assert summary["audio_checked"] == 30 and summary["audio_ok"] == 30
     assert summary["setup_ms"]["count"] == 30
+
+
+async def test_g722_callers_lose_nothing_and_come_back_right(tmp_path: Path) -> None:
+    """16 kHz speech as G.722 on its 8000 RTP clock, through the gateway's G.722 group and back."""
+    report = tmp_path / "loadtest.json"
+    async with ProcessGroup(tmp_path / "logs") as procs:
+        gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
+        await run_loadtest(
+            procs, gateway, report, "--codec", "g722", "--calls", "20", "--cps", "10", "--duration", "10"
+        )
+        calls = await gateway.api("GET", "/v1/calls", params={"state": "ended"})
+    summary = json.loads(report.read_text())
+    assert summary["calls"] == 20 and summary["answered"] == 20, summary["statuses"]
+    assert summary["packets_lost"] == 0 and summary["sequence_errors"] == 0
+    assert summary["markers_found"] == summary["markers_expected"] == 40
+    assert summary["audio_checked"] == 20 and summary["audio_ok"] == 20
+    assert summary["pacing_error_ms"]["p99"] < 20  # judged on the 8000 clock: 160 per 20 ms
+    items = calls["items"] if isinstance(calls, dict) else calls
+    assert {item["codec"] for item in items} == {"G722"}
 
 
 @pytest.mark.parametrize("ahead_ms", ["2", "0"], ids=["default", "encoded-ahead"])

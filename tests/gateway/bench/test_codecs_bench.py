@@ -45,3 +45,8 @@ def test_quick_json_shape() -> None:
     assert loss["conceal"] < 8 * loss["received"] and loss["bridge"] < 8 * loss["received"]
     assert {"python", "cpu", "cpu_count", "versions"} <= set(report["env"])
     assert report["env"]["versions"]["libopus"].startswith("libopus ")
+    assert report["env"]["versions"]["libg722"].startswith("libg722 ")
+    assert {"batched", "per-call"} <= {r["path"] for r in results if r["family"] == "g722"}
+    g722 = {(r["path"], r["name"].split()[1].rstrip(",")) for r in results if r["family"] == "g722-codec"}
+    # FFmpeg's always (PyAV is a dependency), spandsp's where it is installed.
+    assert {("libg722", "encode"), ("libg722", "decode"), ("ffmpeg", "encode"), ("ffmpeg", "decode")} <= g722

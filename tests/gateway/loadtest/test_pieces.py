@@ -188,8 +188,8 @@ def _receiver_for(
 
     ``read_late``: the packets carry kernel arrival stamps, and these were read that much after arriving."""
     payloads = _codec.encode(pcm, codec)
-    pt, samples = _codec.PAYLOAD_TYPES[codec], _codec.samples_per_frame(codec)
-    receiver = CallReceiver(audio_pt=pt, clock_rate=50 * samples)
+    pt, samples = _codec.PAYLOAD_TYPES[codec], _codec.timestamp_step(codec)
+    receiver = CallReceiver(audio_pt=pt, clock_rate=_codec.clock_rate(codec))
     stream = [_codec.silence_payload(codec)] * delay_frames + payloads
     for i, payload in enumerate(stream):
         if i in lose:
@@ -394,3 +394,20 @@ def test_the_generator_decodes_a_corrupt_opus_payload_as_silence_and_goes_on() -
     assert decoded.size == 4 * 960
     assert not decoded[960:2880].any()  # the corrupt payload and the lost one
     assert np.abs(decoded[:960]).max() > 1000 and np.abs(decoded[2880:]).max() > 1000
+
+
+def test_g722_plans_are_16_khz_audio_on_an_8000_rtp_clock() -> None:
+    assert (_codec.audio_rate("G722"), _codec.clock_rate("G722"), _codec.PAYLOAD_TYPES["G722"]) == (16000, 8000, 9)
+    assert (_codec.samples_per_frame("G722"), _codec.timestamp_step("G722")) == (320, 160)
+    pattern = TalkPattern(talk_ms=400, pause_ms=600)
+    plan = plan_call_audio(speech_like(16000, 2.0), 16000, seconds=3.0, pattern=pattern)
+    payloads = _codec.encode(plan.pcm, "G722")
+    assert {len(p) for p in payloads} == {160} and len(payloads) == plan.pcm.size // 320
+    assert len(_codec.silence_payload("G722")) == 160
+    receiver = _receiver_for(plan.pcm, delay_frames=3, codec="G722")
+    result = analyze_call(plan, receiver, codec="G722", frame_sent=_frame_sent)
+    assert result.markers_expected == result.markers_found == 2
+    # 3 frames + 1 ms transit, plus the codec's own 22 samples at 16 kHz (what a gateway's round trip adds too)
+    assert result.rtt_ms == pytest.approx((62.4, 62.4), abs=0.3)
+    assert result.audio_ok and min(result.correlations) > 0.9
+    assert result.pacing_p99_ms < 0.01  # on the 8000 clock: packets exactly 20 ms apart read as on time

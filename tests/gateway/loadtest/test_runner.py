@@ -44,7 +44,7 @@ async def _run(peer_kwargs: dict[str, int] | None = None, *, runs: int = 1, **co
     return summary
 
 
-@pytest.mark.parametrize("codec", ["PCMU", "PCMA", "opus"])
+@pytest.mark.parametrize("codec", ["PCMU", "PCMA", "G722", "opus"])
 async def test_reflected_calls_have_no_loss_markers_back_and_matching_audio(codec: str) -> None:
     s = await _run(codec=codec)
     assert s["calls"] == 6 and s["answered"] == 6 and s["completed"] == 6

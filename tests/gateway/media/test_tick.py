@@ -23,7 +23,7 @@ PEER = ("192.0.2.10", 4000)
 
 
 def config(call_id: str = "c1", codec: str = "PCMU", **overrides: object) -> MediaCallConfig:
-    pt = {"PCMU": 0, "PCMA": 8, "opus": 111}[codec]
+    pt = {"PCMU": 0, "PCMA": 8, "opus": 111, "G722": 9}[codec]
     fields: dict[str, object] = {
         "call_id": call_id,
         "codec": codec,
@@ -416,7 +416,7 @@ def test_opus_loss_is_concealed_and_garbage_is_counted() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.binary(min_size=0, max_size=60), max_size=8), st.sampled_from(["PCMU", "opus"]))
+@given(st.lists(st.binary(min_size=0, max_size=60), max_size=8), st.sampled_from(["PCMU", "opus", "G722"]))
 def test_no_datagram_makes_the_engine_raise(datagrams: list[bytes], codec: str) -> None:
     engine = TickEngine()
     engine.add_call(config(codec=codec, rtcp_mux=True), now=0.0)

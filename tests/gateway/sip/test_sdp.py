@@ -284,7 +284,7 @@ def test_no_common_codec_is_488() -> None:
         s=-
         c=IN IP4 10.1.1.1
         t=0 0
-        m=audio 7000 RTP/AVP 9 18
+        m=audio 7000 RTP/AVP 3 18
     """)
     )
     with pytest.raises(NoCommonCodec) as info:
@@ -404,7 +404,8 @@ def test_opus_answer_carries_local_fmtp_and_48k_event() -> None:
 def test_build_offer_and_negotiate_its_own_answer() -> None:
     offer = build_offer(local_address="192.0.2.5", local_port=40000, session_id=99, session_version=1)
     text = offer.to_bytes()
-    assert b"m=audio 40000 RTP/AVP 0 8 111 110 101\r\n" in text
+    assert b"m=audio 40000 RTP/AVP 0 8 111 9 110 101\r\n" in text
+    assert b"a=rtpmap:9 G722/8000\r\n" in text
     assert b"a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n" in text
     assert b"a=rtpmap:110 telephone-event/48000\r\n" in text and b"a=rtpmap:101 telephone-event/8000\r\n" in text
     assert parse_sdp(text) == offer
@@ -601,3 +602,48 @@ def test_fuzz_arbitrary_bytes(data: bytes) -> None:
         assert exc.status_code == 400
         return
     assert parse_sdp(parsed.to_bytes()) == parsed
+
+
+DESK_PHONE_G722 = sdp("""
+    v=0
+    o=- 20518 0 IN IP4 192.0.2.44
+    s=SDP data
+    c=IN IP4 192.0.2.44
+    t=0 0
+    m=audio 11780 RTP/AVP 9 0 8 18 101
+    a=rtpmap:9 G722/8000
+    a=rtpmap:0 PCMU/8000
+    a=rtpmap:8 PCMA/8000
+    a=rtpmap:18 G729/8000
+    a=fmtp:18 annexb=no
+    a=rtpmap:101 telephone-event/8000
+    a=fmtp:101 0-15
+    a=ptime:20
+    a=sendrecv
+""")
+
+
+def test_g722_static_payload_type_9_at_its_8000_rtp_clock_with_8k_telephone_events() -> None:
+    got = negotiate(parse_sdp(DESK_PHONE_G722), local=US, preferences=("G722", "PCMU"))
+    assert (got.codec_name, got.payload_type, got.clock_rate, got.channels) == ("G722", 9, 8000, 1)
+    assert (got.telephone_event_payload_type, got.telephone_event_clock_rate) == (101, 8000)
+    answer = build_answer(
+        parse_sdp(DESK_PHONE_G722), got, local_address="192.0.2.1", local_port=30000, session_id=1, session_version=1
+    ).to_bytes()
+    assert b"m=audio 30000 RTP/AVP 9 101\r\n" in answer and b"a=rtpmap:9 G722/8000\r\n" in answer
+    # Our order decides: with G.711 first, the same offer gets PCMU.
+    assert negotiate(parse_sdp(DESK_PHONE_G722), local=US, preferences=("PCMU", "G722")).codec_name == "PCMU"
+
+
+def test_g722_without_rtpmap_is_the_static_payload_type_and_g722_16000_is_not_g722() -> None:
+    bare = DESK_PHONE_G722.replace(b"a=rtpmap:9 G722/8000\r\n", b"")
+    assert negotiate(parse_sdp(bare), local=US, preferences=("G722",)).payload_type == 9
+    # RFC 3551 §4.5.2 says 8000; a stack that writes the sampling rate signals something we would mis-clock.
+    wrong = DESK_PHONE_G722.replace(b"m=audio 11780 RTP/AVP 9 0 8 18 101", b"m=audio 11780 RTP/AVP 97 0 101").replace(
+        b"a=rtpmap:9 G722/8000", b"a=rtpmap:97 G722/16000"
+    )
+    assert negotiate(parse_sdp(wrong), local=US, preferences=("G722", "PCMU")).codec_name == "PCMU"
+    with pytest.raises(NoCommonCodec):
+        negotiate(parse_sdp(wrong), local=US, preferences=("G722",))
+    offer = build_offer(local_address="192.0.2.5", local_port=1, session_id=1, session_version=1, preferences=("G722",))
+    assert b"m=audio 1 RTP/AVP 9 101\r\n" in offer.to_bytes() and b"a=rtpmap:9 G722/8000\r\n" in offer.to_bytes()

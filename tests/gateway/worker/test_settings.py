@@ -71,14 +71,27 @@ def test_a_quiet_callers_chunk_comes_from_the_environment(monkeypatch: pytest.Mo
 def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults = WorkerSettings()
     assert (defaults.capacity, defaults.opus_call_cost, defaults.webrtc_call_cost) == (150, 8.0, 18.0)
-    assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus")] == [1.0, 1.0, 8.0]
+    assert defaults.g722_call_cost == 1.6
+    assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus", "G722")] == [1.0, 1.0, 8.0, 1.6]
     assert defaults.offer_cost() == 8.0  # our offer lists Opus: the callee may pick it
     assert WorkerSettings(codecs=("PCMU", "PCMA")).offer_cost() == 1.0
+    assert WorkerSettings(codecs=("G722", "PCMU")).offer_cost() == 1.6
     monkeypatch.setenv("GATEWAY_OPUS_CALL_COST", "5.5")
     assert WorkerSettings().call_cost("opus") == 5.5
+    monkeypatch.setenv("GATEWAY_G722_CALL_COST", "2")
+    assert WorkerSettings().call_cost("G722") == 2.0
 
 
-@pytest.mark.parametrize("name", ["opus_call_cost", "webrtc_call_cost"])
+def test_codecs_default_to_wideband_first_and_take_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert WorkerSettings().codecs == ("G722", "PCMU", "PCMA", "opus")
+    monkeypatch.setenv("GATEWAY_CODECS", "pcmu, g722")
+    assert WorkerSettings().codecs == ("PCMU", "G722")
+    monkeypatch.setenv("GATEWAY_CODECS", "G729")
+    with pytest.raises(ValidationError, match="G722, PCMU, PCMA, opus"):
+        WorkerSettings()
+
+
+@pytest.mark.parametrize("name", ["opus_call_cost", "g722_call_cost", "webrtc_call_cost"])
 @pytest.mark.parametrize("bad", [0.5, 0, -1, 1001])
 def test_a_call_cost_below_a_g711_calls_or_absurd_is_refused(name: str, bad: float) -> None:
     with pytest.raises(ValidationError, match=name):

@@ -285,7 +285,7 @@ async def test_a_stall_past_the_clocks_catch_up_leaves_a_timestamp_gap_not_a_las
 async def test_no_common_codec_gets_488(worker: MediaWorker) -> None:
     body = (
         b"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
-        b"m=audio 40000 RTP/AVP 9\r\na=rtpmap:9 G722/8000\r\n"
+        b"m=audio 40000 RTP/AVP 18\r\na=rtpmap:18 G729/8000\r\n"
     )
     async with SipPeer() as peer:
         call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", body=body)
