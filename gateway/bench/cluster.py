@@ -307,12 +307,18 @@ class ClusterBench:
         log.warning("the workers still held calls %.0f s after the load ended", _IDLE_WITHIN_S)
 
     async def measure_idle(self) -> None:
-        """The idle CPU rate (CPU s per s) of Kamailio, the control plane and Redis: OPTIONS probes, heartbeats
-        and timers with no call up. Their per-call figures are net of it."""
+        """The idle CPU rate (CPU s per s) of Kamailio, the control plane, Redis and each worker: OPTIONS probes,
+        heartbeats, the media clock and timers with no call up. The helpers' per-call figures are net of it; the
+        workers' are not (as in ``gateway bench calls``), and the report shows what a worker spends idle."""
         before, t0 = self._helper_cpu(), time.monotonic()
+        workers_before = [w.process.cpu_s() for w in self.workers]
         await asyncio.sleep(self.config.idle_s)
         after, t1 = self._helper_cpu(), time.monotonic()
+        workers_after = [w.process.cpu_s() for w in self.workers]
         self.idle_rates = {name: (after[name] - before[name]) / (t1 - t0) for name in before}
+        self.idle_rates |= {
+            w.id: (workers_after[i] - workers_before[i]) / (t1 - t0) for i, w in enumerate(self.workers)
+        }
 
     async def warm_up(self, client: httpx.AsyncClient) -> None:
         """A few short calls through Kamailio first (they land on both workers): a worker's first call imports and
@@ -410,7 +416,7 @@ class ClusterBench:
             targets_active=targets_active,
         )
 
-    async def run_all(self) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    async def run_all(self) -> dict[int, dict[str, list[dict[str, Any]]]]:  # by size, then placement
         """Every size, ``repeats`` times each placement, the order of the two alternating from repeat to repeat."""
         runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
         async with httpx.AsyncClient(timeout=5.0) as client:
@@ -484,6 +490,7 @@ def run(config: ClusterBenchConfig, *, json_path: str | None = None) -> int:
                 runs = _run_loop(bench.run_all(), config.uvloop)
             finally:
                 bench.stop()
+            idle = bench.idle_rates
     except KeyboardInterrupt:
         print(
             "gateway bench cluster: interrupted; Kamailio, the workers, the control plane and the fake provider "
@@ -497,12 +504,13 @@ def run(config: ClusterBenchConfig, *, json_path: str | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     load_after = os.getloadavg()
-    return _report(config, runs, load_before=load_before[0], load_after=load_after[0], json_path=json_path)
+    return _report(config, runs, idle, load_before=load_before[0], load_after=load_after[0], json_path=json_path)
 
 
 def _report(
     config: ClusterBenchConfig,
     runs: dict[int, dict[str, list[dict[str, Any]]]],
+    idle: dict[str, float],
     *,
     load_before: float,
     load_after: float,
@@ -531,6 +539,11 @@ def _report(
             else "each worker on its CPU."
         )
     )
+    print(
+        "idle, no call up (% of a core): "
+        + ", ".join(f"{name} {100 * rate:.1f}" for name, rate in idle.items())
+        + " (the workers' figures below include their idle share; the others' are net of it)"
+    )
     print(figures.table(rows, redis=config.redis))
     for line in figures.comparison_lines(comparisons, config.repeats):
         print(line)
@@ -558,6 +571,7 @@ def _report(
                 "cpus": os.cpu_count(),
                 "load_average_before_after": [load_before, load_after],
             },
+            "idle_core_fraction": idle,
             "rows": [_finite(row) for row in rows],
             "runs": {str(calls): {p: [_finite(r) for r in rs] for p, rs in by.items()} for calls, by in runs.items()},
             "comparisons": [_finite(c) for c in comparisons],

@@ -7,6 +7,7 @@ returns costs in the compiled build; ``cluster`` two workers behind Kamailio aga
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -293,7 +294,8 @@ def main(args: argparse.Namespace) -> int:
                 uvloop=not args.no_uvloop,
             )
         except ValueError as exc:
-            raise SystemExit(f"gateway bench cluster: {exc}") from None
+            print(f"gateway bench cluster: {exc}", file=sys.stderr)
+            return 2
         return run_cluster(cluster_config, json_path=args.json)
     if args.bench == "webrtc":
         from gateway.bench.webrtc import WebRtcBenchConfig
