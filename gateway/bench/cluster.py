@@ -414,6 +414,7 @@ class ClusterBench:
             control_before=control_before,
             control_after=control_after,
             targets_active=targets_active,
+            worker_idle_rates=[self.idle_rates[w.id] for w in self.workers],
         )
 
     async def run_all(self) -> dict[int, dict[str, list[dict[str, Any]]]]:  # by size, then placement
@@ -542,7 +543,7 @@ def _report(
     print(
         "idle, no call up (% of a core): "
         + ", ".join(f"{name} {100 * rate:.1f}" for name, rate in idle.items())
-        + " (the workers' figures below include their idle share; the others' are net of it)"
+        + " (the workers' µs/call/20ms include it, 'net of idle' does not; the others' figures are net of it)"
     )
     print(figures.table(rows, redis=config.redis))
     for line in figures.comparison_lines(comparisons, config.repeats):

@@ -100,11 +100,12 @@ class PhaseCpu:
     idle_rate: float
 
 
-def worker_figures(worker: WorkerWindow, window_s: float) -> dict[str, float]:
+def worker_figures(worker: WorkerWindow, window_s: float, idle_rate: float = 0.0) -> dict[str, float]:
     """One worker's share of a phase: calls that landed on it (answered by it: its setup histogram's growth over
     the phase), calls up through the window (mean of its active-calls gauge at the window's two ends), its CPU
-    per call-frame and share of a core over the window, its tick overruns there, SIP input it refused, and the
-    mean of its own setup time (INVITE received -> 200 OK sent)."""
+    per call-frame (as measured, and net of what it spends with no call up, ``idle_rate`` CPU s/s) and share of
+    a core over the window, its tick overruns there, SIP input it refused, and the mean of its own setup time
+    (INVITE received -> 200 OK sent)."""
     wid = worker.worker_id
     landed = growth(worker.start, worker.end, "gateway_call_setup_seconds_count", worker=wid)
     setup_s = growth(worker.start, worker.end, "gateway_call_setup_seconds_sum", worker=wid)
@@ -119,6 +120,8 @@ def worker_figures(worker: WorkerWindow, window_s: float) -> dict[str, float]:
         "cpu_s": cpu_s,
         "core_pct": 100 * cpu_s / window_s if window_s > 0 else math.nan,
         "us_per_call_frame": us_per_call_frame(cpu_s, window_s, up),
+        "idle_cpu_s": idle_rate * window_s,
+        "us_per_call_frame_net": us_per_call_frame(cpu_s - idle_rate * window_s, window_s, up),
         "overruns": growth(worker.window_open, worker.window_close, "gateway_tick_overruns_total", worker=wid),
         "sip_rejected": growth(worker.start, worker.end, "gateway_sip_rejected_total", worker=wid),
         "setup_mean_ms": 1000 * setup_s / landed if landed else math.nan,
@@ -139,16 +142,19 @@ def phase_row(
     control_before: Samples,
     control_after: Samples,
     targets_active: int | None = None,
+    worker_idle_rates: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """One phase's figures. ``summary`` is :func:`gateway.loadtest.results.aggregate` of the load's run,
     ``setup_ms`` every answered call's setup time, ``workers`` every worker of the cluster (in order: the first
     is the one the direct placement dials), ``helpers`` the CPU of Kamailio, the control plane and Redis (those
-    running) over the phase."""
-    figures = [worker_figures(worker, window_s) for worker in workers]
+    running) over the phase; ``worker_idle_rates`` what each worker spends with no call up (CPU s/s)."""
+    idle = worker_idle_rates or [0.0] * len(workers)
+    figures = [worker_figures(worker, window_s, rate) for worker, rate in zip(workers, idle, strict=True)]
     landed = [f["landed"] for f in figures]
     carrying = [f for f in figures if f["up"] > 0]  # direct: the first worker only (the other idles)
     up = sum(f["up"] for f in carrying)
     cpu_s = sum(f["cpu_s"] for f in carrying)
+    idle_s = sum(f["idle_cpu_s"] for f in carrying)
     setup = percentiles(setup_ms)
     answered = int(summary["answered"])
     statuses = {k: int(v) for k, v in summary["statuses"].items() if k != "200"}
@@ -166,6 +172,8 @@ def phase_row(
         "worker_core_pct": [f["core_pct"] for f in figures],
         # the carrying workers' CPU over the calls they carried: the cost of a call-frame wherever it landed
         "us_per_call_frame": us_per_call_frame(cpu_s, window_s, up),
+        # the same less each carrying worker's idle CPU (its clock, heartbeats): what the calls themselves cost
+        "us_per_call_frame_net": us_per_call_frame(cpu_s - idle_s, window_s, up),
         "overruns": sum(f["overruns"] for f in carrying),
         "sip_rejected": sum(f["sip_rejected"] for f in figures),
         "setup_p50_ms": setup["p50"],
@@ -232,11 +240,14 @@ def median_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def compare(direct: Mapping[str, Any], kamailio: Mapping[str, Any]) -> dict[str, Any]:
     """Kamailio and two workers against one worker taken directly, at one size (medians): the ratio of CPU per
-    call-frame (the workers' together, and each worker's), and the setup time the hop added at p50/p95/p99."""
+    call-frame (the workers' together, the same net of their idle CPU, and each worker's), and the setup time the
+    hop added at p50/p95/p99."""
     base = float(direct["us_per_call_frame"])
+    base_net = float(direct["us_per_call_frame_net"])
     out: dict[str, Any] = {
         "calls": int(direct["calls"]),
         "cpu_ratio": float(kamailio["us_per_call_frame"]) / base if base > 0 else math.nan,
+        "cpu_ratio_net": float(kamailio["us_per_call_frame_net"]) / base_net if base_net > 0 else math.nan,
         "worker_cpu_ratios": [float(us) / base if base > 0 else math.nan for us in kamailio["worker_us"]],
     }
     for p in ("p50", "p95", "p99"):
@@ -266,6 +277,7 @@ _COLUMNS: tuple[tuple[str, Any], ...] = (
     ("busiest", lambda r: _fmt(r["busiest_pct"]) + " %"),
     ("µs/call/20ms per worker", lambda r: " / ".join(_fmt(v) for v in r["worker_us"])),
     ("µs/call/20ms all", lambda r: _fmt(r["us_per_call_frame"])),
+    ("net of idle", lambda r: _fmt(r["us_per_call_frame_net"])),
     ("core % per worker", lambda r: " / ".join(_fmt(v) for v in r["worker_core_pct"])),
     ("overruns", lambda r: _fmt(r["overruns"])),
     ("setup p50", lambda r: _fmt(r["setup_p50_ms"], 1)),
@@ -300,7 +312,8 @@ def comparison_lines(comparisons: Sequence[Mapping[str, Any]], repeats: int) -> 
         per_worker = " / ".join(f"{r:.2f}x" if math.isfinite(r) else "-" for r in c["worker_cpu_ratios"])
         lines.append(
             f"{int(c['calls'])} calls: through Kamailio the workers spent {c['cpu_ratio']:.2f}x the direct worker's "
-            f"CPU per call-frame (each worker: {per_worker}); the hop added "
+            f"CPU per call-frame (each worker: {per_worker}; {c['cpu_ratio_net']:.2f}x net of the workers' idle CPU); "
+            "the hop added "
             f"{c['setup_p50_added_ms']:+.1f} / {c['setup_p95_added_ms']:+.1f} / {c['setup_p99_added_ms']:+.1f} ms "
             f"to setup p50 / p95 / p99 (medians of {repeats} interleaved runs)"
         )

@@ -121,6 +121,7 @@ def _row(placement: str, workers: list[WorkerWindow], setup: list[float | None])
         control_before=ADMISSIONS_BEFORE,
         control_after=ADMISSIONS_AFTER,
         targets_active=2 if placement == "kamailio" else None,
+        worker_idle_rates=[0.01, 0.02],
     )
 
 
@@ -130,6 +131,8 @@ def test_a_phase_row_through_kamailio_spreads_and_prices_each_worker() -> None:
     assert row["landed"] == [31, 27] and row["busiest_pct"] == pytest.approx(100 * 31 / 58)
     assert row["worker_us"] == pytest.approx([0.9 / 10 * 0.02 / 30 * 1e6, 0.7 / 10 * 0.02 / 28 * 1e6])
     assert row["us_per_call_frame"] == pytest.approx(1.6 / 10 * 0.02 / 58 * 1e6)
+    # less 1 % and 2 % of a core idle over the 10 s window: 0.1 s and 0.2 s
+    assert row["us_per_call_frame_net"] == pytest.approx(1.3 / 10 * 0.02 / 58 * 1e6)
     assert row["worker_core_pct"] == pytest.approx([9.0, 7.0])
     assert row["overruns"] == 1 and row["sip_rejected"] == 0  # growth only: the earlier rejection is not this phase's
     assert (row["answered"], row["failed"], row["statuses"]) == (58, 2, {"503": 2})
@@ -147,6 +150,7 @@ def test_a_direct_phase_prices_the_carrying_worker_alone() -> None:
     row = _row("direct", workers, [5.0])
     assert row["landed"] == [58, 0] and row["busiest_pct"] == 100
     assert row["us_per_call_frame"] == pytest.approx(row["worker_us"][0])  # type: ignore[index]
+    assert row["us_per_call_frame_net"] == pytest.approx(1.4 / 10 * 0.02 / 58 * 1e6)  # the first worker's idle only
     assert math.isnan(row["worker_us"][1])  # type: ignore[index]
 
 
@@ -160,6 +164,7 @@ def _phase(placement: str, *, us: float, setup: float, failed: int, statuses: di
         "landed": [50.0, 50.0],
         "worker_us": [us, us + 2],
         "us_per_call_frame": us + 1,
+        "us_per_call_frame_net": us - 4,
         "setup_p50_ms": setup,
         "setup_p95_ms": setup * 2,
         "setup_p99_ms": setup * 3,
@@ -199,7 +204,8 @@ def test_the_placements_are_compared_size_by_size() -> None:
     assert got["worker_cpu_ratios"] == pytest.approx([45 / 40, 47 / 40])
     assert (got["setup_p50_added_ms"], got["setup_p95_added_ms"], got["setup_p99_added_ms"]) == (3, 6, 9)
     [line] = comparison_lines([got], repeats=3)
-    assert "1.15x the direct worker's CPU per call-frame (each worker: 1.12x / 1.18x)" in line
+    assert got["cpu_ratio_net"] == pytest.approx(41 / 36)
+    assert "1.15x the direct worker's CPU per call-frame (each worker: 1.12x / 1.18x; 1.14x net of" in line
     assert "+3.0 / +6.0 / +9.0 ms to setup p50 / p95 / p99 (medians of 3 interleaved runs)" in line
 
 
