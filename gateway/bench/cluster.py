@@ -359,6 +359,7 @@ class ClusterBench:
         start = await self._worker_samples(client)
         control_before = await self._samples(client, f"{self.control_url}/metrics")
         helpers_before, t_start = self._helper_cpu(), time.monotonic()
+        load_1m = os.getloadavg()[0]  # how busy the machine was as the phase began (other tenants included)
         all_up = asyncio.Event()
         runner = LoadRunner(load, progress=lambda p: all_up.set() if p.up >= calls else None)
         task = asyncio.create_task(runner.run(), name=f"bench-cluster-{placement}-{calls}")
@@ -367,10 +368,10 @@ class ClusterBench:
                 await asyncio.wait_for(all_up.wait(), timeout=ramp_s + _UP_GRACE_S)
             await asyncio.sleep(_SETTLE_S)
             window_open, t0 = await self._worker_samples(client), time.monotonic()
-            cpu_open = [w.process.cpu_s() for w in self.workers]
+            cpu_open, helpers_open = [w.process.cpu_s() for w in self.workers], self._helper_cpu()
             await asyncio.sleep(c.window_s)
             window_close, t1 = await self._worker_samples(client), time.monotonic()
-            cpu_close = [w.process.cpu_s() for w in self.workers]
+            cpu_close, helpers_close = [w.process.cpu_s() for w in self.workers], self._helper_cpu()
             result = await task
         finally:
             if not task.done():  # interrupted, or a process died: hang up what is up, bounded by its deadline
@@ -402,6 +403,10 @@ class ClusterBench:
             name: figures.PhaseCpu(cpu_s=helpers_after[name] - helpers_before[name], idle_rate=self.idle_rates[name])
             for name in helpers_before
         }
+        helpers_window = {
+            name: figures.PhaseCpu(cpu_s=helpers_close[name] - helpers_open[name], idle_rate=self.idle_rates[name])
+            for name in helpers_open
+        }
         return figures.phase_row(
             placement=placement,
             calls=calls,
@@ -411,6 +416,8 @@ class ClusterBench:
             window_s=t1 - t0,
             phase_s=t_end - t_start,
             helpers=helpers,
+            helpers_window=helpers_window,
+            load_1m=load_1m,
             control_before=control_before,
             control_after=control_after,
             targets_active=targets_active,
@@ -440,7 +447,9 @@ def _progress_line(row: dict[str, Any], repeat: int) -> str:
     return (
         f"  {row['calls']} calls {row['placement']} (run {repeat + 1}): answered {row['answered']}, "
         f"per worker {landed}, µs/call/20ms {us}, setup p50/p95/p99 {row['setup_p50_ms']:.1f}/"
-        f"{row['setup_p95_ms']:.1f}/{row['setup_p99_ms']:.1f} ms, echo {row['audio_ok']}/{row['audio_checked']}"
+        f"{row['setup_p95_ms']:.1f}/{row['setup_p99_ms']:.1f} ms, echo {row['audio_ok']}/{row['audio_checked']}, "
+        f"overruns {row['overruns']:.0f}, generator ticks skipped {row['generator_skipped']}, "
+        f"load average {row['load_1m']:.2f}"
     )
 
 
@@ -548,10 +557,16 @@ def _report(
     print(figures.table(rows, redis=config.redis))
     for line in figures.comparison_lines(comparisons, config.repeats):
         print(line)
+    pairs = figures.equal_per_worker(rows)
+    for line in figures.equal_per_worker_lines(pairs):
+        print(line)
     print(
         "setup = INVITE sent -> 200 OK received at the generator (p99 of fewer than 100 calls is near the max); "
         "in worker = INVITE received -> 200 OK sent, mean; kamailio/control/redis µs per call: CPU over the "
-        "phase less the idle rate"
+        "phase less the idle rate; control µs/call-s: the control plane's CPU per live call per second over the "
+        "window (heartbeats), less idle; load: the 1-minute load average as each phase began (median); "
+        "gen skipped: ticks the generator's clock skipped (its callers' audio has gaps then: the echo check "
+        "measures the load side too)"
     )
     failed = sum(row["failed"] for row in rows)
     echo_bad = sum(row["audio_checked"] - row["audio_ok"] for row in rows)
@@ -576,6 +591,7 @@ def _report(
             "rows": [_finite(row) for row in rows],
             "runs": {str(calls): {p: [_finite(r) for r in rs] for p, rs in by.items()} for calls, by in runs.items()},
             "comparisons": [_finite(c) for c in comparisons],
+            "equal_calls_per_worker": [_finite(p) for p in pairs],
         }
         Path(json_path).write_text(json.dumps(document, indent=2))
     if failed or echo_bad or spread:

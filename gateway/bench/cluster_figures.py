@@ -143,11 +143,15 @@ def phase_row(
     control_after: Samples,
     targets_active: int | None = None,
     worker_idle_rates: Sequence[float] | None = None,
+    helpers_window: Mapping[str, PhaseCpu] | None = None,
+    load_1m: float = math.nan,
 ) -> dict[str, Any]:
     """One phase's figures. ``summary`` is :func:`gateway.loadtest.results.aggregate` of the load's run,
     ``setup_ms`` every answered call's setup time, ``workers`` every worker of the cluster (in order: the first
     is the one the direct placement dials), ``helpers`` the CPU of Kamailio, the control plane and Redis (those
-    running) over the phase; ``worker_idle_rates`` what each worker spends with no call up (CPU s/s)."""
+    running) over the phase and (``helpers_window``) over the window alone, when no call is set up or ended:
+    their cost per live call-second (heartbeats, OPTIONS probes); ``worker_idle_rates`` what each worker spends
+    with no call up (CPU s/s); ``load_1m`` the machine's load average as the phase began."""
     idle = worker_idle_rates or [0.0] * len(workers)
     figures = [worker_figures(worker, window_s, rate) for worker, rate in zip(workers, idle, strict=True)]
     landed = [f["landed"] for f in figures]
@@ -159,6 +163,12 @@ def phase_row(
     answered = int(summary["answered"])
     statuses = {k: int(v) for k, v in summary["statuses"].items() if k != "200"}
     landed_total = sum(landed)
+    outcomes = {dict(labels).get("outcome", "") for name, labels in control_after if name == "gateway_admissions_total"}
+    refused_by = {
+        outcome: int(n)
+        for outcome in sorted(outcomes - {"accepted"})
+        if (n := growth(control_before, control_after, "gateway_admissions_total", outcome=outcome)) > 0
+    }
     row: dict[str, Any] = {
         "calls": calls,
         "placement": placement,
@@ -184,22 +194,33 @@ def phase_row(
         if landed_total
         else math.nan,
         "admitted": growth(control_before, control_after, "gateway_admissions_total", outcome="accepted"),
-        "refused": growth(control_before, control_after, "gateway_admissions_total")
-        - growth(control_before, control_after, "gateway_admissions_total", outcome="accepted"),
+        "refused": sum(refused_by.values()),
+        "refused_by": refused_by,  # the control plane's refusals by outcome (over_capacity, no_worker, ...)
         "loss_pct": float(summary["loss_pct"]),
         "pacing_p99_ms": float(summary["pacing_error_ms"]["p99"]),
+        # ticks the generator's own clock skipped after stalls: its callers' audio has gaps the echo check sees
+        "generator_skipped": int(summary["generator"]["skipped"]),
         "audio_ok": int(summary["audio_ok"]),
         "audio_checked": int(summary["audio_checked"]),
         "targets_active": targets_active,
         "phase_s": phase_s,
+        "load_1m": load_1m,
     }
     for name, cpu in helpers.items():
         row[f"{name}_us_per_call"] = net_us_per_call(cpu.cpu_s, cpu.idle_rate, phase_s, calls)
+    live_call_s = window_s * sum(f["up"] for f in figures)
+    for name, cpu in (helpers_window or {}).items():
+        # µs per call per second it is up, net of idle: what a live call costs the process while nothing happens
+        row[f"{name}_us_per_call_s"] = (
+            1e6 * (cpu.cpu_s - cpu.idle_rate * window_s) / live_call_s if live_call_s > 0 else math.nan
+        )
     return row
 
 
 # Counts are added up over the repeats (every failed call is shown); the rest are medians.
-_SUMMED = frozenset({"answered", "failed", "sip_rejected", "admitted", "refused", "audio_ok", "audio_checked"})
+_SUMMED = frozenset(
+    {"answered", "failed", "sip_rejected", "admitted", "refused", "audio_ok", "audio_checked", "generator_skipped"}
+)
 
 
 def _median(values: Sequence[Any]) -> float:
@@ -219,7 +240,7 @@ def median_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = first
         elif key == "calls":
             out[key] = int(first)
-        elif key == "statuses":
+        elif key in ("statuses", "refused_by"):
             merged: dict[str, int] = {}
             for statuses in values:
                 for status, count in statuses.items():
@@ -255,6 +276,45 @@ def compare(direct: Mapping[str, Any], kamailio: Mapping[str, Any]) -> dict[str,
     return out
 
 
+def equal_per_worker(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each worker behind Kamailio against one worker taken directly *carrying as many calls*: a Kamailio size of
+    2N against the direct size N, where both ran. At equal total calls the direct worker carries twice a Kamailio
+    worker's calls, and the batched tick's cost per call-frame falls as its batch grows; this comparison holds the
+    calls per worker, so it tells whether the per-core figures of ``gateway bench calls`` hold behind Kamailio."""
+    direct = {int(r["calls"]): r for r in rows if r["placement"] == "direct"}
+    out = []
+    for row in rows:
+        half = int(row["calls"]) // 2
+        if row["placement"] != "kamailio" or int(row["calls"]) % 2 or half not in direct:
+            continue
+        base, base_net = float(direct[half]["us_per_call_frame"]), float(direct[half]["us_per_call_frame_net"])
+        out.append(
+            {
+                "calls": int(row["calls"]),
+                "per_worker": half,
+                "landed": list(row["landed"]),
+                "direct_us": base,
+                "worker_us": list(row["worker_us"]),
+                "ratio": float(row["us_per_call_frame"]) / base if base > 0 else math.nan,
+                "ratio_net": float(row["us_per_call_frame_net"]) / base_net if base_net > 0 else math.nan,
+            }
+        )
+    return out
+
+
+def equal_per_worker_lines(pairs: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for p in pairs:
+        each = " / ".join(_fmt(us) for us in p["worker_us"])
+        landed = " / ".join(_fmt(n) for n in p["landed"])
+        lines.append(
+            f"{p['per_worker']} calls per worker: behind Kamailio ({p['calls']} calls, {landed}) {each} µs per "
+            f"call-frame against {p['direct_us']:.0f} for one worker taken directly with {p['per_worker']} "
+            f"({p['ratio']:.2f}x; {p['ratio_net']:.2f}x net of idle)"
+        )
+    return lines
+
+
 def _fmt(value: Any, digits: int = 0) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
@@ -263,15 +323,17 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return str(value)
 
 
-def _failures(row: Mapping[str, Any]) -> str:
-    text = f"{row['failed']}"
-    if row["statuses"]:
-        text += " (" + ", ".join(f"{status}: {n}" for status, n in sorted(row["statuses"].items())) + ")"
+def _counted(total_: Any, by: Mapping[str, int]) -> str:
+    """A count and what it is made of: ``3 (503: 2, none: 1)``."""
+    text = _fmt(total_)
+    if by:
+        text += " (" + ", ".join(f"{key}: {n}" for key, n in sorted(by.items())) + ")"
     return text
 
 
 _COLUMNS: tuple[tuple[str, Any], ...] = (
     ("calls", lambda r: _fmt(r["calls"])),
+    ("load", lambda r: _fmt(r.get("load_1m"), 1)),
     ("via", lambda r: r["placement"]),
     ("calls per worker", lambda r: " / ".join(_fmt(v) for v in r["landed"])),
     ("busiest", lambda r: _fmt(r["busiest_pct"]) + " %"),
@@ -287,11 +349,13 @@ _COLUMNS: tuple[tuple[str, Any], ...] = (
     # Kamailio only answers OPTIONS probes while the calls go direct: its figure there is the measurement's noise
     ("kamailio µs/call", lambda r: _fmt(r.get("kamailio_us_per_call")) if r["placement"] == "kamailio" else "-"),
     ("control µs/call", lambda r: _fmt(r.get("control_us_per_call"))),
+    ("µs/call-s", lambda r: _fmt(r.get("control_us_per_call_s"))),
     ("redis µs/call", lambda r: _fmt(r.get("redis_us_per_call"))),
-    ("failed", _failures),
-    ("refused", lambda r: _fmt(r["refused"])),
+    ("failed", lambda r: _counted(r["failed"], r["statuses"])),
+    ("refused", lambda r: _counted(r["refused"], r.get("refused_by", {}))),
     ("loss %", lambda r: _fmt(r["loss_pct"], 3)),
     ("echo ok", lambda r: f"{r['audio_ok']}/{r['audio_checked']}"),
+    ("gen skipped", lambda r: _fmt(r["generator_skipped"])),
 )
 
 

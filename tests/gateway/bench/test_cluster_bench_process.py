@@ -57,6 +57,8 @@ def test_a_small_run_measures_both_placements(tmp_path: Path) -> None:
     assert through["landed"][0] > 0 and through["landed"][1] > 0 and sum(through["landed"]) == 6  # both workers
     assert all(0 < us < 20_000 for us in through["worker_us"])
     assert through["targets_active"] == 2  # neither worker was marked down by a failure
+    assert through["control_us_per_call_s"] is not None and direct["load_1m"] >= 0
+    assert direct["generator_skipped"] >= 0 and document["equal_calls_per_worker"] == []  # 6 calls: no 3-call run
     assert through["kamailio_us_per_call"] is not None and math.isfinite(through["kamailio_us_per_call"])
     [comparison] = document["comparisons"]
     assert comparison["calls"] == 6 and comparison["cpu_ratio"] > 0

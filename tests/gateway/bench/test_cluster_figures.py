@@ -11,6 +11,8 @@ from gateway.bench.cluster_figures import (
     WorkerWindow,
     compare,
     comparison_lines,
+    equal_per_worker,
+    equal_per_worker_lines,
     growth,
     median_row,
     net_us_per_call,
@@ -101,6 +103,7 @@ SUMMARY = {
     "pacing_error_ms": {"p99": 2.5},
     "audio_ok": 57,
     "audio_checked": 58,
+    "generator": {"skipped": 3},
 }
 ADMISSIONS_BEFORE = parse_samples('gateway_admissions_total{outcome="accepted"} 10\n')
 ADMISSIONS_AFTER = parse_samples(
@@ -122,6 +125,8 @@ def _row(placement: str, workers: list[WorkerWindow], setup: list[float | None])
         control_after=ADMISSIONS_AFTER,
         targets_active=2 if placement == "kamailio" else None,
         worker_idle_rates=[0.01, 0.02],
+        helpers_window={"control": PhaseCpu(cpu_s=0.2, idle_rate=0.01)},
+        load_1m=2.5,
     )
 
 
@@ -136,12 +141,14 @@ def test_a_phase_row_through_kamailio_spreads_and_prices_each_worker() -> None:
     assert row["worker_core_pct"] == pytest.approx([9.0, 7.0])
     assert row["overruns"] == 1 and row["sip_rejected"] == 0  # growth only: the earlier rejection is not this phase's
     assert (row["answered"], row["failed"], row["statuses"]) == (58, 2, {"503": 2})
-    assert (row["admitted"], row["refused"]) == (58, 2)
+    assert (row["admitted"], row["refused"], row["refused_by"]) == (58, 2, {"over_capacity": 2})
     assert row["setup_p50_ms"] == pytest.approx(12.0) and row["setup_max_ms"] == 14.0
     assert row["worker_setup_mean_ms"] == pytest.approx(4.0)
     assert row["kamailio_us_per_call"] == pytest.approx(1e6 * (0.06 - 0.03) / 60)
     assert row["control_us_per_call"] == pytest.approx(1e6 * (0.9 - 0.3) / 60)
-    assert row["targets_active"] == 2
+    assert row["targets_active"] == 2 and row["load_1m"] == 2.5 and row["generator_skipped"] == 3
+    # over the 10 s window with 58 calls up: 0.2 s less 0.1 s idle over 580 call-seconds
+    assert row["control_us_per_call_s"] == pytest.approx(1e6 * 0.1 / 580)
 
 
 def test_a_direct_phase_prices_the_carrying_worker_alone() -> None:
@@ -161,6 +168,7 @@ def _phase(placement: str, *, us: float, setup: float, failed: int, statuses: di
         "answered": 100 - failed,
         "failed": failed,
         "statuses": statuses,
+        "refused_by": dict(statuses),
         "landed": [50.0, 50.0],
         "worker_us": [us, us + 2],
         "us_per_call_frame": us + 1,
@@ -172,6 +180,7 @@ def _phase(placement: str, *, us: float, setup: float, failed: int, statuses: di
         "audio_checked": 100 - failed,
         "loss_pct": math.nan,
         "targets_active": 2,
+        "generator_skipped": 1,
     }
 
 
@@ -187,7 +196,7 @@ def test_repeats_are_medians_and_their_failures_are_added_up() -> None:
     assert row["worker_us"] == [50, 52] and row["us_per_call_frame"] == 51
     assert row["setup_p99_ms"] == 60
     assert (row["failed"], row["answered"], row["audio_ok"]) == (3, 297, 297)
-    assert row["statuses"] == {"503": 2, "408": 1}
+    assert row["statuses"] == row["refused_by"] == {"503": 2, "408": 1}
     assert row["targets_active"] == 1  # the fewest seen
     assert math.isnan(row["loss_pct"])
     with pytest.raises(ValueError, match="no runs"):
@@ -231,3 +240,23 @@ def test_the_table_shows_each_placement_and_blanks_what_does_not_apply() -> None
     assert "40 / 42" in direct and "1 (503: 1)" in direct and "99/99" in direct
     assert "123" not in direct and "123" in through  # Kamailio is not in a direct call's path
     assert "redis µs/call" in table(rows, redis=True)
+
+
+def test_each_worker_behind_kamailio_is_set_against_a_direct_worker_carrying_as_many_calls() -> None:
+    rows = []
+    for calls, placement, us in (
+        (50, "direct", 70.0),
+        (50, "kamailio", 90.0),
+        (100, "direct", 50.0),
+        (100, "kamailio", 63.0),
+    ):
+        row = _phase(placement, us=us, setup=6, failed=0, statuses={})
+        row |= {"calls": calls, "us_per_call_frame": us, "us_per_call_frame_net": us - 7, "landed": [calls / 2] * 2}
+        rows.append(row)
+    rows.append(_phase("kamailio", us=40, setup=6, failed=0, statuses={}) | {"calls": 301})  # no direct half
+    [pair] = equal_per_worker(rows)
+    assert (pair["calls"], pair["per_worker"], pair["direct_us"]) == (100, 50, 70.0)
+    assert pair["ratio"] == pytest.approx(63 / 70) and pair["ratio_net"] == pytest.approx(56 / 63)
+    [line] = equal_per_worker_lines([pair])
+    assert line.startswith("50 calls per worker: behind Kamailio (100 calls, 50 / 50) 63 / 65 µs per call-frame")
+    assert "against 70 for one worker taken directly with 50 (0.90x; 0.89x net of idle)" in line
