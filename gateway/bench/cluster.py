@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -145,6 +146,14 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "GATEWAY_API_TOKEN": _TOKEN, "PYTHONUNBUFFERED": "1", **extra}
 
 
+def _ready(process: BenchProcess, pattern: str, within: float) -> re.Match[str]:
+    """The ready line of ``process``; ClusterBenchError (with its log's end) when it exits or is late."""
+    try:
+        return process.wait_for(pattern, within)
+    except (RuntimeError, TimeoutError) as exc:
+        raise ClusterBenchError(str(exc)) from None
+
+
 class ClusterBench:
     """The cluster's processes and the measured phases (see the module docstring)."""
 
@@ -181,7 +190,7 @@ class ClusterBench:
         if not c.uvloop:
             fake_argv.append("--no-uvloop")
         self.fake = self._started("fake-provider", fake_argv)
-        openai_url = self.fake.wait_for(r"listening (\S+)", 30).group(1)
+        openai_url = _ready(self.fake, r"listening (\S+)", 30).group(1)
         extra: dict[str, str] = {}
         if c.redis:
             redis_port = free_port()
@@ -189,7 +198,7 @@ class ClusterBench:
             argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--dir"]
             argv += [str(self.directory / "redis"), "--save", "", "--appendonly", "no", "--daemonize", "no"]
             self.redis = self._started("redis", argv)
-            self.redis.wait_for(r"Ready to accept connections", 15)
+            _ready(self.redis, r"Ready to accept connections", 15)
             extra["GATEWAY_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
         routes = self.directory / "routes.toml"
         routes.write_text(_ROUTES.format(max_calls=4 * max(c.sizes)))

@@ -4,6 +4,7 @@ without Kamailio it says what is missing and exits 2."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -192,3 +193,33 @@ def test_without_kamailio_it_says_what_is_missing_and_exits_2(tmp_path: Path) ->
 def test_a_run_that_cannot_be_bounded_is_refused_with_the_reason(arguments: str, reason: str) -> None:
     done = subprocess.run(_bench(*arguments.split()), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and reason in done.stderr, done.stderr
+
+
+@pytest.mark.peer
+@pytest.mark.timeout(120)
+def test_a_kamailio_that_will_not_start_ends_the_run_with_its_log(tmp_path: Path) -> None:
+    """A configuration Kamailio rejects: the run names Kamailio, how it ended and the end of its log, and stops the
+    control plane, workers and fake provider it had started."""
+    _require_cluster_peers()
+    config = tmp_path / "broken.cfg"
+    config.write_text('#!KAMAILIO\nloadmodule "no_such_module.so"\n')
+    proc = _start(_bench("--calls", "4", "--repeats", "1", "--kamailio-config", str(config)))
+    try:
+        seen: list[psutil.Process] = []
+
+        def workers_up() -> bool:
+            with contextlib.suppress(psutil.Error):
+                seen[:] = [p for p in psutil.Process(proc.pid).children() if "gateway" in _cmdline(p)]
+            return len(seen) >= 4 or proc.poll() is not None  # the fake, the control plane, two workers
+
+        _wait("the cluster's processes", workers_up, 60)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    assert "gateway bench cluster: no result: Kamailio: kamailio exited (exit status" in err
+    assert "no_such_module" in err and "Traceback" not in err and out == ""
+    assert len(seen) == 4
+    _assert_all_ended(seen)
