@@ -549,15 +549,7 @@ def _report(
         f"cpus: {os.cpu_count()}, workers pinned to {workers}, the rest to {cpus_named(config.load_cores)}; "
         f"load average before/after: {load_before:.2f}/{load_after:.2f}"
     )
-    print(
-        "CPU is measured per process (CPU time, not wall-clock capacity): "
-        + (
-            "both workers share one CPU here, so a worker's µs per call-frame is what it costs, not what a core "
-            "it had to itself would hold."
-            if config.worker_cores is not None and len(config.worker_cores) == 1
-            else "each worker on its CPU."
-        )
-    )
+    print("CPU is measured per process (CPU time, not wall-clock capacity): " + _placement_note(config.worker_cores))
     print(
         "idle, no call up (% of a core): "
         + ", ".join(f"{name} {100 * rate:.1f}" for name, rate in idle.items())
@@ -610,6 +602,20 @@ def _report(
             file=sys.stderr,
         )
     return 0
+
+
+def _placement_note(worker_cores: tuple[int, ...] | None) -> str:
+    if worker_cores is None:
+        return (
+            "the workers are not pinned, so a worker's µs per call-frame is what its calls cost, not what a core "
+            "would hold."
+        )
+    if len(set(worker_cores)) == 1:
+        return (
+            "both workers share one CPU here, so a worker's µs per call-frame is what its calls cost, not what a "
+            "core it had to itself would hold."
+        )
+    return f"the workers are pinned to CPUs {', '.join(map(str, worker_cores))} in turn."
 
 
 def _finite(value: Any) -> Any:
