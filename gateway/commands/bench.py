@@ -2,11 +2,13 @@
 the per-message work of the provider path (websocket framing, base64); ``webrtc`` what a browser call costs;
 ``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop; ``fec`` how many
 lost Opus packets in-band FEC mends, by the caller's jitter-buffer depth; ``records`` what the record an RTP parse
-returns costs in the compiled build; ``sip-transports`` what SIP over TLS costs against UDP and TCP."""
+returns costs in the compiled build; ``sip-transports`` what SIP over TLS costs against UDP and TCP;
+``cluster`` two workers behind Kamailio against one worker taken directly."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,6 +143,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=40000,
         help="first UDP port of the load generator's RTP range (default 40000; move it off another bench's)",
     )
+    cluster = sub.add_parser(
+        "cluster",
+        help="calls per core and setup latency: two workers behind Kamailio against one worker taken directly",
+    )
+    cluster.add_argument(
+        "--calls", type=_sizes, default=(50, 100, 200), help="comma-separated sizes, calls in all (default 50,100,200)"
+    )
+    cluster.add_argument("--cps", type=float, default=20.0, help="call rate of every phase (default 20)")
+    cluster.add_argument("--window", type=float, default=10.0, help="measurement window per phase, seconds")
+    cluster.add_argument("--repeats", type=int, default=3, help="runs of each placement per size (medians reported)")
+    cluster.add_argument("--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call")
+    cluster.add_argument(
+        "--worker-cores",
+        type=_cpu_list,
+        default=(0,),
+        help="CPUs of the two workers: 0 (both on CPU 0), 2,3 (one each) ... (-1: not pinned)",
+    )
+    cluster.add_argument(
+        "--load-cores",
+        type=_cpu_list,
+        default=(1,),
+        help="CPUs of Kamailio, the control plane, the fake provider and the generator (-1: not pinned)",
+    )
+    cluster.add_argument("--redis", action="store_true", help="a Redis-backed control plane (starts redis-server)")
+    cluster.add_argument(
+        "--kamailio-config", metavar="FILE", help="Kamailio configuration (default: deploy/kamailio/dispatcher.cfg)"
+    )
+    cluster.add_argument("--kamailio-children", type=int, default=2, help="Kamailio's SIP worker processes")
+    cluster.add_argument(
+        "--compiled", metavar="DIR", help="run the workers on the `gateway compile` build in DIR (GATEWAY_COMPILED)"
+    )
+    cluster.add_argument("--json", metavar="FILE", help="write every run and the medians as JSON")
+    cluster.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in workers, generator, fake")
     webrtc = sub.add_parser(
         "webrtc", help="worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"
     )
@@ -255,6 +290,33 @@ def main(args: argparse.Namespace) -> int:
             # Its engine subclasses TickEngine, and an interpreted class cannot subclass a compiled one.
             raise SystemExit("gateway bench calls: --engine percall runs from source only; leave out --compiled")
         return run_calls(config, json_path=args.json)
+    if args.bench == "cluster":
+        from pathlib import Path
+
+        from gateway.bench.cluster import ClusterBenchConfig
+        from gateway.bench.cluster import run as run_cluster
+        from gateway.bench.kamailio import DEFAULT_CONFIG
+        from gateway.loadtest.config import CODECS as CLUSTER_CODECS
+
+        try:
+            cluster_config = ClusterBenchConfig(
+                sizes=args.calls,
+                cps=args.cps,
+                window_s=args.window,
+                repeats=args.repeats,
+                codec=CLUSTER_CODECS[args.codec],
+                worker_cores=args.worker_cores or None,
+                load_cores=args.load_cores or None,
+                redis=args.redis,
+                kamailio_config=Path(args.kamailio_config) if args.kamailio_config else DEFAULT_CONFIG,
+                kamailio_children=args.kamailio_children,
+                compiled=args.compiled,
+                uvloop=not args.no_uvloop,
+            )
+        except ValueError as exc:
+            print(f"gateway bench cluster: {exc}", file=sys.stderr)
+            return 2
+        return run_cluster(cluster_config, json_path=args.json)
     if args.bench == "webrtc":
         from gateway.bench.webrtc import WebRtcBenchConfig
         from gateway.bench.webrtc import run as run_webrtc
@@ -283,3 +345,13 @@ def _cpu_list(text: str) -> tuple[int, ...]:
         return cpu_list(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of call counts: {text!r} (say 50,100,200)") from None
+    if not sizes:
+        raise argparse.ArgumentTypeError("no size given")
+    return sizes
