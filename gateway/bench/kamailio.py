@@ -52,9 +52,18 @@ class DispatcherTarget:
     flags: str
 
     @property
+    def active(self) -> bool:
+        return self.flags.startswith("A")
+
+    @property
     def probed_active(self) -> bool:
         """Active and confirmed by an OPTIONS probe (flags ``AP``), not merely not failed yet."""
         return self.flags == "AP"
+
+    @property
+    def inactive(self) -> bool:
+        """Inactive (``I``: taken out after failures) or disabled (``D``)."""
+        return self.flags.startswith(("I", "D"))
 
 
 _SET = re.compile(r"SET:\s*\{\s*ID:\s*(\d+)")

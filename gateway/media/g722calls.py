@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from gateway.media import jitter
 from gateway.media.call import MediaCall
+from gateway.media.plc import RepeatAndFade
 from telcodecs.frames import FRAME_SAMPLES, Frame, unchecked_frame
 from telcodecs.g711 import pcm_is_quiet
 from telcodecs.g722 import FRAME_SAMPLES as G722_SAMPLES
@@ -45,7 +46,6 @@ Datagram = tuple[str, tuple[str, int], bytes]
 
 _ZERO_16K = np.zeros(G722_SAMPLES, dtype=np.int16)
 _ZERO_24K = np.zeros(FRAME_SAMPLES, dtype=np.int16)
-_RAMP = (np.arange(1, G722_SAMPLES + 1, dtype=np.float32) / G722_SAMPLES)[None, :]
 # The outbound 24k->16k row's history: CLEAR (zero, a fresh stream) or LIVE (the last PCM frame sent).
 _CLEAR, _LIVE = 0, 1
 
@@ -73,8 +73,7 @@ class G722Calls:
         self._order_legs: list[_G722Leg] = []
         self._in_rows = np.zeros(0, dtype=np.intp)
         # Concealment history, indexed by the inbound row (stable for the call's life).
-        self._plc_last = np.zeros((64, G722_SAMPLES), dtype=np.int16)
-        self._plc_gap = np.zeros(64, dtype=np.int32)
+        self._plc = RepeatAndFade(samples=G722_SAMPLES, fade_frames=fade_frames)
 
     def __len__(self) -> int:
         return len(self._order)
@@ -82,12 +81,7 @@ class G722Calls:
     def add(self, call_id: str) -> None:
         row_in = self._up.open()
         leg = _G722Leg(row_in, self._down.open())
-        if row_in >= self._plc_last.shape[0]:
-            grow = max(row_in + 1, 2 * self._plc_last.shape[0])
-            self._plc_last = np.resize(self._plc_last, (grow, G722_SAMPLES))
-            self._plc_gap = np.resize(self._plc_gap, grow)
-        self._plc_last[row_in] = 0
-        self._plc_gap[row_in] = self.fade_frames  # nothing heard yet: a gap is silence
+        self._plc.open(row_in)
         self._legs[call_id] = leg
 
     def remove(self, call_id: str) -> None:
@@ -127,11 +121,10 @@ class G722Calls:
         played = status == jitter.PLAYED
         rows = self._in_rows
         if not played.all():
-            self._conceal(pcm16, rows, status, played)
+            self._plc.conceal(pcm16, rows, status, played)
         if played.any():
             played_rows = rows[played]
-            self._plc_last[played_rows] = pcm16[played]
-            self._plc_gap[played_rows] = 0
+            self._plc.played(played_rows, pcm16[played])
         for i, call in enumerate(calls):
             jb = call.jitter_buffer
             if jb.wants_level:  # a shrink or a grow waits for a pause: say whether this frame was one
@@ -141,27 +134,6 @@ class G722Calls:
         for i, call in enumerate(calls):
             frames[call.config.call_id] = unchecked_frame(call.inbound_index, pcm24[i])
             call.inbound_index += 1
-
-    def _conceal(
-        self,
-        pcm16: npt.NDArray[np.int16],
-        rows: npt.NDArray[np.intp],
-        status: npt.NDArray[np.int8],
-        played: npt.NDArray[np.bool_],
-    ) -> None:
-        """Repeat-and-fade: missing rows get the last decoded frame under a fade that reaches 0 after N frames."""
-        idx = np.flatnonzero(~played)
-        missing_rows = rows[idx]
-        gap = self._plc_gap[missing_rows]
-        concealing = status[idx] == jitter.CONCEALED
-        step = 1.0 / self.fade_frames
-        g0 = np.clip(1.0 - gap * step, 0.0, 1.0).astype(np.float32)
-        g1 = np.clip(g0 - step, 0.0, 1.0).astype(np.float32)
-        g0[~concealing] = 0.0
-        g1[~concealing] = 0.0
-        ramp = g0[:, None] + (g1 - g0)[:, None] * _RAMP
-        pcm16[idx] = (self._plc_last[missing_rows] * ramp).astype(np.int16)
-        self._plc_gap[missing_rows] = np.where(concealing, gap + 1, self.fade_frames)
 
     # ------------------------------------------------------------------------------------------ outbound
 

@@ -52,6 +52,7 @@ from gateway.media import jitter
 from gateway.media.call import Address, Direction, MediaCall, MediaCallConfig, MediaStats
 from gateway.media.errors import LocalMediaError, RtpError
 from gateway.media.g722calls import G722Calls
+from gateway.media.plc import RepeatAndFade
 from gateway.media.rfc4733 import DtmfReceived
 from gateway.media.rtcp import build_bye, ntp_timestamp
 from gateway.media.rtp import looks_like_rtcp, parse_rtp
@@ -88,8 +89,6 @@ Datagram = tuple[str, Address, bytes]
 
 _ZERO_24K = np.zeros(FRAME_SAMPLES, dtype=np.int16)
 _SILENT_CODES = {"PCMU": bytes([ULAW_SILENCE]) * G711_FRAME, "PCMA": bytes([ALAW_SILENCE]) * G711_FRAME}
-# Per-sample position inside a frame, for fades that are continuous across frame boundaries.
-_RAMP = (np.arange(1, G711_FRAME + 1, dtype=np.float32) / G711_FRAME)[None, :]
 # Codes of the other law -> codes of the call's codec, code by code (telcodecs.g711), keyed by the call's codec.
 _FROM_OTHER_LAW = {"PCMU": alaw_to_ulaw, "PCMA": ulaw_to_alaw}
 _CODEC_LAW: dict[str, G711Law] = {"PCMU": "pcmu", "PCMA": "pcma"}
@@ -178,8 +177,7 @@ class TickEngine:
         self._g711_out_list: list[int] = []
         self._g711_ulaw = 0
         self._down8_state: list[int] = []  # per row of _down8: _CLEAR, _LIVE or _STALE
-        self._plc_last = np.zeros((64, G711_FRAME), dtype=np.int16)
-        self._plc_gap = np.zeros(64, dtype=np.int32)
+        self._plc = RepeatAndFade(samples=G711_FRAME, fade_frames=PLC_FADE_FRAMES)
         self._g722 = G722Calls(fade_frames=PLC_FADE_FRAMES)
         # Opus.
         self._opus: dict[str, _OpusLeg] = {}
@@ -211,12 +209,7 @@ class TickEngine:
             if row_out >= len(self._down8_state):
                 self._down8_state.extend([_CLEAR] * (row_out + 1 - len(self._down8_state)))
             self._down8_state[row_out] = _CLEAR
-            if row_in >= self._plc_last.shape[0]:
-                grow = max(row_in + 1, 2 * self._plc_last.shape[0])
-                self._plc_last = np.resize(self._plc_last, (grow, G711_FRAME))
-                self._plc_gap = np.resize(self._plc_gap, grow)
-            self._plc_last[row_in] = 0
-            self._plc_gap[row_in] = PLC_FADE_FRAMES
+            self._plc.open(row_in)
         self._calls[config.call_id] = call
         self._rebuild()
         return call
@@ -377,7 +370,7 @@ class TickEngine:
         status = np.array(statuses, dtype=np.int8)
         played = status == jitter.PLAYED
         if not played.all():
-            self._conceal(pcm8, rows, status, played)
+            self._plc.conceal(pcm8, rows, status, played)
             # Concealed frames carry the codes of what PLC made, one batch per law. SILENT rows already hold
             # the silence codes (PLC zeroes them), and a paused sender makes many of those every tick.
             concealed = np.flatnonzero(status == jitter.CONCEALED)
@@ -391,8 +384,7 @@ class TickEngine:
                         parts[i] = made[k * G711_FRAME : (k + 1) * G711_FRAME]
         if played.any():
             played_rows = rows[played]
-            self._plc_last[played_rows] = pcm8[played]
-            self._plc_gap[played_rows] = 0
+            self._plc.played(played_rows, pcm8[played])
         pcm24 = self._up8.process(rows, pcm8)
         pcm24.flags.writeable = False
         for i, call in enumerate(calls):
@@ -401,27 +393,6 @@ class TickEngine:
                 call.inbound_index, pcm24[i], parts[i], "pcmu" if i < nu else "pcma"
             )
             call.inbound_index += 1
-
-    def _conceal(
-        self,
-        pcm8: npt.NDArray[np.int16],
-        rows: npt.NDArray[np.intp],
-        status: npt.NDArray[np.int8],
-        played: npt.NDArray[np.bool_],
-    ) -> None:
-        """Repeat-and-fade: missing rows get the last good frame under a fade that reaches 0 after N frames."""
-        idx = np.flatnonzero(~played)
-        missing_rows = rows[idx]
-        gap = self._plc_gap[missing_rows]
-        concealing = status[idx] == jitter.CONCEALED
-        step = 1.0 / PLC_FADE_FRAMES
-        g0 = np.clip(1.0 - gap * step, 0.0, 1.0).astype(np.float32)
-        g1 = np.clip(g0 - step, 0.0, 1.0).astype(np.float32)
-        g0[~concealing] = 0.0
-        g1[~concealing] = 0.0
-        ramp = g0[:, None] + (g1 - g0)[:, None] * _RAMP
-        pcm8[idx] = (self._plc_last[missing_rows] * ramp).astype(np.int16)
-        self._plc_gap[missing_rows] = np.where(concealing, gap + 1, PLC_FADE_FRAMES)
 
     def _inbound_opus(self, frames: dict[str, Frame], probes: dict[str, float], now: float) -> None:
         calls = self._opus_order

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from gateway.bench.kamailio import DispatcherTarget, parse_dispatcher_list
 from tests.support.procs import ManagedProcess, ProcessGroup, free_ports
 
 __all__ = [
@@ -49,43 +50,6 @@ REGISTRAR_CONFIG = Path(__file__).resolve().with_name("kamailio-registrar.cfg")
 
 class KamailioConfigError(RuntimeError):
     """`kamailio -c` rejected the configuration."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class DispatcherTarget:
-    """One worker as the dispatcher module sees it."""
-
-    set_id: int
-    uri: str
-    flags: str
-
-    @property
-    def active(self) -> bool:
-        return self.flags.startswith("A")
-
-    @property
-    def probed_active(self) -> bool:
-        """Active and confirmed by an OPTIONS probe (not merely "not failed yet")."""
-        return self.flags == "AP"
-
-    @property
-    def inactive(self) -> bool:
-        return self.flags.startswith(("I", "D"))
-
-
-_SET = re.compile(r"SET:\s*\{\s*ID:\s*(\d+)")
-_DEST = re.compile(r"URI:\s*(\S+)\s+FLAGS:\s*(\S+)")
-
-
-def parse_dispatcher_list(text: str) -> list[DispatcherTarget]:
-    """Targets from `kamcmd dispatcher.list` output (its nested `KEY: value` text form)."""
-    targets: list[DispatcherTarget] = []
-    sets = list(_SET.finditer(text))
-    for index, match in enumerate(sets):
-        end = sets[index + 1].start() if index + 1 < len(sets) else len(text)
-        for dest in _DEST.finditer(text, match.end(), end):
-            targets.append(DispatcherTarget(set_id=int(match.group(1)), uri=dest.group(1), flags=dest.group(2)))
-    return targets
 
 
 class KamailioProcess:
