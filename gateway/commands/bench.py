@@ -153,7 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument("--cps", type=float, default=20.0, help="call rate of every phase (default 20)")
     cluster.add_argument("--window", type=float, default=10.0, help="measurement window per phase, seconds")
     cluster.add_argument("--repeats", type=int, default=3, help="runs of each placement per size (medians reported)")
-    cluster.add_argument("--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call")
+    cluster.add_argument(
+        "--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call"
+    )
     cluster.add_argument(
         "--worker-cores",
         type=_cpu_list,
