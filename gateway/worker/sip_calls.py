@@ -838,7 +838,7 @@ class SipCalls:
         except LocalProtocolError as exc:  # a bad URI, or sips: without TLS enabled here
             self._worker.ports.release(rtp)
             leg.rtp = None
-            raise caused(CommandRejectedError(str(exc)), exc)
+            raise caused(CommandRejectedError(str(exc)), exc)  # noqa: B904
         leg.transport = self._worker.endpoint.transport_of(leg.sip) or ""
         SIP_CALLS_TOTAL.labels(self._worker.id, leg.transport, "outbound").inc()
         self._worker.legs[leg.id] = leg
