@@ -80,6 +80,7 @@ class ControlPlane:
         self.slice_s = slice_s  # how long the heartbeat's work on its calls runs before the loop is let in
         self._local_commands: dict[str, WorkerCommands] = {}
         self._http_commands: dict[str, HttpWorkerCommands] = {}
+        self._unknown_fields: dict[str, frozenset[str]] = {}  # by worker: what its messages carried, last logged
         self.shutting_down = asyncio.Event()
 
     # ------------------------------------------------------------------------------ worker registry
@@ -132,6 +133,21 @@ class ControlPlane:
             await self._track(snapshots[start : start + TRACK_BATCH], slices)
         await self._reconcile(info.id, {call.id for call in calls})
         return stored
+
+    def note_unknown_fields(self, worker_id: str, version: str, fields: Sequence[str]) -> None:
+        """A worker's message carried fields this version does not know (it runs a newer one): they were ignored.
+        Logged once per worker and set of fields, so the skew of a rolling update shows without flooding."""
+        known = frozenset(fields)
+        if self._unknown_fields.get(worker_id) == known:
+            return
+        self._unknown_fields[worker_id] = known
+        log.warning(
+            "worker %s (version %s) sends fields this control plane does not know; they are ignored until the plane is"
+            " updated too: %s",
+            worker_id,
+            version or "unknown",
+            ", ".join(sorted(known)),
+        )
 
     async def list_workers(self) -> list[WorkerInfo]:
         return await self.store.list_workers()
@@ -406,6 +422,7 @@ class ControlPlane:
             elif worker.status in ("lost", "gone") and silent_for > fleet.forget_after_s:
                 await self.store.delete_worker(worker.id)
                 self._local_commands.pop(worker.id, None)
+                self._unknown_fields.pop(worker.id, None)
                 stale = self._http_commands.pop(worker.id, None)
                 if stale is not None:
                     await stale.aclose()

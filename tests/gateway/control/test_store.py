@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
 import httpx
+import orjson
 import pytest
+import redis
 
 from gateway.control.app import create_app
 from gateway.control.plane import ControlPlane
@@ -303,3 +306,46 @@ async def test_slots_by_worker_and_slots_adopted_past_every_limit(store: StateSt
     for call_id in ("a", "b", "x"):
         await store.release(call_id)
     assert await store.held_cost() == {} and await store.held_by("w") == set()
+
+
+async def test_what_a_newer_control_plane_wrote_to_redis_is_read_without_its_new_fields(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # During a rolling update of the control plane, old and new processes share the Redis.
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore(redis_url, prefix=prefix)
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        worker = WorkerInfo(id="w", capacity=3).model_dump(mode="json") | {"zone": "eu-1"}
+        raw.hset(prefix + "workers", "w", orjson.dumps(worker))
+        call = _live("c").model_dump(mode="json", by_alias=True) | {"recording": True}
+        call["stats"] |= {"dtx_frames": 2}
+        raw.hset(prefix + "calls", "c", orjson.dumps(call))
+        ended = _ended("e").model_dump(mode="json", by_alias=True) | {"recording": False}
+        await store.put_call(_ended("e"))
+        raw.hset(prefix + "calls", "e", orjson.dumps(ended))
+        slot = _reservation("c").model_dump(mode="json") | {"priority": 1}
+        raw.hset(prefix + "admitted", "c", orjson.dumps(slot))
+        assert await store.list_workers() == [WorkerInfo(id="w", capacity=3)]
+        assert await store.get_call("c") == _live("c")
+        assert await store.get_tracked(["c", "e"]) == [
+            TrackedCall(None, _reservation("c")),
+            TrackedCall(_ended("e"), None),
+        ]
+        assert await store.reservations() == [_reservation("c")]
+
+        # An event of a type this version does not know is left out (and said once); the others are read.
+        await store.append_event("call.started", {"id": "c"}, time=1.0)
+        newer = {"type": "call.transferred", "time": 2.0, "data": {"id": "c"}}
+        raw.incr(prefix + "events:seq")
+        raw.xadd(prefix + "events", {"e": orjson.dumps(newer)}, id="2-0")
+        await store.append_event("call.updated", {"id": "c"}, time=3.0)
+        caplog.set_level(logging.WARNING, logger="gateway.control.redis_store")
+        for _ in range(2):
+            assert [(e.id, e.type) for e in await store.read_events(0)] == [(1, "call.started"), (3, "call.updated")]
+        assert [r.getMessage() for r in caplog.records] == [
+            "event 2-0: type 'call.transferred' is unknown to this version; such events are left out"
+        ]
+    finally:
+        raw.close()
+        await store.aclose()
