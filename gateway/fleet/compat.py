@@ -10,11 +10,14 @@ strict and documented as such; only the messages between processes of the fleet 
 :class:`FleetMessageRoute` is the server side: an ``APIRoute`` whose JSON body is validated by pydantic from the
 raw bytes (its JSON parser, not the stdlib's and a second pass over the decoded dict: at a heartbeat of a few
 hundred calls that is most of what the request costs), leniently as above; a refused body is a 422 naming what
-is wrong, and the unknown fields are left in ``request.state.unknown_fields``.
+is wrong, and the unknown fields are left in ``request.state.unknown_fields`` (the control plane logs them per
+worker). :class:`LoggedFleetMessageRoute` logs them itself, once per route and set of fields (a worker's command
+API: the plane's originate, drain, hang-up, transfer and DTMF, whose data a newer plane may extend).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -25,6 +28,8 @@ from pydantic import BaseModel, ValidationError
 from gateway.fleet.json_errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
+
+log = logging.getLogger(__name__)
 
 _MAX_PROBLEMS = 10
 
@@ -74,9 +79,10 @@ def describe(error: ValidationError) -> str:
 
 
 class _FleetMessageRequest(Request):
-    def __init__(self, request: Request, model: type[BaseModel]) -> None:
+    def __init__(self, request: Request, model: type[BaseModel], route: FleetMessageRoute) -> None:
         super().__init__(request.scope, request.receive)
         self._model = model
+        self._route = route
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
@@ -85,11 +91,16 @@ class _FleetMessageRequest(Request):
             except ValidationError as error:
                 raise ApiError(422, "validation_error", describe(error)) from None
             self.state.unknown_fields = unknown
+            if unknown:
+                self._route.unknown_seen(unknown)
         return self._json
 
 
 class FleetMessageRoute(APIRoute):
     """A route whose body model is parsed with :func:`parse_message` (FastAPI then takes the parsed model as is)."""
+
+    def unknown_seen(self, fields: list[str]) -> None:
+        """A body carried ``fields``, unknown here and ignored (left to the endpoint to tell)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -99,6 +110,21 @@ class FleetMessageRoute(APIRoute):
         body_model: type[BaseModel] = model
 
         async def parse_then_handle(request: Request) -> Response:
-            return await handler(_FleetMessageRequest(request, body_model))
+            return await handler(_FleetMessageRequest(request, body_model, self))
 
         return parse_then_handle
+
+
+class LoggedFleetMessageRoute(FleetMessageRoute):
+    """A :class:`FleetMessageRoute` that logs the fields it ignored, once per set of them."""
+
+    _logged: frozenset[str] = frozenset()
+
+    def unknown_seen(self, fields: list[str]) -> None:
+        if frozenset(fields) != self._logged:
+            self._logged = frozenset(fields)
+            log.warning(
+                "%s: the sender runs a newer version; fields this one does not know are ignored: %s",
+                self.path,
+                ", ".join(fields),
+            )
