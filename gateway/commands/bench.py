@@ -3,7 +3,8 @@ the per-message work of the provider path (websocket framing, base64); ``webrtc`
 ``stalls`` how long rendering ``/metrics`` and building a heartbeat hold a worker's event loop; ``fec`` how many
 lost Opus packets in-band FEC mends, by the caller's jitter-buffer depth; ``records`` what the record an RTP parse
 returns costs in the compiled build; ``sip-transports`` what SIP over TLS costs against UDP and TCP;
-``cluster`` two workers behind Kamailio against one worker taken directly."""
+``cluster`` two workers behind Kamailio against one worker taken directly; ``heartbeat`` the Redis-backed control
+plane's CPU per live call, its store requests batched against one per call."""
 
 from __future__ import annotations
 
@@ -143,6 +144,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=40000,
         help="first UDP port of the load generator's RTP range (default 40000; move it off another bench's)",
     )
+    heartbeat = sub.add_parser(
+        "heartbeat",
+        help="the control plane's CPU per live call per heartbeat, state in Redis: batched store requests vs per call",
+    )
+    heartbeat.add_argument(
+        "--calls", type=_sizes, default=(50, 100, 200, 400), help="comma-separated sizes (default 50,100,200,400)"
+    )
+    heartbeat.add_argument("--heartbeats", type=int, default=20, help="timed heartbeats per run (default 20)")
+    heartbeat.add_argument("--repeats", type=int, default=3, help="runs of each path per size (medians reported)")
+    heartbeat.add_argument("--json", metavar="FILE", help="write every run as JSON")
     cluster = sub.add_parser(
         "cluster",
         help="calls per core and setup latency: two workers behind Kamailio against one worker taken directly",
@@ -292,6 +303,12 @@ def main(args: argparse.Namespace) -> int:
             # Its engine subclasses TickEngine, and an interpreted class cannot subclass a compiled one.
             raise SystemExit("gateway bench calls: --engine percall runs from source only; leave out --compiled")
         return run_calls(config, json_path=args.json)
+    if args.bench == "heartbeat":
+        from gateway.bench.heartbeat import run as run_heartbeat
+
+        if args.heartbeats < 1 or args.repeats < 1 or min(args.calls) < 1:
+            raise SystemExit("gateway bench heartbeat: --calls, --heartbeats and --repeats must be at least 1")
+        return run_heartbeat(sizes=args.calls, heartbeats=args.heartbeats, repeats=args.repeats, json_path=args.json)
     if args.bench == "cluster":
         from pathlib import Path
 

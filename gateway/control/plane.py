@@ -7,6 +7,11 @@ Call events are derived from state transitions, not from what a worker says it d
 plane learns of a call it publishes ``call.started``, any later change ``call.updated``, and the move to
 state "ended" ``call.ended`` (also when the plane ends calls itself: ``worker_lost``, ``vanished``).
 
+A heartbeat's calls are tracked together: what the store holds of them (their ends, their slots) is read in one
+store request, their snapshots written in one (each write guarded: an end stored meanwhile is never overwritten
+by a live snapshot read before it; such a call is read and decided again), their events appended in one. With
+Redis that is a few round trips per heartbeat, not a few per live call.
+
 Liveness: a worker whose last heartbeat (plane clock) is older than ``lost_after_missed`` intervals is
 marked lost and its calls end with reason ``worker_lost``; lost and gone workers are forgotten after
 ``forget_after_s``. Admitted calls missing from their worker's heartbeats for ``admitted_grace_s`` are
@@ -23,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.control.config import GatewayConfig, RouteConfig
-from gateway.control.store import Reservation, StateStore
+from gateway.control.store import CallWrite, NewEvent, Reservation, StateStore
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, WorkerNotFoundError
 from gateway.fleet.http import HttpWorkerCommands
 from gateway.fleet.models import (
@@ -39,7 +44,7 @@ from gateway.fleet.models import (
 )
 from gateway.fleet.protocols import WorkerCommands
 from gateway.observability import ADMISSIONS_TOTAL, WORKERS
-from gateway.slices import Slices
+from gateway.slices import SLICE_S, Slices
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,12 @@ log = logging.getLogger(__name__)
 _ENDED_FOR_WANT_OF_NEWS = frozenset({"worker_lost", "vanished"})
 
 _STATUSES = ("up", "draining", "lost", "gone")
+
+# Calls tracked per store request: bounds the request (and, in Redis, the script's run) a big heartbeat makes.
+TRACK_BATCH = 250
+# Rounds for the calls whose end (or revival) was stored between the read and the write: each round re-reads
+# them, and one is enough unless they change again meanwhile.
+_TRACK_ROUNDS = 3
 
 
 class ControlPlane:
@@ -60,13 +71,16 @@ class ControlPlane:
         *,
         token: str | None = None,
         clock: Callable[[], float] = time.time,
+        slice_s: float = SLICE_S,
     ) -> None:
         self.config = config
         self.store = store
         self._token = token
         self._clock = clock
+        self.slice_s = slice_s  # how long the heartbeat's work on its calls runs before the loop is let in
         self._local_commands: dict[str, WorkerCommands] = {}
         self._http_commands: dict[str, HttpWorkerCommands] = {}
+        self._unknown_fields: dict[str, frozenset[str]] = {}  # by worker: what its messages carried, last logged
         self.shutting_down = asyncio.Event()
 
     # ------------------------------------------------------------------------------ worker registry
@@ -109,13 +123,31 @@ class ControlPlane:
                 stored.registration,  # its trunk registration changed (a refresh, a failure, a removal)
             ):
                 await self._publish("worker.updated", stored.model_dump(mode="json"))
-        # In `gateway run` this loop also runs the worker's media tick: each call's tracking is its own slice.
-        slices = Slices()
+        # In `gateway run` this loop also runs the worker's media tick: the work on each call is its own slice.
+        slices = Slices(self.slice_s)
+        snapshots = []
         for call in calls:
-            await self._track(call.model_copy(update={"worker": info.id}))
+            snapshots.append(call.model_copy(update={"worker": info.id}))
             await slices.next()
+        for start in range(0, len(snapshots), TRACK_BATCH):
+            await self._track(snapshots[start : start + TRACK_BATCH], slices)
         await self._reconcile(info.id, {call.id for call in calls})
         return stored
+
+    def note_unknown_fields(self, worker_id: str, version: str, fields: Sequence[str]) -> None:
+        """A worker's message carried fields this version does not know (it runs a newer one): they were ignored.
+        Logged once per worker and set of fields, so the skew of a rolling update shows without flooding."""
+        known = frozenset(fields)
+        if self._unknown_fields.get(worker_id) == known:
+            return
+        self._unknown_fields[worker_id] = known
+        log.warning(
+            "worker %s (version %s) sends fields this control plane does not know; they are ignored until the plane is"
+            " updated too: %s",
+            worker_id,
+            version or "unknown",
+            ", ".join(sorted(known)),
+        )
 
     async def list_workers(self) -> list[WorkerInfo]:
         return await self.store.list_workers()
@@ -194,9 +226,7 @@ class ControlPlane:
                 return self._reject(503, f"worker {request.worker!r} is not taking calls", "no_worker", retry=True)
         if not candidates:
             return self._reject(503, "no worker is up", "no_worker", retry=True)
-        held_by: dict[str, float] = {}
-        for held in await self.store.reservations():
-            held_by[held.worker] = held_by.get(held.worker, 0.0) + held.cost
+        held_by = await self.store.held_cost()
         candidates.sort(key=lambda w: (held_by.get(w.id, 0.0) / w.capacity, held_by.get(w.id, 0.0), w.id))
 
         call_id = request.call_id or f"c-{uuid.uuid4().hex[:16]}"
@@ -223,7 +253,7 @@ class ControlPlane:
             if outcome == "ok":
                 ADMISSIONS_TOTAL.labels(outcome="accepted").inc()
                 profile = self.config.profile_for(route)
-                await self._track(
+                await self._track_one(
                     CallSnapshot.model_validate(
                         {
                             "id": call_id,
@@ -245,48 +275,100 @@ class ControlPlane:
     # ----------------------------------------------------------------------------- call tracking
 
     async def report(self, events: Sequence[WorkerEvent]) -> None:
+        # One at a time: a report may carry one call's start and its end, each a transition of its own.
         for event in events:
             if event.type == "worker.gone":
                 await self._worker_gone(event.worker)
             elif event.call is not None:
-                await self._track(event.call.model_copy(update={"worker": event.worker}))
+                await self._track_one(event.call.model_copy(update={"worker": event.worker}))
 
-    async def _track(self, call: CallSnapshot) -> None:
-        """Store a call snapshot and publish the transition it represents."""
-        previous = await self.store.get_call(call.id)
-        if previous == call:
-            return
-        if previous is not None and previous.state == "ended" and call.state != "ended":
-            if previous.end_reason not in _ENDED_FOR_WANT_OF_NEWS:
+    async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
+        await self._track([call], Slices(self.slice_s), plane_end=plane_end)
+
+    async def _track(self, calls: Sequence[CallSnapshot], slices: Slices, *, plane_end: bool = False) -> None:
+        """Store call snapshots and publish the transitions they represent, a few store requests for them all.
+
+        ``plane_end``: the snapshots are ends the plane decided (worker lost, vanished, ...), which never replace
+        an end the store holds already.
+        """
+        pending = list({call.id: call for call in calls}.values())  # one snapshot per call: its last
+        for _ in range(_TRACK_ROUNDS):
+            if not pending:
+                return
+            pending = await self._track_round(pending, slices, plane_end)
+        for call in pending:
+            log.warning("call %s: its state kept changing while it was tracked; its next snapshot will tell", call.id)
+
+    async def _track_round(self, calls: list[CallSnapshot], slices: Slices, plane_end: bool) -> list[CallSnapshot]:
+        """One pass: read, decide, write, publish; returns the calls that ended (or came back) meanwhile."""
+        tracked = await self.store.get_tracked([call.id for call in calls])
+        changes: list[tuple[CallSnapshot, CallSnapshot | None, Reservation | None]] = []
+        for call, (ended, held) in zip(calls, tracked, strict=True):
+            if ended is None or self._after_end_is_news(call, ended, plane_end):
+                changes.append((call, ended, held))
+            await slices.next()
+        if not changes:
+            return []
+        outcomes = await self.store.put_calls([CallWrite(call, ended is not None) for call, ended, _ in changes])
+        again: list[CallSnapshot] = []
+        events: list[NewEvent] = []
+        released: list[str] = []
+        adopted: list[Reservation] = []
+        costs: list[tuple[str, float]] = []
+        for (call, ended, held), outcome in zip(changes, outcomes, strict=True):
+            if outcome == "moved":
+                again.append(call)
+                continue
+            if outcome == "same":
+                continue
+            if call.state == "ended":
+                released.append(call.id)
+                if ended is None:
+                    events.append(("call.ended", _event_view(call)))
+            else:
+                if held is None:
+                    # A live call the plane holds no slot for (reported after a restart, or never admitted here):
+                    # count it so the limits see it; it never fails, the call is already up.
+                    adopted.append(
+                        Reservation(
+                            call_id=call.id,
+                            route=call.route,
+                            worker=call.worker,
+                            admitted_at=self._clock(),
+                            cost=call.cost,
+                        )
+                    )
+                elif abs(held.cost - call.cost) > CAPACITY_SLACK:
+                    # Admitted before its codec was known (an outbound call, an INVITE without SDP): it now takes
+                    # what its codec costs, even past the worker's capacity, since it is up already.
+                    costs.append((call.id, call.cost))
+                started = ended is not None or outcome == "new"
+                events.append(("call.started" if started else "call.updated", _event_view(call)))
+            await slices.next()
+        for call_id in released:
+            await self.store.release(call_id)
+        await self.store.adopt(adopted)
+        for call_id, cost in costs:
+            await self.store.set_cost(call_id, cost)
+        if events:
+            await self.store.append_events(events, self._clock())
+        return again
+
+    @staticmethod
+    def _after_end_is_news(call: CallSnapshot, ended: CallSnapshot, plane_end: bool) -> bool:
+        """Whether a snapshot of a call the store holds as ended is to be stored."""
+        if ended == call:
+            return False
+        if plane_end:
+            return False  # it ended meanwhile, on its worker's word or the plane's: that end stands
+        if call.state != "ended":
+            if ended.end_reason not in _ENDED_FOR_WANT_OF_NEWS:
                 # A heartbeat's snapshot taken before the call ended, arriving after the worker reported its end
                 # (the two travel apart): the older news is dropped.
-                log.info("call %s: a live snapshot after it ended (%s) is ignored", call.id, previous.end_reason)
-                return
-            log.info("call %s reported live again after it ended (%s)", call.id, previous.end_reason)
-        await self.store.put_call(call)
-        if call.state == "ended":
-            await self.store.release(call.id)
-            if previous is None or previous.state != "ended":
-                await self._publish("call.ended", _event_view(call))
-            return
-        held = await self.store.get_reservation(call.id)
-        if held is None:
-            # A live call the plane holds no slot for (reported after a restart, or never admitted here):
-            # count it so the limits see it; it never fails, the call is already up.
-            await self.store.reserve(
-                Reservation(
-                    call_id=call.id, route=call.route, worker=call.worker, admitted_at=self._clock(), cost=call.cost
-                ),
-                max_calls=1 << 62,
-                route_max=None,
-                worker_capacity=1 << 62,
-            )
-        elif abs(held.cost - call.cost) > CAPACITY_SLACK:
-            # Admitted before its codec was known (an outbound call, an INVITE without SDP): it now takes what
-            # its codec costs, even past the worker's capacity, since it is up already.
-            await self.store.set_cost(call.id, call.cost)
-        kind: EventType = "call.started" if previous is None or previous.state == "ended" else "call.updated"
-        await self._publish(kind, _event_view(call))
+                log.info("call %s: a live snapshot after it ended (%s) is ignored", call.id, ended.end_reason)
+                return False
+            log.info("call %s reported live again after it ended (%s)", call.id, ended.end_reason)
+        return True  # live again after an end for want of news, or a second end (the worker's own reason)
 
     async def _end_call(self, call_id: str, reason: str) -> None:
         call = await self.store.get_call(call_id)
@@ -295,19 +377,23 @@ class ControlPlane:
             return
         now = self._clock()
         began = call.answered or call.started or now
-        await self._track(
+        await self._track_one(
             call.model_copy(
                 update={"state": "ended", "ended": now, "end_reason": reason, "duration_s": max(0.0, now - began)}
-            )
+            ),
+            plane_end=True,
         )
 
     async def _reconcile(self, worker_id: str, reported: set[str]) -> None:
+        missing = sorted(await self.store.held_by(worker_id) - reported)
+        if not missing:
+            return
         grace = self.config.fleet.admitted_grace_s
         now = self._clock()
-        for held in await self.store.reservations():
-            if held.worker == worker_id and held.call_id not in reported and now - held.admitted_at > grace:
-                log.warning("call %s is not on worker %s any more; releasing its slot", held.call_id, worker_id)
-                await self._end_call(held.call_id, "vanished")
+        for call_id, (_, held) in zip(missing, await self.store.get_tracked(missing), strict=True):
+            if held is not None and held.worker == worker_id and now - held.admitted_at > grace:
+                log.warning("call %s is not on worker %s any more; releasing its slot", call_id, worker_id)
+                await self._end_call(call_id, "vanished")
 
     async def list_calls(self) -> list[CallSnapshot]:
         return await self.store.list_calls()
@@ -336,17 +422,18 @@ class ControlPlane:
             elif worker.status in ("lost", "gone") and silent_for > fleet.forget_after_s:
                 await self.store.delete_worker(worker.id)
                 self._local_commands.pop(worker.id, None)
+                self._unknown_fields.pop(worker.id, None)
                 stale = self._http_commands.pop(worker.id, None)
                 if stale is not None:
                     await stale.aclose()
         known = {w.id for w in workers}
-        for held in await self.store.reservations():
-            if held.worker not in known:
-                await self._end_call(held.call_id, "worker_lost")
+        for worker_id in sorted(set(await self.store.held_cost()) - known):
+            for call_id in sorted(await self.store.held_by(worker_id)):
+                await self._end_call(call_id, "worker_lost")
         await self._refresh_worker_gauge()
 
     async def _end_worker_calls(self, worker_id: str, reason: str) -> None:
-        ids = {held.call_id for held in await self.store.reservations() if held.worker == worker_id}
+        ids = await self.store.held_by(worker_id)
         ids |= {call.id for call in await self.store.list_calls() if call.worker == worker_id and call.is_live}
         for call_id in sorted(ids):
             await self._end_call(call_id, reason)
@@ -459,6 +546,6 @@ class ControlPlane:
 
 def _event_view(call: CallSnapshot) -> dict[str, Any]:
     """The call as published on the event stream: everything but the transcript (GET /v1/calls/{id} has it)."""
-    data = call.wire()
+    data = call.model_dump(mode="json", by_alias=True, exclude={"transcript"})
     data["transcript"] = []
     return data

@@ -24,6 +24,7 @@ import httpx
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from gateway.fleet.compat import describe, parse_answer
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkAuthError, LinkError, WorkerNotFoundError
 from gateway.fleet.models import (
     AdmissionDecision,
@@ -166,11 +167,22 @@ def _detail(response: httpx.Response, key: str) -> str:
     return str(_error_body(response).get(key, ""))
 
 
-def _parse(model: Any, data: Any, what: str) -> Any:
+def _parse(model: Any, data: Any, what: str, logged: dict[str, frozenset[str]]) -> Any:
+    """The answer as ``model``; fields a newer control plane added are ignored, and logged once (``logged``: the
+    ones already logged, by answer, since such a plane answers every heartbeat and admission with them)."""
     try:
-        return model.model_validate(data)
+        parsed, unknown = parse_answer(model, data)
     except ValidationError as exc:
-        raise LinkError(f"{what}: malformed answer: {exc.error_count()} validation errors") from exc
+        raise LinkError(f"{what}: malformed answer: {describe(exc)}") from exc
+    if unknown and logged.get(what) != frozenset(unknown):
+        logged[what] = frozenset(unknown)
+        log.warning(
+            "the control plane's %s answer has fields this worker does not know (the plane runs a newer version); "
+            "they are ignored: %s",
+            what,
+            ", ".join(unknown),
+        )
+    return parsed
 
 
 class HttpControlLink:
@@ -189,6 +201,7 @@ class HttpControlLink:
     ) -> None:
         urls = [url.strip() for url in control_url.split(",") if url.strip()]
         self._http = _JsonClient(urls, token, policy or RetryPolicy(), client)
+        self._logged_unknown: dict[str, frozenset[str]] = {}
 
     @property
     def control_url(self) -> str:
@@ -197,7 +210,7 @@ class HttpControlLink:
 
     async def register(self, info: WorkerInfo) -> WorkerInfo:
         data = await self._http.request("POST", "/workers/register", info.model_dump(mode="json"))
-        return _parse(WorkerInfo, data, "register")  # type: ignore[no-any-return]
+        return _parse(WorkerInfo, data, "register", self._logged_unknown)  # type: ignore[no-any-return]
 
     async def heartbeat(self, info: WorkerInfo, calls: Sequence[CallSnapshot]) -> WorkerInfo:
         # HeartbeatRequest's JSON, one call at a time with the loop let in between (400 calls: 2 ms in one go).
@@ -208,14 +221,14 @@ class HttpControlLink:
             await slices.next()
         body = {"info": info.model_dump(mode="json", by_alias=True), "calls": dumped}
         data = await self._http.request("POST", f"/workers/{info.id}/heartbeat", body)
-        return _parse(WorkerInfo, data, "heartbeat")  # type: ignore[no-any-return]
+        return _parse(WorkerInfo, data, "heartbeat", self._logged_unknown)  # type: ignore[no-any-return]
 
     async def admit(self, request: AdmissionRequest) -> AdmissionDecision:
         if request.call_id is None:
             # A fixed id makes the retried request idempotent on the plane.
             request = request.model_copy(update={"call_id": f"c-{uuid4().hex[:16]}"})
         data = await self._http.request("POST", "/admit", request.model_dump(mode="json"))
-        return _parse(AdmissionDecision, data, "admit")  # type: ignore[no-any-return]
+        return _parse(AdmissionDecision, data, "admit", self._logged_unknown)  # type: ignore[no-any-return]
 
     async def report(self, events: Sequence[WorkerEvent]) -> None:
         if not events:
@@ -268,9 +281,9 @@ class HttpWorkerCommands:
     async def snapshot(self) -> list[CallSnapshot]:
         data = await self._http.request("GET", "/calls")
         try:
-            return _SNAPSHOTS.validate_python(data)
+            return _SNAPSHOTS.validate_python(data, extra="ignore")  # a newer worker's fields are left out
         except ValidationError as exc:
-            raise LinkError(f"snapshot: malformed answer: {exc.error_count()} validation errors") from exc
+            raise LinkError(f"snapshot: malformed answer: {describe(exc)}") from exc
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Header, Response
 from fastapi.responses import JSONResponse
 
 from gateway.fleet.auth import bearer_token, token_matches
+from gateway.fleet.compat import LoggedFleetMessageRoute
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, FleetError
 from gateway.fleet.http import INTERNAL_PREFIX
 from gateway.fleet.json_errors import ApiError, error_response
@@ -71,7 +72,13 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
         if not token_matches(bearer_token(authorization), token):
             raise ApiError(401, "unauthorized", "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    router = APIRouter(prefix=INTERNAL_PREFIX, dependencies=[Depends(require_token)], tags=["worker-internal"])
+    # The plane may run a newer version (updated before its workers): fields it added are ignored and logged.
+    router = APIRouter(
+        prefix=INTERNAL_PREFIX,
+        dependencies=[Depends(require_token)],
+        tags=["worker-internal"],
+        route_class=LoggedFleetMessageRoute,
+    )
 
     @router.post("/calls/{call_id}/hangup", status_code=204, response_model=None)
     async def hang_up(call_id: str, body: HangupRequest) -> Any:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from gateway.control.app import create_app
 from gateway.control.config import GatewayConfig, parse_config
@@ -15,6 +20,8 @@ from gateway.control.settings import ControlSettings
 from gateway.control.store import MemoryStore
 from gateway.fleet import InProcessControlLink
 from tests.gateway.fleet.fake_worker import FakeWorker
+from tests.support.peers import require_binary
+from tests.support.procs import free_ports
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -83,3 +90,43 @@ async def env(clock: FakeClock) -> AsyncIterator[Env]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://control.test") as client:
         yield Env(app=app, plane=plane, client=client, clock=clock, worker=worker)
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = require_binary("redis-server")
+    workdir: Path = tmp_path_factory.mktemp("redis")
+    (port,) = free_ports()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        _wait_for_redis(url, process, deadline_s=10)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def _wait_for_redis(url: str, process: subprocess.Popen[bytes], deadline_s: float) -> None:
+    """Poll PING until redis-server answers (it takes a few ms), failing at the deadline."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {process.returncode}")
+            with contextlib.suppress(OSError, redis.ConnectionError):
+                if client.ping():
+                    return
+            time.sleep(0.02)
+        raise TimeoutError(f"redis-server did not answer within {deadline_s} s")
+    finally:
+        client.close()

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import subprocess
-import time
+import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import httpx
+import orjson
 import pytest
 import redis
 
@@ -19,57 +16,10 @@ from gateway.control.app import create_app
 from gateway.control.plane import ControlPlane
 from gateway.control.redis_store import RedisStore
 from gateway.control.settings import ControlSettings
-from gateway.control.store import MemoryStore, Reservation, StateStore
+from gateway.control.store import CallWrite, MemoryStore, Reservation, StateStore, TrackedCall
 from gateway.fleet import AdmissionRequest, CallSnapshot, InProcessControlLink, TrunkRegistration, WorkerInfo
 from tests.gateway.control.conftest import AUTH, TOKEN, make_config
 from tests.gateway.fleet.fake_worker import FakeWorker
-from tests.support.peers import require_binary
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = require_binary("redis-server")
-    workdir: Path = tmp_path_factory.mktemp("redis")
-    port = _free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"redis://127.0.0.1:{port}/0"
-        _wait_for_redis(url, process, deadline_s=10)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-
-def _wait_for_redis(url: str, process: subprocess.Popen[bytes], deadline_s: float) -> None:
-    """Poll PING until redis-server answers (it takes a few ms), failing at the deadline."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=1)
-    deadline = time.monotonic() + deadline_s
-    try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {process.returncode}")
-            with contextlib.suppress(OSError, redis.ConnectionError):
-                if client.ping():
-                    return
-            time.sleep(0.02)
-        raise TimeoutError(f"redis-server did not answer within {deadline_s} s")
-    finally:
-        client.close()
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -255,3 +205,147 @@ async def test_two_control_planes_share_one_picture_through_redis(redis_url: str
     finally:
         for app in apps:
             await app.state.plane.store.aclose()
+
+
+# ------------------------------------------------------------------------ the heartbeat's batched operations
+
+
+def _live(call_id: str, **changes: object) -> CallSnapshot:
+    return CallSnapshot.model_validate({"id": call_id, "state": "active", "worker": "w", "started": 1.0, **changes})
+
+
+def _ended(call_id: str, *, reason: str = "caller_hangup", at: float = 5.0) -> CallSnapshot:
+    return CallSnapshot(id=call_id, state="ended", worker="w", started=1.0, ended=at, end_reason=reason)
+
+
+async def test_tracked_calls_show_their_end_and_their_slot_in_order(store: StateStore) -> None:
+    await store.put_call(_live("live"))
+    await store.put_call(_ended("gone"))
+    await store.reserve(_reservation("live"), max_calls=10, route_max=None, worker_capacity=10)
+    tracked = await store.get_tracked(["gone", "nobody", "live"])
+    assert tracked == [
+        TrackedCall(_ended("gone"), None),  # an ended call comes with its snapshot: its end reason matters
+        TrackedCall(None, None),
+        TrackedCall(None, _reservation("live")),  # a live one's snapshot is not read back
+    ]
+    assert await store.get_tracked([]) == []
+
+
+async def test_put_calls_says_what_it_did_with_each_snapshot(store: StateStore) -> None:
+    await store.put_call(_live("same"))
+    await store.put_call(_live("moving"))
+    await store.put_call(_ended("back", reason="worker_lost"))
+    outcomes = await store.put_calls(
+        [
+            CallWrite(_live("fresh"), was_ended=False),
+            CallWrite(_live("same"), was_ended=False),
+            CallWrite(_live("moving", stats={"rtp_packets_in": 50}), was_ended=False),
+            CallWrite(_live("back"), was_ended=True),  # reported live after an end for want of news
+        ]
+    )
+    assert outcomes == ["new", "same", "changed", "changed"]
+    assert (await store.get_call("moving")).stats.rtp_packets_in == 50  # type: ignore[union-attr]
+    assert await store.get_call("back") == _live("back")
+    assert await store.get_tracked(["back"]) == [TrackedCall(None, None)]  # live again: out of the ended ones
+    assert await store.put_calls([]) == []
+
+
+async def test_a_snapshot_read_before_an_end_never_overwrites_it(store: StateStore) -> None:
+    await store.put_call(_live("c"))
+    [(ended, _)] = await store.get_tracked(["c"])
+    assert ended is None
+    await store.put_call(_ended("c"))  # the worker's call.ended lands between the heartbeat's read and its write
+    assert await store.put_calls([CallWrite(_live("c", duration_s=3.0), was_ended=False)]) == ["moved"]
+    assert await store.get_call("c") == _ended("c")
+    # And the other way round: read as ended, live again by the time of the write.
+    await store.put_call(_live("d"))
+    assert await store.put_calls([CallWrite(_ended("d", reason="vanished"), was_ended=True)]) == ["moved"]
+    assert await store.get_call("d") == _live("d")
+
+
+async def test_a_batch_of_calls_keeps_the_ended_retention(store: StateStore) -> None:
+    writes = [CallWrite(_ended(f"e{i}", at=float(i)), was_ended=False) for i in range(4)]
+    outcomes = await store.put_calls([*writes, CallWrite(_live("live"), was_ended=False)])
+    assert outcomes == ["new"] * 5
+    assert sorted(c.id for c in await store.list_calls()) == ["e2", "e3", "live"]  # the 2 newest ends are kept
+    assert await store.get_tracked(["e0", "e3"]) == [TrackedCall(None, None), TrackedCall(_ended("e3", at=3.0), None)]
+
+
+async def test_a_batch_of_events_takes_contiguous_ids_in_order(store: StateStore) -> None:
+    await store.append_event("worker.registered", {"id": "w"}, time=1.0)
+    batch = await store.append_events([("call.started", {"n": n}) for n in range(3)], time=2.0)
+    assert [(e.id, e.type, e.data, e.time) for e in batch] == [(i + 2, "call.started", {"n": i}, 2.0) for i in range(3)]
+    assert await store.append_events([], time=3.0) == []
+    assert await store.last_event_id() == 4
+    assert await store.read_events(1) == batch
+    await store.append_events([("call.updated", {"n": n}) for n in range(4)], time=4.0)
+    assert [e.id for e in await store.read_events(0)] == [4, 5, 6, 7, 8]  # the ring holds 5
+
+
+async def test_a_reader_waiting_wakes_for_a_batch(store: StateStore) -> None:
+    reader = asyncio.create_task(store.read_events(0, wait_s=5))
+    await asyncio.sleep(0)
+    await store.append_events([("call.started", {}), ("call.updated", {})], time=1.0)
+    async with asyncio.timeout(5):
+        events = await reader
+    assert [e.type for e in events] == ["call.started", "call.updated"]
+
+
+async def test_slots_by_worker_and_slots_adopted_past_every_limit(store: StateStore) -> None:
+    limits = {"max_calls": 2, "route_max": 1, "worker_capacity": 2}
+    assert await store.reserve(_reservation("a"), **limits) == "ok"
+    assert await store.reserve(_reservation("b", route="s", worker="v", cost=1.5), **limits) == "ok"
+    # Calls reported live that the plane held no slot for: counted whatever the limits; a held slot stays as it is.
+    await store.adopt([_reservation("x", cost=8.0), _reservation("a", cost=5.0)])
+    await store.adopt([])
+    assert await store.get_reservation("a") == _reservation("a")
+    assert await store.held_by("w") == {"a", "x"} and await store.held_by("v") == {"b"}
+    assert await store.held_by("nobody") == set()
+    assert await store.held_cost() == {"w": 9.0, "v": 1.5}
+    assert await store.reserve(_reservation("c", route="t"), **limits) == "global"  # 3 held of 2
+    for call_id in ("a", "b", "x"):
+        await store.release(call_id)
+    assert await store.held_cost() == {} and await store.held_by("w") == set()
+
+
+async def test_what_a_newer_control_plane_wrote_to_redis_is_read_without_its_new_fields(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # During a rolling update of the control plane, old and new processes share the Redis.
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore(redis_url, prefix=prefix)
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        worker = WorkerInfo(id="w", capacity=3).model_dump(mode="json") | {"zone": "eu-1"}
+        raw.hset(prefix + "workers", "w", orjson.dumps(worker))
+        call = _live("c").model_dump(mode="json", by_alias=True) | {"recording": True}
+        call["stats"] |= {"dtx_frames": 2}
+        raw.hset(prefix + "calls", "c", orjson.dumps(call))
+        ended = _ended("e").model_dump(mode="json", by_alias=True) | {"recording": False}
+        await store.put_call(_ended("e"))
+        raw.hset(prefix + "calls", "e", orjson.dumps(ended))
+        slot = _reservation("c").model_dump(mode="json") | {"priority": 1}
+        raw.hset(prefix + "admitted", "c", orjson.dumps(slot))
+        assert await store.list_workers() == [WorkerInfo(id="w", capacity=3)]
+        assert await store.get_call("c") == _live("c")
+        assert await store.get_tracked(["c", "e"]) == [
+            TrackedCall(None, _reservation("c")),
+            TrackedCall(_ended("e"), None),
+        ]
+        assert await store.reservations() == [_reservation("c")]
+
+        # An event of a type this version does not know is left out (and said once); the others are read.
+        await store.append_event("call.started", {"id": "c"}, time=1.0)
+        newer = {"type": "call.transferred", "time": 2.0, "data": {"id": "c"}}
+        raw.incr(prefix + "events:seq")
+        raw.xadd(prefix + "events", {"e": orjson.dumps(newer)}, id="2-0")
+        await store.append_event("call.updated", {"id": "c"}, time=3.0)
+        caplog.set_level(logging.WARNING, logger="gateway.control.redis_store")
+        for _ in range(2):
+            assert [(e.id, e.type) for e in await store.read_events(0)] == [(1, "call.started"), (3, "call.updated")]
+        assert [r.getMessage() for r in caplog.records] == [
+            "event 2-0: type 'call.transferred' is unknown to this version; such events are left out"
+        ]
+    finally:
+        raw.close()
+        await store.aclose()

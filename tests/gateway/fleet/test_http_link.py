@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -230,3 +231,71 @@ async def test_a_link_to_several_control_planes_fails_over_and_stays_with_the_on
             await link.heartbeat(worker.info(), [])
     finally:
         await link.aclose()
+
+
+async def test_answers_of_a_newer_control_plane_are_taken_and_their_new_fields_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The plane updated before its workers: its answers carry fields this worker does not know."""
+    caplog.set_level(logging.WARNING, logger="gateway.fleet.http")
+    worker = FakeWorker("worker-old", capacity=5)
+
+    def newer_plane(request: httpx.Request) -> httpx.Response:
+        if b'"route":"bad"' in request.content.replace(b" ", b""):
+            return httpx.Response(200, json={"accepted": "perhaps"})
+        if request.url.path.endswith("/admit"):
+            profile = {"name": "support", "provider": "echo", "greeting": "Hello", "language": "de"}
+            decision = {"accepted": True, "call_id": "c-1", "worker": "worker-old", "route": "support"}
+            return httpx.Response(200, json=decision | {"profile": profile, "queue_position": 0})
+        if request.url.path.endswith("/heartbeat"):
+            return httpx.Response(200, json=worker.info().model_dump(mode="json") | {"zone": "eu-1"})
+        return httpx.Response(404, json={"error": {"code": "not_found", "message": request.url.path}})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(newer_plane)) as client:
+        link = HttpControlLink("http://plane.test", TOKEN, client=client)
+        for _ in range(3):
+            decision = await link.admit(AdmissionRequest(called="+15550199"))
+            assert decision.accepted and decision.profile is not None and decision.profile.greeting == "Hello"
+            assert (await link.heartbeat(worker.info(), [])).id == "worker-old"
+        with pytest.raises(LinkError, match="admit: malformed answer: accepted: Input should be a valid boolean"):
+            await link.admit(AdmissionRequest(called="+15550199", route="bad"))  # a known field gone wrong
+    skew = sorted(r.getMessage() for r in caplog.records if "does not know" in r.getMessage())
+    assert skew == [
+        "the control plane's admit answer has fields this worker does not know (the plane runs a newer version); "
+        "they are ignored: profile.language, queue_position",
+        "the control plane's heartbeat answer has fields this worker does not know (the plane runs a newer version); "
+        "they are ignored: zone",
+    ]
+
+
+async def test_a_workers_command_api_takes_a_newer_planes_commands_and_logs_their_new_fields_once(
+    split: Split, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.fleet.compat")
+    async with httpx.AsyncClient(base_url=split.worker_url, headers=AUTH) as worker_api_client:
+        for _ in range(2):
+            body = {"exit_when_empty": True, "deadline_s": 30, "goodbye": "Bye for now"}
+            response = await worker_api_client.post("/internal/v1/drain", json=body)
+            assert response.status_code == 204, response.text
+        assert split.worker.drains == [True, True] and split.worker.drain_deadlines == [30, 30]
+        response = await worker_api_client.post("/internal/v1/drain", json={"exit_when_empty": "soon", "goodbye": "x"})
+        assert response.status_code == 422
+        assert response.json()["error"]["message"].startswith("exit_when_empty: Input should be a valid boolean")
+    assert [r.getMessage() for r in caplog.records] == [
+        "/internal/v1/drain: the sender runs a newer version; fields this one does not know are ignored: goodbye"
+    ]
+
+
+async def test_a_newer_workers_call_list_is_read_without_its_new_fields() -> None:
+    calls = [{"id": "c-1", "state": "active", "recording": True, "stats": {"mos": 4.1, "dtx_frames": 2}}]
+
+    def newer_worker(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=calls)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(newer_worker)) as client:
+        commands = HttpWorkerCommands("http://worker.test", TOKEN, client=client)
+        [call] = await commands.snapshot()
+        assert (call.id, call.state, call.stats.mos) == ("c-1", "active", 4.1)
+        calls[0]["state"] = "dancing"
+        with pytest.raises(LinkError, match=r"snapshot: malformed answer: 0\.state: Input should be"):
+            await commands.snapshot()
