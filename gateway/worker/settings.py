@@ -54,14 +54,14 @@ class WorkerSettings(BaseSettings):
     srtp_suites: Annotated[tuple[str, ...], NoDecode] = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
     # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
     # takes 1 of it with PCMU/PCMA, g722_call_cost with G.722 (libg722 both ways on every frame, silence included:
-    # 1.5-1.6x a G.711 call's CPU in `gateway bench calls --codec g722` at 50 and 100 calls, about 1.4x at a
-    # compiled worker's knee), opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
+    # 1.5-1.6x a G.711 call's CPU in `gateway bench calls --codec g722` from source, 1.8x compiled: the same
+    # ~35 µs per frame over a cheaper G.711 call), opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
     # calls --codec opus`, whose agent is mostly silent, about 6x for one that talks throughout; 8 leaves room) and
     # webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call, about 18x: `gateway
     # bench webrtc`); admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)
     opus_call_cost: float = Field(default=8.0, ge=1.0, le=1000.0)
-    g722_call_cost: float = Field(default=1.6, ge=1.0, le=1000.0)
+    g722_call_cost: float = Field(default=2.0, ge=1.0, le=1000.0)
     webrtc_call_cost: float = Field(default=18.0, ge=1.0, le=1000.0)
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Opus callers' frames are encoded a tick ahead (their packets leave at the start of the tick, 20 ms more
