@@ -72,10 +72,10 @@ def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> 
     defaults = WorkerSettings()
     assert (defaults.capacity, defaults.opus_call_cost, defaults.webrtc_call_cost) == (150, 8.0, 18.0)
     assert defaults.g722_call_cost == 2.0
-    assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus", "G722")] == [1.0, 1.0, 8.0, 1.6]
+    assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus", "G722")] == [1.0, 1.0, 8.0, 2.0]
     assert defaults.offer_cost() == 8.0  # our offer lists Opus: the callee may pick it
     assert WorkerSettings(codecs=("PCMU", "PCMA")).offer_cost() == 1.0
-    assert WorkerSettings(codecs=("G722", "PCMU")).offer_cost() == 1.6
+    assert WorkerSettings(codecs=("G722", "PCMU")).offer_cost() == 2.0
     monkeypatch.setenv("GATEWAY_OPUS_CALL_COST", "5.5")
     assert WorkerSettings().call_cost("opus") == 5.5
     monkeypatch.setenv("GATEWAY_G722_CALL_COST", "2")
