@@ -55,8 +55,9 @@ class WorkerSettings(BaseSettings):
     # What one worker core carries with the AI leg active, in G.711 calls: 150 (docs/performance.md). A call
     # takes 1 of it with PCMU/PCMA, g722_call_cost with G.722 (libg722 both ways on every frame, silence included:
     # 1.5-1.6x a G.711 call's CPU in `gateway bench calls --codec g722` from source, 1.8x compiled: the same
-    # ~35 µs per frame over a cheaper G.711 call), opus_call_cost with Opus over SIP (3.6x the CPU at the knee in `gateway bench
-    # calls --codec opus`, whose agent is mostly silent, about 6x for one that talks throughout; 8 leaves room) and
+    # ~35 µs per frame over a cheaper G.711 call), opus_call_cost with Opus over SIP (3.6x the CPU at the knee
+    # in `gateway bench calls --codec opus`, whose agent is mostly silent, about 6x for one that talks
+    # throughout; 8 leaves room) and
     # webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call, about 18x: `gateway
     # bench webrtc`); admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)

@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import random
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from gateway.transport.sip_transport import SipTransport
 from gateway.transport.tls import TlsContexts
 from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from telcodecs.opus import OpusDecoder, OpusEncoder
+
+if TYPE_CHECKING:
+    from gateway.worker.worker import MediaWorker
 
 
 @dataclass
@@ -339,3 +343,30 @@ class SipPeer:
             decode = ulaw_decode if call.codec == "PCMU" else alaw_decode
         audio = [decode(p) for p, pt in zip(call.received, call.received_pts) if pt == call.payload_type]
         return np.concatenate(audio) if audio else np.zeros(0, np.int16)
+
+
+@contextlib.asynccontextmanager
+async def echo_worker(*, worker_id: str, rtp_timeout_s: float, **overrides: Any) -> AsyncIterator[MediaWorker]:
+    """A started worker on free loopback ports (SIP, and 38 RTP ports) whose calls talk to the echo agent; closed
+    after. ``overrides`` are further WorkerSettings."""
+    from gateway.providers.echo import EchoConfig, EchoModel
+    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.worker import MediaWorker
+    from tests.support.procs import free_ports
+
+    rtp_low = free_ports(40)[0]
+    rtp_low += rtp_low % 2
+    settings = WorkerSettings(
+        worker_id=worker_id,
+        sip_port=overrides.pop("sip_port", None) or free_ports(1)[0],
+        rtp_ports=f"{rtp_low}-{rtp_low + 37}",
+        rtp_timeout_s=rtp_timeout_s,
+        capacity=8,
+        **overrides,
+    )
+    worker = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
+    await worker.start()
+    try:
+        yield worker
+    finally:
+        await worker.aclose()

@@ -13,7 +13,6 @@ import pytest
 from gateway.media.rtp import build_rtp
 from gateway.media.srtp import SrtpContext
 from gateway.observability import REGISTRY
-from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.sip.events import (
     CallOffered,
     OutboundCallAnswered,
@@ -22,12 +21,10 @@ from gateway.sip.events import (
 )
 from gateway.sip.sdes import crypto_lines
 from gateway.sip.sdp import parse_sdp
-from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
 from telcodecs.g711 import ulaw_encode
-from tests.gateway.worker.sip_peer import SipPeer
+from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.gateway.worker.test_worker import best_correlation, speechlike
-from tests.support.procs import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 SUITES = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
@@ -35,24 +32,8 @@ SUITES = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
 
 @pytest.fixture
 async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
-    overrides = getattr(request, "param", {})
-    sip_port = free_ports(1)[0]
-    rtp_low = free_ports(40)[0]
-    rtp_low += rtp_low % 2
-    settings = WorkerSettings(
-        worker_id="w-srtp",
-        sip_port=sip_port,
-        rtp_ports=f"{rtp_low}-{rtp_low + 37}",
-        rtp_timeout_s=5.0,
-        capacity=8,
-        **overrides,
-    )
-    w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
-    await w.start()
-    try:
+    async with echo_worker(worker_id="w-srtp", rtp_timeout_s=5.0, **getattr(request, "param", {})) as w:
         yield w
-    finally:
-        await w.aclose()
 
 
 def _target(worker: MediaWorker) -> str:

@@ -22,7 +22,7 @@ from gateway.transport.self_signed import SelfSignedPair, ensure_self_signed
 from gateway.transport.tls import SipTlsConfig, TlsContexts
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
-from tests.gateway.worker.sip_peer import SipPeer
+from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.gateway.worker.test_worker import best_correlation, speechlike
 from tests.support.procs import free_ports
 
@@ -42,26 +42,17 @@ def peer_pair(tmp_path: Path) -> SelfSignedPair:
 @pytest.fixture
 async def worker(tmp_path: Path, peer_pair: SelfSignedPair) -> AsyncIterator[MediaWorker]:
     sip_port, tls_port = free_ports(2)
-    rtp_low = free_ports(40)[0]
-    rtp_low += rtp_low % 2
-    settings = WorkerSettings(
+    async with echo_worker(
         worker_id="w-tls",
+        rtp_timeout_s=5.0,
         sip_port=sip_port,
         sip_transports=("udp", "tcp", "tls"),
         sip_tls_port=tls_port,
         sip_tls_self_signed=True,
         sip_tls_ca=peer_pair.cert_file,  # the only peer it trusts
         state_dir=tmp_path / "state",
-        rtp_ports=f"{rtp_low}-{rtp_low + 37}",
-        rtp_timeout_s=5.0,
-        capacity=8,
-    )
-    w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
-    await w.start()
-    try:
+    ) as w:
         yield w
-    finally:
-        await w.aclose()
 
 
 def _trusting(worker: MediaWorker) -> TlsContexts:

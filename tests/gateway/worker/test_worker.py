@@ -17,7 +17,7 @@ from gateway.transport.rtp_socket import RtpDrain
 from gateway.worker.legs import CallLeg
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.worker import MediaWorker
-from tests.gateway.worker.sip_peer import SipPeer
+from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.support.audio import align_and_correlate
 from tests.support.loop_turns import LoopTurns
 from tests.support.procs import free_ports
@@ -47,23 +47,8 @@ def best_correlation(sent: np.ndarray, heard: np.ndarray) -> float:
 @pytest.fixture
 async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
     overrides = getattr(request, "param", {})  # e.g. RTP read by the tick (ADR 0007) instead of per packet
-    sip_port = free_ports(1)[0]
-    rtp_low = free_ports(40)[0]
-    rtp_low += rtp_low % 2
-    settings = WorkerSettings(
-        worker_id="w-test",
-        sip_port=sip_port,
-        rtp_ports=f"{rtp_low}-{rtp_low + 37}",
-        rtp_timeout_s=1.0,
-        capacity=8,
-        **overrides,
-    )
-    w = MediaWorker(settings, model_factory=lambda name: EchoModel(EchoConfig(delay_frames=1)))
-    await w.start()
-    try:
+    async with echo_worker(worker_id="w-test", rtp_timeout_s=1.0, **overrides) as w:
         yield w
-    finally:
-        await w.aclose()
 
 
 async def _until(predicate, *, within: float = 5.0) -> None:  # type: ignore[no-untyped-def]
