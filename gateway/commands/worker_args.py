@@ -48,6 +48,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--webrtc-call-cost", type=float, help="how many G.711 calls' worth of capacity a browser call takes"
     )
+    parser.add_argument(
+        "--g722-call-cost", type=float, help="how many G.711 calls' worth of capacity a G.722 SIP call takes"
+    )
+    parser.add_argument(
+        "--srtp-call-cost", type=float, help="how much more of the capacity a SIP call takes when its media is SRTP"
+    )
     parser.add_argument("--worker-id", help="worker id (default: <hostname>-w1)")
     parser.add_argument(
         "--drain-deadline",
@@ -82,6 +88,8 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         ("capacity", "capacity"),
         ("opus_call_cost", "opus_call_cost"),
         ("webrtc_call_cost", "webrtc_call_cost"),
+        ("g722_call_cost", "g722_call_cost"),
+        ("srtp_call_cost", "srtp_call_cost"),
         ("worker_id", "worker_id"),
         ("drain_deadline", "drain_deadline_s"),
     ):

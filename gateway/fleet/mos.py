@@ -10,8 +10,9 @@
   ITU-T G.113 Appendix I (G.711 with packet-loss concealment: Ie 0, Bpl 25.1).
 * MOS from R (G.107 Annex B): 1 below R=0, 4.5 above R=100, else ``1 + 0.035 R + R (R-60)(100-R) 7e-6``.
 
-Opus has no G.113 entry: it is scored as G.711 with concealment, which understates it slightly (it is
-wideband and has FEC); the figure stays comparable between calls, which is what an operator needs.
+G.722 and Opus are wideband, and G.107's scale is narrowband (their own is G.107.1's, up to R 129): both are
+scored as G.711 with concealment, which understates them (Opus also has FEC); the figure stays comparable
+between calls, whatever their codec, which is what an operator needs.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ CODEC_IMPAIRMENTS: dict[str, CodecImpairment] = {
     "G711": CodecImpairment(ie=0.0, bpl=25.1),
     "G711-NOPLC": CodecImpairment(ie=0.0, bpl=4.3),
     "G729": CodecImpairment(ie=11.0, bpl=19.0),
+    "G722": CodecImpairment(ie=0.0, bpl=25.1),  # wideband, on the narrowband scale: as G.711 (see above)
     "OPUS": CodecImpairment(ie=0.0, bpl=25.1),
 }
 

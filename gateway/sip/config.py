@@ -12,9 +12,10 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from .auth import Authenticator
-from .errors import SipConfigError
+from .errors import RemoteProtocolError, SipConfigError
 from .message import SipLimits
 from .timers import SipTimers
+from .uri import SipUri, parse_uri
 
 Transport = str  # "udp" | "tcp" | "tls"
 TRANSPORTS = ("udp", "tcp", "tls")
@@ -70,8 +71,10 @@ class SipConfig:
     authenticator: Authenticator | None = None
     rate_limit: RateLimit | None = field(default_factory=RateLimit)
     session_timer: SessionTimerConfig = field(default_factory=SessionTimerConfig)
-    # Where out-of-dialog requests go instead of the Request-URI host (an outbound proxy / SBC).
-    outbound_proxy: tuple[str, int] | None = None
+    # An outbound proxy (an SBC, the carrier's edge): a SIP URI, e.g. sip:sbc.example:5060;transport=tcp. The
+    # calls we place and our REGISTERs go to it, carrying it as a loose-routing Route (RFC 3261 §8.1.2), their
+    # Request-URI unchanged; in-dialog requests follow the dialog's route set.
+    outbound_proxy: str | None = None
     max_calls: int = 1000
 
     def __post_init__(self) -> None:
@@ -87,6 +90,12 @@ class SipConfig:
             raise SipConfigError(f"bad CIDR in allow_cidrs: {exc}") from exc
         if self.max_calls < 1:
             raise SipConfigError("max_calls must be >= 1")
+        if self.outbound_proxy is not None:
+            check_outbound_proxy(self.outbound_proxy, self.transports)
+
+    @property
+    def outbound_proxy_uri(self) -> SipUri | None:
+        return parse_uri(self.outbound_proxy) if self.outbound_proxy is not None else None
 
     @property
     def via_host(self) -> str:
@@ -101,3 +110,20 @@ class SipConfig:
         if transport == "tls":
             return self.advertised_tls_port or self.tls_port
         return self.via_port
+
+
+def check_outbound_proxy(text: str, transports: tuple[str, ...]) -> SipUri:
+    """An outbound proxy's URI, checked: a sip: or sips: URI of a host (no user), reached over one of
+    ``transports`` when it names one. SipConfigError says what is wrong."""
+    try:
+        uri = parse_uri(text)
+    except RemoteProtocolError as exc:
+        raise SipConfigError(f"the outbound proxy {text!r} is not a SIP URI: {exc.reason}") from exc
+    if not uri.is_sip or not uri.host or uri.user is not None:
+        raise SipConfigError(f"the outbound proxy must be a sip: or sips: URI of a host, got {text!r}")
+    if uri.names_transport and uri.transport not in transports:
+        raise SipConfigError(
+            f"the outbound proxy {text!r} is reached over {uri.transport}, which is not among the transports "
+            f"({', '.join(transports)})"
+        )
+    return uri

@@ -27,6 +27,7 @@ from .config import DEFAULT_PORTS, SipConfig
 from .dialog import Dialog, DialogId
 from .errors import LocalProtocolError
 from .events import Address, CallEnded, CallHandle, Outgoing, Side, SipEvent, SipStats
+from .grammar import has_param
 from .headers import BRANCH_MAGIC, Via
 from .message import SipRequest, SipResponse, make_response
 from .transaction import (
@@ -130,6 +131,24 @@ class Core:
                 raise LocalProtocolError(f"{uri.scheme}:{uri.host} needs SIP over TLS, which is not enabled here")
             transport = self.config.transports[0]
         return uri.host_port(DEFAULT_PORTS[transport]), transport
+
+    def out_of_dialog_hop(self, uri: SipUri) -> tuple[Address, str, tuple[tuple[str, str], ...]]:
+        """Where a request we start outside any dialog (an INVITE, a REGISTER) to ``uri`` goes, over what, and
+        the Route it carries: with an outbound proxy configured, to the proxy, named in a Route with ``lr`` (RFC
+        3261 §8.1.2: a preconfigured route set of one loose router; the Request-URI stays ``uri``); else to
+        ``uri`` itself, with no Route. A secure URI is refused a plain proxy: sips means TLS on every hop."""
+        proxy = self.config.outbound_proxy_uri
+        if proxy is None:
+            destination, transport = self.uri_destination(uri)
+            return destination, transport, ()
+        if uri.secure and not proxy.secure:
+            raise LocalProtocolError(
+                f"{uri.scheme}:{uri.host} needs TLS on every hop and the outbound proxy {proxy} is not secure"
+            )
+        destination, transport = self.uri_destination(proxy)
+        if not has_param(proxy.params, "lr"):
+            proxy = proxy.with_params((*proxy.params, ("lr", None)))
+        return destination, transport, (("Route", f"<{proxy}>"),)
 
     def next_hop(self, call: Call, dialog: Dialog | None = None) -> tuple[Address, str, Address | None]:
         """Destination, transport and preferred connection of a request within ``call``'s dialog (or

@@ -291,14 +291,13 @@ class SipEndpoint:
         uri = _parse_local_uri(request_uri)
         sender = _parse_local_addr(from_uri)
         recipient = _parse_local_addr(to_uri or request_uri)
-        destination, transport = core.uri_destination(uri)
-        if core.config.outbound_proxy is not None:
-            destination = core.config.outbound_proxy
+        destination, transport, route = core.out_of_dialog_hop(uri)
         secure = uri.scheme == "sips"
         local_tag = core.token(32)
         invite = SipRequest(method="INVITE", uri=uri, body=body)
         for name, value in (
             ("Via", core.via(transport)),
+            *route,
             ("Max-Forwards", "70"),
             ("From", f"{sender.with_params(())};tag={local_tag}"),
             ("To", str(recipient.with_params(()))),

@@ -26,7 +26,9 @@ Rules, from §10.2, §10.3, §22 and RFC 5626 §4.5 (backoff):
   what we asked, up to `MAX_TOO_BRIEF_ANSWERS` times per attempt.
 * 2xx: the granted time is our contact's ``expires`` parameter in the response, else its Expires header, else
   what we asked; the registrar may grant less than asked. A 2xx that does not list our contact is reported
-  (`contact_listed=False`). The refresh goes out at `refresh_fraction` of the granted time.
+  (`contact_listed=False`). The refresh goes out at `refresh_fraction` of the granted time, less up to
+  `refresh_spread` of it drawn at random for each grant, so that workers started together (a deployment
+  rolled out, a registrar back from an outage) do not refresh together for ever after.
 * Any other final response, a 2xx granting nothing, or no response (Timer F) fails the attempt; the next one
   starts after an exponential backoff with jitter: up to ``min(retry_max_s, retry_min_s * 2**(failures-1))``,
   at least half of that, and never before a Retry-After (capped at `retry_after_max_s`).
@@ -88,6 +90,7 @@ class RegistrationTiming:
     """When to refresh and how to back off after a failure (see the module docstring)."""
 
     refresh_fraction: float = 0.5
+    refresh_spread: float = 0.1  # the refresh goes out between fraction - spread and fraction of the grant
     retry_min_s: float = 4.0
     retry_max_s: float = 300.0
     retry_after_max_s: float = 3600.0
@@ -95,10 +98,16 @@ class RegistrationTiming:
     def __post_init__(self) -> None:
         if not 0.1 <= self.refresh_fraction <= 0.9:
             raise SipConfigError("refresh_fraction must be within 0.1-0.9 of the granted time")
+        if not 0 <= self.refresh_spread <= self.refresh_fraction - 0.1:
+            raise SipConfigError("refresh_spread must be within 0 and refresh_fraction - 0.1")
         if not 0 < self.retry_min_s <= self.retry_max_s:
             raise SipConfigError("backoff needs 0 < retry_min_s <= retry_max_s")
         if self.retry_after_max_s < self.retry_max_s:
             raise SipConfigError("retry_after_max_s must be at least retry_max_s")
+
+    def refresh_after(self, granted: float, rng: random.Random) -> float:
+        """How long after a grant of `granted` seconds the refresh goes out."""
+        return granted * (self.refresh_fraction - self.refresh_spread * rng.random())
 
     def backoff(self, failures: int, rng: random.Random) -> float:
         """RFC 5626 §4.5: up to min(max, min * 2**(failures-1)), at least half of it."""
@@ -377,7 +386,7 @@ class RegistrationClient:
         refreshed = self._bound(now)
         self.granted = reply.expires
         self.expires_at = now + reply.expires
-        self.refresh_at = self._timer_at = now + reply.expires * self.config.timing.refresh_fraction
+        self.refresh_at = self._timer_at = now + self.config.timing.refresh_after(reply.expires, self._rng)
         self.retry_at = None
         self.attempts = self.failures = 0
         self.last_status, self.last_error = reply.status, ""

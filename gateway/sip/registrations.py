@@ -27,15 +27,13 @@ class Registrations:
     def add(self, config: RegistrationConfig, now: float) -> RegistrationClient:
         """Start keeping `config`'s binding; the first REGISTER goes out at once."""
         core = self._core
-        destination, transport = core.uri_destination(config.registrar_uri)
-        if core.config.outbound_proxy is not None:
-            destination = core.config.outbound_proxy
+        destination, transport, route = core.out_of_dialog_hop(config.registrar_uri)
         client = RegistrationClient(
             config,
             contact=core.contact(transport),
             call_id_host=core.config.via_host,
             rng=core.rng,
-            headers=core.common_headers(),
+            headers=(*route, *core.common_headers()),
             transaction_timeout_s=core.config.timers.f,
         )
         self.clients.append(client)

@@ -101,7 +101,13 @@ def registration_config(settings: WorkerSettings) -> RegistrationConfig:
     except SipConfigError as exc:
         raise ValueError(f"trunk registration: {exc}") from exc
     transport = config.registrar_uri.transport
-    if transport not in settings.sip_transports:
+    if settings.sip_outbound_proxy is not None:  # the REGISTERs go to the proxy, over its transport
+        if config.registrar_uri.secure and not parse_uri(settings.sip_outbound_proxy).secure:
+            raise ValueError(
+                f"GATEWAY_TRUNK_REGISTRAR {registrar!r} needs TLS on every hop and GATEWAY_SIP_OUTBOUND_PROXY "
+                f"{settings.sip_outbound_proxy!r} is not sips: or transport=tls"
+            )
+    elif transport not in settings.sip_transports:
         raise ValueError(
             f"GATEWAY_TRUNK_REGISTRAR {registrar!r} asks for {transport}, which GATEWAY_SIP_TRANSPORTS "
             f"({','.join(settings.sip_transports)}) does not listen on"

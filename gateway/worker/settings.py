@@ -59,11 +59,14 @@ class WorkerSettings(BaseSettings):
     # in `gateway bench calls --codec opus`, whose agent is mostly silent, about 6x for one that talks
     # throughout; 8 leaves room) and
     # webrtc_call_cost from a browser (aiortc: Opus, SRTP and a decoder thread per call, about 18x: `gateway
-    # bench webrtc`); admission counts what the live calls take, not how many.
+    # bench webrtc`); a SIP call whose media is SRTP takes srtp_call_cost more, whatever its codec (libsrtp's
+    # protect and unprotect, ~2 µs a packet each way: 1.1-1.3x a G.711 call's CPU in `gateway bench calls
+    # --srtp`). Admission counts what the live calls take, not how many.
     capacity: int = Field(default=150, ge=1)
     opus_call_cost: float = Field(default=8.0, ge=1.0, le=1000.0)
     g722_call_cost: float = Field(default=2.0, ge=1.0, le=1000.0)
     webrtc_call_cost: float = Field(default=18.0, ge=1.0, le=1000.0)
+    srtp_call_cost: float = Field(default=0.2, ge=0.0, le=100.0)
     rtp_timeout_s: float = Field(default=30.0, gt=0)
     # Opus callers' frames are encoded a tick ahead (their packets leave at the start of the tick, 20 ms more
     # delay on the agent's voice) once more than a tenth of the ticks in a second spend more than this encoding;
@@ -88,6 +91,9 @@ class WorkerSettings(BaseSettings):
     # Outbound calls to a bare number go to sip:<number>@<trunk> (host or host:port); a 401/407 from the
     # trunk is answered with digest credentials when trunk_user/trunk_password are set.
     trunk: str | None = None
+    # An outbound proxy (SBC, the carrier's edge; a SIP URI, or host[:port] for sip:host[:port]): the calls a
+    # worker places and its REGISTERs go to it with a loose-routing Route naming it, whatever their Request-URI.
+    sip_outbound_proxy: str | None = None
     trunk_user: str | None = None
     trunk_password: SecretStr | None = Field(default=None, repr=False)
     # Outbound registration (gateway/worker/registration.py): each worker binds its own contact to the AOR at the
@@ -187,6 +193,17 @@ class WorkerSettings(BaseSettings):
             ipaddress.ip_network(cidr, strict=False)
         return value
 
+    @field_validator("sip_outbound_proxy", mode="before")
+    @classmethod
+    def _proxy_uri(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                return None
+            if not value.lower().startswith(("sip:", "sips:")):
+                return f"sip:{value}"
+        return value
+
     @field_validator("rtp_ports")
     @classmethod
     def _port_range(cls, value: str) -> str:
@@ -215,6 +232,14 @@ class WorkerSettings(BaseSettings):
                 raise ValueError("sip_tls_self_signed is for running without a certificate: unset one of them")
             if "tcp" in self.sip_transports and self.sip_tls_port == self.sip_port:
                 raise ValueError(f"sip_tls_port {self.sip_tls_port} is taken by SIP over TCP (sip_port)")
+        if self.sip_outbound_proxy is not None:
+            from gateway.sip.config import check_outbound_proxy
+            from gateway.sip.errors import SipConfigError
+
+            try:
+                check_outbound_proxy(self.sip_outbound_proxy, self.sip_transports)
+            except SipConfigError as exc:
+                raise ValueError(f"sip_outbound_proxy: {exc}") from exc
         if self.trunk_register:
             from gateway.worker.registration import check_registration_settings
 
@@ -233,16 +258,20 @@ class WorkerSettings(BaseSettings):
             shrink_hold_frames=round(self.jitter_hold_s * 50),
         )
 
-    def call_cost(self, codec: str) -> float:
-        """How much of ``capacity`` a call with this codec takes (the names of ``codecs``)."""
+    def call_cost(self, codec: str, *, srtp: bool = False) -> float:
+        """How much of ``capacity`` a call with this codec (the names of ``codecs``) takes, its media SRTP or
+        not."""
         name = codec.lower()
         if name == "opus":
-            return self.opus_call_cost
-        return self.g722_call_cost if name == "g722" else 1.0
+            cost = self.opus_call_cost
+        else:
+            cost = self.g722_call_cost if name == "g722" else 1.0
+        return cost + self.srtp_call_cost if srtp else cost
 
     def offer_cost(self) -> float:
-        """What a call takes before its codec is known (our own offer): the dearest codec we offer."""
-        return max(self.call_cost(codec) for codec in self.codecs)
+        """What a call takes before its codec is known (our own offer): the dearest codec we offer, with SRTP
+        unless it is off (with "optional" the answer may take it)."""
+        return max(self.call_cost(codec, srtp=self.srtp != "off") for codec in self.codecs)
 
     @property
     def rtp_port_bounds(self) -> tuple[int, int]:

@@ -368,7 +368,7 @@ class SipCalls:
         leg.remote_sdp = offer
         leg.negotiated = negotiation.media
         leg.srtp = negotiation.srtp
-        leg.cost = settings.call_cost(negotiation.media.codec_name)
+        leg.cost = settings.call_cost(negotiation.media.codec_name, srtp=leg.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -400,7 +400,7 @@ class SipCalls:
     def _start_media(self, leg: CallLeg) -> None:
         negotiated = leg.negotiated
         assert negotiated is not None and leg.rtp is not None
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name)
+        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -488,6 +488,7 @@ class SipCalls:
                 self._worker.engine.set_srtp(leg.id, config)
         leg.negotiated = negotiated
         leg.srtp = negotiation.srtp
+        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
         leg.remote_sdp = offer
         answer = build_answer(
             offer,

@@ -213,6 +213,7 @@ class MediaWorker:
                 per_second=settings.sip_rate_limit_per_s, burst=int(settings.sip_rate_limit_per_s * 2)
             ),
             session_timer=SessionTimerConfig(session_expires=settings.session_expires_s),
+            outbound_proxy=settings.sip_outbound_proxy,
             max_calls=max(settings.capacity * 2, 10),
         )
 

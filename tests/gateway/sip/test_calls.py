@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.sip.config import SipConfig
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.errors import LocalProtocolError
+from gateway.sip.errors import LocalProtocolError, SipConfigError
 from gateway.sip.events import (
     CallCancelled,
     CallEnded,
@@ -256,6 +257,63 @@ def test_outbound_uses_the_advertised_address() -> None:
     assert isinstance(invite, SipRequest)
     assert invite.top_via.sent_by == ("203.0.113.7", 15060)
     assert invite.contacts[0].uri.host_port() == ("203.0.113.7", 15060)
+
+
+def test_an_outbound_proxy_takes_the_invite_with_a_loose_route_and_the_request_uri_unchanged() -> None:
+    net = Net()
+    a = net.add(5061, outbound_proxy="sip:127.0.0.1:5062")  # B plays the proxy (an SBC that answers itself)
+    b = net.add(5062)
+    call_a = a.invite("sip:+15550100@carrier.invalid", net.now, from_uri="<sip:a@example.com>", body=OFFER)
+    [offered] = net.of_type(b, CallOffered)
+    [delivery] = [d for d in net.log if d.start_line.startswith("INVITE")]
+    assert delivery.destination == B_ADDR and delivery.start_line == "INVITE sip:+15550100@carrier.invalid SIP/2.0"
+    invite = parse_message(delivery.data)
+    assert isinstance(invite, SipRequest) and invite.headers.values("Route") == ["<sip:127.0.0.1:5062;lr>"]
+    # A CANCEL (§9.1) and the ACK of a non-2xx (§17.1.1.3) carry the INVITE's Route, to the same hop.
+    a.hang_up(call_a, net.now)
+    net.pump()
+    sent = [(d.destination, parse_message(d.data)) for d in net.log if d.source == A_ADDR]
+    cancel = next(m for _, m in sent if isinstance(m, SipRequest) and m.method == "CANCEL")
+    ack = next(m for _, m in sent if isinstance(m, SipRequest) and m.method == "ACK")
+    assert cancel.headers.values("Route") == ack.headers.values("Route") == ["<sip:127.0.0.1:5062;lr>"]
+    assert {destination for destination, _ in sent} == {B_ADDR}
+    assert net.of_type(b, CallCancelled) and offered.request_uri == "sip:+15550100@carrier.invalid"
+
+
+def test_an_answered_call_through_the_outbound_proxy_goes_on_in_its_dialog() -> None:
+    net = Net()
+    a = net.add(5061, outbound_proxy="sip:127.0.0.1:5062;transport=udp;lr")
+    b = net.add(5062)
+    call_a = a.invite("sip:agent@carrier.invalid", net.now, from_uri="<sip:a@example.com>", body=OFFER)
+    [offered] = net.of_type(b, CallOffered)
+    b.answer(offered.call, net.now, body=ANSWER)  # type: ignore[attr-defined]
+    net.pump()
+    assert net.of_type(a, OutboundCallAnswered)
+    a.hang_up(call_a, net.now)
+    net.pump()
+    # The proxy did not record-route: the ACK and the BYE go to the remote target, with no Route.
+    assert net.lines(source=A_ADDR)[-2:] == [
+        "ACK sip:gateway@127.0.0.1:5062 SIP/2.0",
+        "BYE sip:gateway@127.0.0.1:5062 SIP/2.0",
+    ]
+    bye = parse_message(next(d for d in net.log if d.start_line.startswith("BYE")).data)
+    assert isinstance(bye, SipRequest) and bye.headers.values("Route") == []
+    assert net.of_type(b, CallEnded)
+
+
+def test_a_secure_target_is_refused_a_plain_outbound_proxy_and_bad_proxies_are_refused() -> None:
+    net = Net()
+    a = net.add(5061, outbound_proxy="sip:127.0.0.1:5062")
+    with pytest.raises(LocalProtocolError, match="TLS on every hop"):
+        a.invite("sips:bob@carrier.invalid", net.now, from_uri="<sip:a@example.com>", body=OFFER)
+    for bad, message in (
+        ("http://proxy", "unsupported URI scheme .http."),
+        ("sip:user@proxy.example", "sip: or sips: URI of a host"),
+        ("sip:proxy.example;transport=tcp", "reached over tcp"),
+        ("sip:[::1", "not a SIP URI"),
+    ):
+        with pytest.raises(SipConfigError, match=message):
+            SipConfig(outbound_proxy=bad, transports=("udp",))
 
 
 def test_hang_up_before_the_ack_sends_bye_once_it_arrives() -> None:

@@ -33,7 +33,7 @@ def config(**overrides: object) -> RegistrationConfig:
         "password": "secret",
         "expires": 3600,
         "instance_id": INSTANCE,
-        "timing": RegistrationTiming(retry_min_s=4.0, retry_max_s=60.0),
+        "timing": RegistrationTiming(retry_min_s=4.0, retry_max_s=60.0, refresh_spread=0.0),  # refresh at half
     }
     options.update(overrides)
     return RegistrationConfig(**options)  # type: ignore[arg-type]
@@ -95,6 +95,22 @@ def test_challenge_answered_once_then_bound_with_the_granted_expiry() -> None:
     assert status.attempts == 0 and status.last_status == 200 and status.last_error == ""
     assert client.next_deadline() == wire.now + 1800  # (the endpoint also has Timer K until +5 s)
     assert [b.uri for b in registrar.contacts("+15550100", wire.now)] == ["sip:gateway@127.0.0.1:5070"]
+
+
+def test_through_an_outbound_proxy_every_register_carries_its_route_and_goes_to_it() -> None:
+    wire = Wire()
+    # The registrar's name does not resolve: only the proxy (the fake registrar's address) is reachable.
+    sip = SipConfig(local_port=GW[1], transports=("udp", "tcp"), outbound_proxy="sip:127.0.0.1:5090;transport=tcp")
+    endpoint = wire.add_endpoint(GW, SipEndpoint(sip, rng=random.Random(3)))
+    registrar = wire.registrars[REG] = FakeRegistrar(max_expires=90)
+    client = endpoint.registrations.add(config(registrar="sip:carrier.invalid"), wire.now)
+    wire.run_until(wire.now + 60)  # challenged, bound, refreshed once
+    assert client.registered and cseqs(registrar.requests) == [1, 2, 3]
+    for request in registrar.requests:
+        assert str(request.uri) == "sip:carrier.invalid"
+        assert request.headers.values("Route") == ["<sip:127.0.0.1:5090;transport=tcp;lr>"]
+        assert request.top_via.transport == "TCP" and request.contacts[0].uri.transport == "tcp"
+    assert {destination for _, destination, _ in wire.sent} == {REG}
 
 
 def test_short_grant_is_refreshed_at_half_with_the_nonce_reused_and_cseq_growing() -> None:
@@ -487,6 +503,30 @@ def test_timing_is_validated_and_backoff_is_bounded() -> None:
     timing = RegistrationTiming(retry_min_s=1, retry_max_s=8)
     rng = random.Random(0)
     assert all(4 <= timing.backoff(n, rng) <= 8 for n in range(4, 10_000, 97))
+    for bad in (-0.1, 0.45):  # the refresh must go out at 0.1 of the grant or later
+        with pytest.raises(SipConfigError, match="refresh_spread"):
+            RegistrationTiming(refresh_spread=bad)
+
+
+def test_refreshes_of_clients_started_together_spread_between_four_and_five_tenths_of_the_grant() -> None:
+    refreshes: list[float] = []
+    for seed in range(20):  # twenty workers registered at the same moment, each with its own random source
+        wire = Wire()
+        endpoint = wire.add_endpoint(GW, SipEndpoint(SipConfig(local_port=GW[1]), rng=random.Random(seed)))
+        registrar = FakeRegistrar(max_expires=100)
+        wire.registrars[REG] = registrar
+        client = endpoint.registrations.add(config(timing=RegistrationTiming()), wire.now)
+        wire.pump()
+        start = wire.now
+        refresh_at = client.status().refresh_at
+        assert refresh_at is not None
+        refreshes.append(refresh_at - start)
+        wire.run_until(refresh_at - 0.01)
+        assert len(registrar.requests) == 2  # nothing before the refresh time
+        wire.run_until(refresh_at)
+        assert len(registrar.requests) == 3 and registrar.requests[2].cseq.number == 3
+    assert all(40.0 <= offset <= 50.0 for offset in refreshes), refreshes
+    assert max(refreshes) - min(refreshes) > 5.0  # spread, not in step
 
 
 def test_password_is_not_in_the_repr() -> None:

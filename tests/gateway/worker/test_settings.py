@@ -73,9 +73,14 @@ def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> 
     assert (defaults.capacity, defaults.opus_call_cost, defaults.webrtc_call_cost) == (150, 8.0, 18.0)
     assert defaults.g722_call_cost == 2.0
     assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus", "G722")] == [1.0, 1.0, 8.0, 2.0]
-    assert defaults.offer_cost() == 8.0  # our offer lists Opus: the callee may pick it
-    assert WorkerSettings(codecs=("PCMU", "PCMA")).offer_cost() == 1.0
-    assert WorkerSettings(codecs=("G722", "PCMU")).offer_cost() == 2.0
+    assert defaults.offer_cost() == 8.2  # our offer lists Opus and (OSRTP) SRTP: the callee may pick both
+    assert WorkerSettings(codecs=("PCMU", "PCMA"), srtp="off").offer_cost() == 1.0
+    assert WorkerSettings(codecs=("G722", "PCMU"), srtp="off").offer_cost() == 2.0
+    # SRTP adds srtp_call_cost to any codec; our offers count it unless SRTP is off.
+    assert defaults.srtp_call_cost == 0.2
+    assert [defaults.call_cost(codec, srtp=True) for codec in ("PCMU", "G722", "opus")] == [1.2, 2.2, 8.2]
+    assert WorkerSettings(codecs=("PCMU",), srtp="required").offer_cost() == 1.2
+    assert WorkerSettings(codecs=("PCMU",), srtp="off").offer_cost() == 1.0
     monkeypatch.setenv("GATEWAY_OPUS_CALL_COST", "5.5")
     assert WorkerSettings().call_cost("opus") == 5.5
     monkeypatch.setenv("GATEWAY_G722_CALL_COST", "2")
@@ -96,6 +101,13 @@ def test_codecs_default_to_wideband_first_and_take_any_case(monkeypatch: pytest.
 def test_a_call_cost_below_a_g711_calls_or_absurd_is_refused(name: str, bad: float) -> None:
     with pytest.raises(ValidationError, match=name):
         WorkerSettings(**{name: bad})
+
+
+@pytest.mark.parametrize("bad", [-0.1, 101])
+def test_an_srtp_call_cost_below_nothing_or_absurd_is_refused(bad: float) -> None:
+    assert WorkerSettings(srtp_call_cost=0).call_cost("PCMU", srtp=True) == 1.0  # 0: SRTP counted as free
+    with pytest.raises(ValidationError, match="srtp_call_cost"):
+        WorkerSettings(srtp_call_cost=bad)
 
 
 def test_the_opus_encode_ahead_budget_comes_from_the_environment_and_a_negative_one_is_refused(
@@ -121,8 +133,16 @@ def test_srtp_settings_from_the_environment_and_flags(monkeypatch: pytest.Monkey
     assert (settings.srtp, settings.srtp_suites) == ("required", ("AES_CM_128_HMAC_SHA1_32",))
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)
-    flags = worker_settings(parser.parse_args(["--srtp", "off", "--srtp-suites", "AES_CM_128_HMAC_SHA1_80"]))
+    flags = worker_settings(
+        parser.parse_args(
+            [
+                *("--srtp", "off", "--srtp-suites", "AES_CM_128_HMAC_SHA1_80"),
+                *("--srtp-call-cost", "0.5", "--g722-call-cost", "1.5"),
+            ]
+        )
+    )
     assert (flags.srtp, flags.srtp_suites) == ("off", ("AES_CM_128_HMAC_SHA1_80",))
+    assert flags.call_cost("G722", srtp=True) == 2.0
     for bad in ({"srtp": "maybe"}, {"srtp_suites": "AEAD_AES_256_GCM"}, {"srtp_suites": ""}):
         with pytest.raises(ValueError):
             WorkerSettings(**bad)  # type: ignore[arg-type]

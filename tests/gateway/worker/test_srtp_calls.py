@@ -69,6 +69,7 @@ async def test_an_srtp_call_echoes_the_callers_audio(worker: MediaWorker, suite:
         [leg] = list(worker.legs.values())
         snapshot = worker.snapshot_of(leg)
         assert snapshot.srtp == suite and snapshot.codec == "PCMU"
+        assert leg.cost == worker.capacity_used() == 1.2  # a G.711 call plus srtp_call_cost
         assert snapshot.stats.rtp_packets_in >= 100 and snapshot.stats.rtp_lost == 0
         assert worker.engine.stats(leg.id, worker.clock_now()).dropped == {}
         peer.hang_up(call)
@@ -160,6 +161,7 @@ async def test_off_refuses_savp_with_488_and_answers_osrtp_plainly(worker: Media
         assert b"a=crypto" not in body and call.srtp is None
         [leg] = list(worker.legs.values())
         assert worker.snapshot_of(leg).srtp == ""
+        assert leg.cost == 1.0  # plain RTP: no srtp_call_cost
         peer.hang_up(call)
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
 
@@ -211,13 +213,15 @@ async def test_an_outbound_call_offers_osrtp_and_uses_the_answers_key(worker: Me
         )
         offered = await callee.wait_for(CallOffered)
         media = parse_sdp(offered.body).media[0]  # type: ignore[attr-defined]
+        # Until the answer names codec and SRTP, the call takes the dearest it could be: Opus with SRTP.
+        assert worker.legs["c-out"].cost == worker.settings.opus_call_cost + worker.settings.srtp_call_cost
         assert media.proto == "RTP/AVP"  # RFC 8643: a plain callee ignores the crypto lines
         assert [(p.tag, p.suite) for _, p in crypto_lines(media)] == [(1, SUITES[0]), (2, SUITES[1])]  # type: ignore[union-attr]
         call = callee.answer(offered, srtp_tag=2)  # type: ignore[arg-type]
         assert call.srtp is not None
         await callee.stream(call, speechlike(1.0))
         leg = worker.legs["c-out"]
-        assert worker.snapshot_of(leg).srtp == SUITES[1]
+        assert worker.snapshot_of(leg).srtp == SUITES[1] and leg.cost == 1.2
         callee.hang_up(call)
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
         assert call.srtp_refused == [] and len(callee.heard(call)) > 4000
