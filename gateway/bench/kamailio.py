@@ -81,6 +81,30 @@ def parse_dispatcher_list(text: str) -> list[DispatcherTarget]:
     return targets
 
 
+def dispatcher_list_text(workers: Sequence[str]) -> str:
+    """A dispatcher.list of ``workers`` in set 1; duid names each worker for call-load distribution (see
+    deploy/kamailio/dispatcher.list)."""
+    return "".join(f"1 {uri} 0 0 duid=w{index};maxload=0\n" for index, uri in enumerate(workers))
+
+
+def dispatcher_defines(
+    *, port: int, list_file: Path, ctl_socket: Path, children: int, fr_timer_ms: int
+) -> dict[str, str]:
+    """The pre-processor defines of deploy/kamailio/kamailio.cfg for a dispatcher on loopback UDP ``port``."""
+    return {
+        "LISTEN": f"udp:127.0.0.1:{port}",
+        "DS_LIST": f'"{list_file}"',
+        "CTL_SOCKET": f'"unix:{ctl_socket}"',
+        "WORKERS": str(children),
+        "FR_TIMER": str(fr_timer_ms),
+    }
+
+
+def define_args(defines: dict[str, str]) -> list[str]:
+    """``-A NAME=VALUE`` for each define, as Kamailio's command line takes them."""
+    return [arg for key, value in defines.items() for arg in ("-A", f"{key}={value}")]
+
+
 class Balancer:
     """One Kamailio dispatching to ``workers`` (SIP URIs such as ``sip:127.0.0.1:5070``) in set 1."""
 
@@ -106,22 +130,21 @@ class Balancer:
         self.tree: list[psutil.Process] = []
 
     def _defines(self) -> list[str]:
-        defines = {
-            "LISTEN": f"udp:127.0.0.1:{self.port}",
-            "DS_LIST": f'"{self.list_file}"',
-            "CTL_SOCKET": f'"unix:{self.ctl_socket}"',
-            "WORKERS": str(self.children),
-            "FR_TIMER": "2000",
-        }
-        return [arg for key, value in defines.items() for arg in ("-A", f"{key}={value}")]
+        return define_args(
+            dispatcher_defines(
+                port=self.port,
+                list_file=self.list_file,
+                ctl_socket=self.ctl_socket,
+                children=self.children,
+                fr_timer_ms=2000,
+            )
+        )
 
     def start(self, *, within: float = 20.0) -> None:
         """Start Kamailio and wait (bounded) for its ctl socket; then pin and note every process of its tree."""
         if not self.config.is_file():
             raise BalancerError(f"no Kamailio configuration at {self.config} (give one with --kamailio-config)")
-        # duid names each worker for call-load distribution (see deploy/kamailio/dispatcher.list).
-        lines = (f"1 {uri} 0 0 duid=w{index};maxload=0\n" for index, uri in enumerate(self.workers))
-        self.list_file.write_text("".join(lines))
+        self.list_file.write_text(dispatcher_list_text(self.workers))
         argv = ["kamailio", "-f", str(self.config), "-DD", "-E", "-Y", str(self.directory)]
         argv += ["-P", str(self.directory / "kamailio.pid"), *self._defines()]
         self.process = BenchProcess("kamailio", argv, self.directory)

@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from gateway.bench.kamailio import DispatcherTarget, parse_dispatcher_list
+from gateway.bench.kamailio import (
+    DispatcherTarget,
+    define_args,
+    dispatcher_defines,
+    dispatcher_list_text,
+    parse_dispatcher_list,
+)
 from tests.support.procs import ManagedProcess, ProcessGroup, free_ports
 
 __all__ = [
@@ -181,25 +187,23 @@ class KamailioDispatcher(KamailioProcess):
         self.rate_limit = rate_limit  # (requests, per seconds) from one source: WITH_RATELIMIT
 
     def _defines(self) -> list[str]:
-        defines = {
-            "LISTEN": f"udp:127.0.0.1:{self.port}",
-            "DS_LIST": f'"{self.list_file}"',
-            "CTL_SOCKET": f'"unix:{self.ctl_socket}"',
-            "WORKERS": str(self.children),
-            "FR_TIMER": str(self.fr_timer_ms),
-        }
+        defines = dispatcher_defines(
+            port=self.port,
+            list_file=self.list_file,
+            ctl_socket=self.ctl_socket,
+            children=self.children,
+            fr_timer_ms=self.fr_timer_ms,
+        )
         if self.algorithm is not None:
             defines["DS_ALG"] = str(self.algorithm)
         if self.rate_limit is not None:
             requests, window = self.rate_limit
             defines.update(RATELIMIT_REQS=str(requests), RATELIMIT_WINDOW=str(window))
-        args = [arg for key, value in defines.items() for arg in ("-A", f"{key}={value}")]
+        args = define_args(defines)
         return [*args, "-A", "WITH_RATELIMIT"] if self.rate_limit is not None else args
 
     def _write_list(self) -> None:
-        # duid names each worker for call-load distribution (see deploy/kamailio/dispatcher.list).
-        lines = (f"1 {uri} 0 0 duid=w{index};maxload=0\n" for index, uri in enumerate(self.workers))
-        self.list_file.write_text("".join(lines))
+        self.list_file.write_text(dispatcher_list_text(self.workers))
 
     def _prepare(self) -> None:
         self._write_list()
@@ -308,7 +312,7 @@ class KamailioRegistrar(KamailioProcess):
             "MAX_EXPIRES": str(self.max_expires),
             "NONCE_EXPIRE": str(self.nonce_expire),
         }
-        return [arg for key, value in defines.items() for arg in ("-A", f"{key}={value}")]
+        return define_args(defines)
 
     async def bindings(self, aor_user: str | None = None) -> list[Binding]:
         """The location table now (only `aor_user`'s contacts when given)."""

@@ -11,9 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import psutil
@@ -22,20 +20,9 @@ import pytest
 import gateway.bench.calls as calls_module
 from gateway.bench.calls import CallsBench, CallsBenchConfig, WorkerExitedError
 from gateway.bench.processes import BenchProcess, free_port
+from tests.gateway.bench.process_tree import alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
-T = TypeVar("T")
-
-
-def _wait(what: str, check: Callable[[], T | None], within: float) -> T:
-    """What ``check`` finds, polled until ``within`` seconds pass."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not within {within:.0f} s: {what}")
 
 
 def _worker_with_calls(bench: psutil.Process) -> list[psutil.Process] | None:
@@ -67,7 +54,7 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     )
     try:
         bench = psutil.Process(proc.pid)
-        children = _wait("the worker carrying the step's calls", lambda: _worker_with_calls(bench), 60)
+        children = wait_until("the worker carrying the step's calls", lambda: _worker_with_calls(bench), 60)
         # Named while they run: a process on its way out has no command line left to read.
         tracker = [child for child in children if "resource_tracker" in " ".join(_cmdline(child))]
         os.kill(proc.pid, signum)
@@ -82,17 +69,9 @@ def test_a_signal_mid_step_stops_the_bench_its_worker_and_its_fake_provider(sign
     assert "sustained by one worker core" not in out  # no table of a run that did not finish
     # Stopped by the bench before it exited, not left to run on without it: the worker, the fake provider and
     # the load processes. Multiprocessing's resource tracker ends by itself once it sees the bench gone.
-    left = [child for child in children if child not in tracker and _alive(child)]
+    left = [child for child in children if child not in tracker and alive(child)]
     assert left == [], [" ".join(_cmdline(child))[:200] for child in left]
-    _wait("multiprocessing's resource tracker to end", lambda: not any(_alive(child) for child in tracker), 10)
-
-
-def _alive(process: psutil.Process) -> bool:
-    """Running, and not a zombie: a child that exited as its parent did may wait for this host's init to reap it."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    wait_until("multiprocessing's resource tracker to end", lambda: not any(alive(child) for child in tracker), 10)
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -133,7 +112,7 @@ def test_each_design_under_comparison_brings_every_calls_audio_back(engine: str,
     )
     try:
         bench = psutil.Process(proc.pid)
-        worker = _wait("the bench worker", lambda: _child(bench, "gateway.bench._worker"), 60)
+        worker = wait_until("the bench worker", lambda: _child(bench, "gateway.bench._worker"), 60)
         _stall_until_exit(proc, worker, stall_s=0.07, every_s=0.43)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -11,18 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import psutil
 import pytest
 
+from tests.gateway.bench.process_tree import alive, wait_until
 from tests.support.peers import require_binary
 
 ROOT = Path(__file__).resolve().parents[3]
-T = TypeVar("T")
 
 
 def _require_cluster_peers() -> None:
@@ -71,28 +68,11 @@ def test_a_small_run_measures_both_placements(tmp_path: Path) -> None:
     assert "not clean" not in done.stderr
 
 
-def _wait(what: str, check: Callable[[], T | None], within: float) -> T:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not within {within:.0f} s: {what}")
-
-
 def _cmdline(process: psutil.Process) -> str:
     try:
         return " ".join(process.cmdline())
     except psutil.Error:
         return ""
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _cluster_with_calls(bench: psutil.Process) -> list[psutil.Process] | None:
@@ -121,7 +101,7 @@ def _start(argv: list[str]) -> subprocess.Popen[str]:
 
 
 def _assert_all_ended(tree: list[psutil.Process]) -> None:
-    _wait("every process the bench started to end", lambda: not any(_alive(p) for p in tree), 15)
+    wait_until("every process the bench started to end", lambda: not any(alive(p) for p in tree), 15)
 
 
 @pytest.mark.peer
@@ -131,7 +111,7 @@ def test_a_signal_mid_run_stops_every_process_it_started(signum: int) -> None:
     _require_cluster_peers()
     proc = _start(_bench("--calls", "10", "--cps", "10", "--window", "60", "--repeats", "1"))
     try:
-        tree = _wait("the workers carrying calls", lambda: _cluster_with_calls(psutil.Process(proc.pid)), 90)
+        tree = wait_until("the workers carrying calls", lambda: _cluster_with_calls(psutil.Process(proc.pid)), 90)
         names = " ".join(_cmdline(p) for p in tree)  # read while they run: one that has ended has no command line
         os.kill(proc.pid, signum)
         out, err = proc.communicate(timeout=60)
@@ -152,7 +132,7 @@ def test_a_worker_killed_mid_run_ends_it_with_how_and_stops_the_rest() -> None:
     _require_cluster_peers()
     proc = _start(_bench("--calls", "10", "--cps", "10", "--window", "60", "--repeats", "1"))
     try:
-        tree = _wait("the workers carrying calls", lambda: _cluster_with_calls(psutil.Process(proc.pid)), 90)
+        tree = wait_until("the workers carrying calls", lambda: _cluster_with_calls(psutil.Process(proc.pid)), 90)
         victim = next(p for p in tree if "--worker-id bench-w2" in _cmdline(p))
         victim.kill()
         out, err = proc.communicate(timeout=120)
@@ -212,7 +192,7 @@ def test_a_kamailio_that_will_not_start_ends_the_run_with_its_log(tmp_path: Path
                 seen[:] = [p for p in psutil.Process(proc.pid).children() if "gateway" in _cmdline(p)]
             return len(seen) >= 4 or proc.poll() is not None  # the fake, the control plane, two workers
 
-        _wait("the cluster's processes", workers_up, 60)
+        wait_until("the cluster's processes", workers_up, 60)
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
