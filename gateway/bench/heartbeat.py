@@ -35,6 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import uvloop
 
+from gateway.bench._snapshots import live_sip_snapshot
 from gateway.bench.processes import BenchProcess, free_port
 from gateway.control.config import GatewayConfig, parse_config
 from gateway.control.plane import ControlPlane
@@ -48,7 +49,6 @@ from gateway.control.store import (
     WriteOutcome,
 )
 from gateway.fleet.models import CallSnapshot, FleetEvent, WorkerInfo
-from gateway.worker.reporting import build_snapshot, level_fields, media_fields
 
 PATHS = ("batched", "per call", "memory")
 DEFAULT_SIZES = (50, 100, 200, 400)
@@ -119,39 +119,18 @@ def snapshots(calls: int, second: int, started: float) -> list[CallSnapshot]:
     shape: media figures, 120 level samples, no session)."""
     out = []
     for number in range(calls):
-        stats = media_fields(
-            packets_in=50 * second + number % 3,
-            packets_out=50 * second,
-            lost=number % 3,
-            loss_pct=0.1,
-            jitter_ms=0.4 + (second % 5) / 10,
-            late=1,
-            concealed=3,
-            underruns=1,
-            delay_ms=80.0,
-            codec="PCMU",
-        )
         levels = [-30.0 - (second + i) % 7 for i in range(120)]
-        stats.update(level_fields(levels[-1], levels))
         out.append(
-            build_snapshot(
-                call_id=f"c-{number:08x}",
-                kind="sip",
-                direction="inbound",
-                from_="+15550100",
-                to="+15550199",
-                route="bench",
-                provider="openai",
-                state="active",
+            live_sip_snapshot(
+                number,
                 worker=_WORKER,
-                codec="PCMU",
-                cost=1.0,
+                route="bench",
                 started=started,
-                answered=started + 0.5,
-                ended=None,
-                end_reason="",
-                stats=stats,
-                session=None,
+                packets_in=50 * second + number % 3,
+                packets_out=50 * second,
+                jitter_ms=0.4 + (second % 5) / 10,
+                level=levels[-1],
+                levels=levels,
             )
         )
     return out

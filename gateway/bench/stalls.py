@@ -34,11 +34,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics import MetricWrapperBase
 
 from gateway import observability
+from gateway.bench._snapshots import live_sip_snapshot
 from gateway.fleet.http import HttpControlLink
 from gateway.fleet.models import CallSnapshot, HeartbeatRequest, WorkerInfo
 from gateway.observability import exposition
 from gateway.slices import Slices
-from gateway.worker.reporting import build_snapshot, level_fields, media_fields
 
 # Label values of a loaded worker: its id, and a few values of every other label (collector passes by generation
 # and trigger, RTP packets by direction, calls by end reason, ...).
@@ -123,39 +123,16 @@ async def _held(work: Callable[[], Awaitable[bytes]]) -> tuple[float, float, byt
 
 def _snapshot(number: int, now: float) -> CallSnapshot:
     """A live SIP call's snapshot as the worker builds it (``SipCalls.snapshot_of``), without a session."""
-    stats = media_fields(
+    return live_sip_snapshot(
+        number,
+        worker="bench",
+        route="support",
+        started=now - 30.0,
         packets_in=1500 + number,
         packets_out=1500,
-        lost=number % 3,
-        loss_pct=0.1,
         jitter_ms=0.4,
-        late=1,
-        rtt_ms=None,
-        concealed=3,
-        underruns=1,
-        discarded=0,
-        delay_ms=80.0,
-        codec="PCMU",
-    )
-    stats.update(level_fields(-30.0, [-30.0 - i % 7 for i in range(30)]))
-    return build_snapshot(
-        call_id=f"c-{number:08x}",
-        kind="sip",
-        direction="inbound",
-        from_="+15550100",
-        to="+15550199",
-        route="support",
-        provider="openai",
-        state="active",
-        worker="bench",
-        codec="PCMU",
-        cost=1.0,
-        started=now - 30.0,
-        answered=now - 29.5,
-        ended=None,
-        end_reason="",
-        stats=stats,
-        session=None,
+        level=-30.0,
+        levels=[-30.0 - i % 7 for i in range(30)],
     )
 
 
