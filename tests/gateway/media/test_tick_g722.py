@@ -21,6 +21,7 @@ from gateway.media.tick import TickEngine
 from telcodecs.frames import FRAME_SAMPLES, Frame
 from telcodecs.g722 import G722Decoder, G722Encoder
 from tests.gateway.media.test_tick import best_correlation, tone
+from tests.gateway.media.test_tick import config as tick_config
 from tests.support.audio import read_wav, speech_wav
 from tests.support.fixtures import SPEECH, require_speech_tools
 
@@ -28,18 +29,15 @@ PEER = ("192.0.2.10", 4000)
 
 
 def config(call_id: str = "g", **overrides: object) -> MediaCallConfig:
+    # A timestamp three G.722 frames (160 ticks each at its RTP clock of 8000) before it wraps.
     fields: dict[str, object] = {
-        "call_id": call_id,
         "codec": "G722",
-        "payload_type": 9,
-        "telephone_event_pt": 101,
-        "remote_rtp": PEER,
         "ssrc": 4000 + sum(call_id.encode()),
         "initial_sequence": 65530,
         "initial_timestamp": 2**32 - 480,
     }
     fields.update(overrides)
-    return MediaCallConfig(**fields)  # type: ignore[arg-type]
+    return tick_config(call_id, **fields)  # type: ignore[arg-type]
 
 
 def packets_from(
