@@ -33,14 +33,11 @@ class SileroVad:
             ) from exc
         self._model: Any = SileroVAD(SAMPLE_RATE)
         self.window: int = int(self._model.window_size_samples)
+        self.window_ms: int = self.window * 1000 // SAMPLE_RATE  # 32 ms
         self.threshold = threshold
         self._pending = bytearray()
         # One writable float32 window reused for every call (the library wants writable memory).
         self._frame = np.zeros(self.window, dtype=np.float32)
-
-    @property
-    def window_ms(self) -> int:
-        return self.window * 1000 // SAMPLE_RATE
 
     def feed(self, pcm: bytes) -> list[VoiceActivity]:
         self._pending += pcm
