@@ -11,7 +11,7 @@ import pytest
 from gateway.providers.pipeline.local.stt import LocalWhisperStt
 from gateway.providers.pipeline.local.vad import SileroVad
 from gateway.providers.pipeline.local.whisper import WhisperRuntime
-from gateway.providers.pipeline.ports import SttEvent, SttFailed, SttFinal, SttSpeechStarted
+from gateway.providers.pipeline.ports import SttEvent, SttFailed, SttFinal, SttSpeechStarted, VoiceActivity
 from tests.gateway.providers.pipeline.local.conftest import require_local_extra
 from tests.gateway.providers.pipeline.local.speech import SENTENCES, normalise, speech_16k
 
@@ -138,5 +138,65 @@ async def test_a_spoken_sentence_becomes_its_text(whisper_runtime: WhisperRuntim
         final = await _next(events)
         assert isinstance(final, SttFinal) and final.from_finalize
         assert len(set(normalise(final.text)) ^ set(normalise(SENTENCES[3]))) <= 3, final.text
+    finally:
+        await stt.aclose()
+
+
+class LoudnessVad:
+    """A scripted VoiceDetector: a 20 ms window is speech when its first sample is not zero."""
+
+    sample_rate = 16000
+    window_ms = 20
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, pcm: bytes) -> list[VoiceActivity]:
+        data = self._pending + pcm
+        whole = len(data) // CHUNK * CHUNK
+        self._pending = data[whole:]
+        return [VoiceActivity(speech=data[i : i + 2] != b"\x00\x00") for i in range(0, whole, CHUNK)]
+
+    def reset(self) -> None:
+        self._pending = b""
+
+
+SPEECH = b"\x10\x00" * 320
+QUIET = b"\x00\x00" * 320
+
+
+async def test_an_early_decode_after_short_silence_answers_the_finalize() -> None:
+    transcriber = RecordingTranscriber("early words")
+    stt = LocalWhisperStt(transcriber, LoudnessVad(), preroll_ms=0, early_decode_ms=200)
+    try:
+        events = stt.events()
+        _feed(stt, SPEECH * 50)  # 1 s
+        assert isinstance(await _next(events), SttSpeechStarted)
+        _feed(stt, QUIET * 9)
+        await asyncio.sleep(0)
+        assert stt.early_decodes == 0  # 180 ms: not yet
+        _feed(stt, QUIET * 16)  # to 500 ms of silence, where the pipeline's endpoint would finalize
+        assert stt.early_decodes == 1
+        stt.finalize()
+        assert await _next(events) == SttFinal(text="early words", speech_final=True, from_finalize=True)
+        assert transcriber.audio == [16000 + 10 * 320]  # decoded once, at 200 ms of silence
+        assert stt.early_used == 1
+    finally:
+        await stt.aclose()
+
+
+async def test_speech_after_an_early_decode_drops_it() -> None:
+    transcriber = RecordingTranscriber()
+    stt = LocalWhisperStt(transcriber, LoudnessVad(), preroll_ms=0, early_decode_ms=200)
+    try:
+        events = stt.events()
+        _feed(stt, SPEECH * 50 + QUIET * 12)  # an early decode starts at 200 ms
+        _feed(stt, SPEECH * 25 + QUIET * 25)  # ...but the caller goes on
+        stt.finalize()
+        assert isinstance(await _next(events), SttSpeechStarted)
+        assert isinstance(await _next(events), SttFinal)
+        assert stt.early_decodes == 2 and stt.early_used == 1
+        assert len(transcriber.audio) == 2  # the dropped early decode and the one of the whole utterance
+        assert max(transcriber.audio) == (50 + 12 + 25 + 10) * 320
     finally:
         await stt.aclose()
