@@ -307,11 +307,13 @@ class EspeakStream:
 
 
 class EspeakTts:
-    """:class:`~gateway.providers.pipeline.ports.TextToSpeech` on one espeak-ng helper process."""
+    """:class:`~gateway.providers.pipeline.ports.TextToSpeech` on one espeak-ng helper process: its own, or a
+    shared ``engine`` that its ``aclose()`` leaves running (the worker's, shared by every call)."""
 
-    def __init__(self, config: EspeakConfig | None = None) -> None:
+    def __init__(self, config: EspeakConfig | None = None, *, engine: EspeakEngine | None = None) -> None:
         self.config = config or EspeakConfig()
-        self.engine = EspeakEngine()
+        self._owns_engine = engine is None
+        self.engine = engine or EspeakEngine()
         self._streams = 0
 
     async def open(self, utterance_id: str, *, voice: str = "") -> EspeakStream:
@@ -321,5 +323,6 @@ class EspeakTts:
         )
 
     async def aclose(self) -> None:
-        with contextlib.suppress(EspeakError):
-            await self.engine.aclose()
+        if self._owns_engine:
+            with contextlib.suppress(EspeakError):
+                await self.engine.aclose()
