@@ -16,6 +16,7 @@ States and inputs (anything else raises :class:`~gateway.sip.errors.LocalProtoco
     NEGOTIATED  offer()             -> REOFFERED
     REOFFERED   take_answer(answer) -> NEGOTIATED   (Refused: back to the state before the re-offer)
     REOFFERED   update(offer)       -> NEGOTIATED   (our re-offer is dropped: see below)
+    REOFFERED   offer()             -> REOFFERED    (our unanswered re-offer is replaced)
 
 Rules followed, and why:
 
@@ -35,7 +36,8 @@ Rules followed, and why:
   call between RTP and SRTP mid-call is refused (488).
 * Media addresses must be IP literals: a host name in ``c=`` would need a DNS lookup for every packet sent.
 * The SIP core answers a re-INVITE without an offer with our re-offer and absorbs the ACK that answers it, so
-  that answer may never reach us; a later offer from the peer therefore replaces a re-offer still pending.
+  that answer may never reach us; a later offer from the peer, or a new re-offer of ours, therefore replaces a
+  re-offer still pending.
 
 Refusals are values, not exceptions: :class:`Refused` carries the status (488), a reason phrase naming the
 problem (the parser's line, the crypto line, the codec) and a short ``code`` for metrics and end reasons.
@@ -258,7 +260,7 @@ class OfferAnswer:
         """Our offer: the first of a call (every codec of the policy, fresh crypto lines per the SRTP mode) or a
         re-offer (the call's codec and keys; ``rekey`` makes a new key of ours). ``direction`` becomes our wish
         (``sendonly`` to hold the peer, ``sendrecv`` to resume); None keeps it."""
-        self._expect("make an offer", OfferAnswerState.IDLE, OfferAnswerState.NEGOTIATED)
+        self._expect("make an offer", OfferAnswerState.IDLE, OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
         address, port = self._bound()
         if direction is not None:
             self._wish = direction

@@ -366,6 +366,11 @@ def test_a_peers_offer_replaces_our_unanswered_reoffer() -> None:
     a.offer(direction="sendonly")  # its answer would come in an ACK the SIP core absorbs
     at_a, _ = reoffer(b, a)
     assert a.state is OfferAnswerState.NEGOTIATED and at_a.media.direction == "sendonly"
+    a.offer(direction="sendrecv")
+    again = a.offer()  # a second re-offer replaces the first, still unanswered
+    assert again.media[0].direction == "sendrecv" and a.state is OfferAnswerState.REOFFERED
+    assert answered(b.update(again)).media.direction == "sendrecv"
+    assert answered(a.take_answer(b.local)).media.direction == "sendrecv"  # type: ignore[arg-type]
 
 
 def test_steps_out_of_order_are_local_errors() -> None:
