@@ -485,3 +485,104 @@ def _check_agreed(a: OfferAnswer, b: OfferAnswer, codec: str, codecs_a: list[str
         assert (a.srtp.local_key, a.srtp.remote_key) == (b.srtp.remote_key, b.srtp.local_key)
         assert (a.srtp.tag, a.srtp.suite) == (b.srtp.tag, b.srtp.suite)
     assert parse_sdp(a.local.to_bytes()) == a.local  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------------------- RFC 3264 corner cases
+
+_TWO_AUDIO_AND_VIDEO = """
+    v=0
+    o=- 5 5 IN IP4 192.0.2.7
+    s=-
+    c=IN IP4 192.0.2.7
+    t=0 0
+    m=video 5000 RTP/AVP 31
+    m=audio 0 RTP/AVP 0
+    m=audio 6000 RTP/AVP 8 0 101
+    a=rtpmap:101 telephone-event/8000
+    a=ptime:{ptime}
+    m=audio 7000 RTP/AVP 0
+"""
+
+
+def test_streams_we_do_not_take_are_answered_with_port_0_and_stay_in_our_reoffer() -> None:
+    b = side(2, srtp="off", codecs=("PCMA", "PCMU"))
+    result = answered(b.answer(sdp(_TWO_AUDIO_AND_VIDEO.format(ptime=20))))
+    # The port-0 audio line is skipped; the first live one is taken, with static payload types and no rtpmap.
+    assert (result.media.media_index, result.media.codec_name, result.media.payload_type) == (2, "PCMA", 8)
+    assert result.media.remote_rtp == ("192.0.2.7", 6000)
+    assert b.local is not None
+    assert [(m.media, m.port) for m in b.local.media] == [("video", 0), ("audio", 0), ("audio", 40004), ("audio", 0)]
+    assert b.local.media[2].formats == ("8", "101")  # the offerer's numbers (RFC 3264 §6.1)
+    reoffer_ = b.offer(direction="sendonly")
+    assert [(m.media, m.port) for m in reoffer_.media] == [(m.media, m.port) for m in b.local.media]
+    assert reoffer_.media[2].direction == "sendonly" and reoffer_.origin.session_version == 2
+
+
+def test_an_answer_may_take_the_second_line_and_refuse_the_rest() -> None:
+    b = side(2, srtp="off")
+    answered(b.answer(sdp(_TWO_AUDIO_AND_VIDEO.format(ptime=20))))
+    offer = b.offer()
+    answer = sdp("""
+        v=0
+        o=- 5 6 IN IP4 192.0.2.7
+        s=-
+        c=IN IP4 192.0.2.7
+        t=0 0
+        m=video 0 RTP/AVP 31
+        m=audio 0 RTP/AVP 0
+        m=audio 6002 RTP/AVP 0 101
+        a=rtpmap:101 telephone-event/8000
+        m=audio 0 RTP/AVP 0
+    """)
+    assert len(offer.media) == 4
+    result = answered(b.take_answer(answer))
+    assert result.media.remote_rtp == ("192.0.2.7", 6002) and result.changed and not result.rekeyed
+
+
+@pytest.mark.parametrize(("ptime", "taken"), [(20, 20), (40, 40), (60, 60), (30, 20), (10, 20), (240, 20)])
+def test_the_offers_ptime_is_taken_when_our_tick_can_send_it(ptime: int, taken: int) -> None:
+    b = side(2, srtp="off")
+    result = answered(b.answer(sdp(_TWO_AUDIO_AND_VIDEO.format(ptime=ptime))))
+    assert result.media.ptime == taken and b.local is not None and b.local.media[2].ptime == taken
+
+
+def test_an_offer_without_telephone_event_gets_an_answer_without_it() -> None:
+    b = side(2, srtp="off")
+    result = answered(b.answer(plain(formats="0")))
+    assert result.media.telephone_event_payload_type is None
+    assert b.local is not None and [c.name for c in b.local.media[0].codecs] == ["PCMU"]
+
+
+def test_a_policy_without_telephone_event_neither_offers_nor_answers_it() -> None:
+    a, b = side(1, srtp="off", telephone_event=False), side(2, srtp="off")
+    assert [c.name for c in a.offer().media[0].codecs] == ["PCMU", "PCMA"]
+    answered(b.answer(a.local))  # type: ignore[arg-type]
+    at_a = answered(a.take_answer(b.local))  # type: ignore[arg-type]
+    assert at_a.media.telephone_event_payload_type is None
+
+
+def test_a_session_level_direction_holds_like_a_media_level_one() -> None:
+    a, b = side(1, srtp="off"), side(2, srtp="off")
+    call(a, b)
+    offer = a.offer()
+    held = replace(offer, direction="sendonly", media=(replace(offer.media[0], direction=None),))
+    result = answered(b.update(held))
+    assert result.media.on_hold and result.media.direction == "recvonly"
+
+
+def test_a_reoffer_that_removes_the_audio_stream_is_refused_and_the_call_goes_on() -> None:
+    a, b = side(1, srtp="off"), side(2, srtp="off")
+    call(a, b)
+    offer = a.offer()
+    removed = replace(offer, media=(replace(offer.media[0], port=0),))
+    result = refused(b.update(removed))
+    assert (result.code, result.reason) == ("no_common_codec", "SDP: no RTP/AVP audio stream offered")
+    assert b.media is not None and b.media.remote_rtp == ("192.0.2.1", 40002)
+
+
+def test_ipv6_media_addresses_are_taken() -> None:
+    a = OfferAnswer(MediaPolicy(srtp="off"), session_id=1, key_source=Keys(1), address="2001:db8::1", port=4000)
+    b = side(2, srtp="off")
+    offer = a.offer()
+    assert offer.connection is not None and offer.connection.address_type == "IP6"
+    assert answered(b.answer(offer.to_bytes())).media.remote_rtp == ("2001:db8::1", 4000)
