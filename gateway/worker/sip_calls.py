@@ -75,7 +75,7 @@ _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
 if TYPE_CHECKING:
-    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.settings import MediaSettings
     from gateway.worker.worker import MediaWorker
 
 
@@ -97,7 +97,7 @@ class TickRoute:
         self.level_phase = leg.level_phase
 
 
-def _offer_answer(settings: WorkerSettings) -> OfferAnswer:
+def _offer_answer(settings: MediaSettings) -> OfferAnswer:
     """A call's offer/answer (gateway/sip/offer_answer.py) under the worker's media policy; our SRTP keys come
     from ``os.urandom`` (the sans-I/O core takes them injected)."""
     policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
@@ -289,7 +289,7 @@ class SipCalls:
         refused (488, the reason naming the problem). An INVITE without an offer takes what the dearest codec of
         ours costs (the caller picks from our offer in its ACK)."""
         settings = self._worker.settings
-        leg.sdp = _offer_answer(settings)
+        leg.sdp = _offer_answer(settings.media)
         if not offer_body:
             leg.cost = settings.offer_cost()
             return True
@@ -299,7 +299,7 @@ class SipCalls:
             self._begin_finish(leg, result.code)
             log.info("call %s: offer refused: %s", leg.id, result.reason)
             return False
-        leg.cost = settings.call_cost(result.media.codec_name, srtp=result.srtp is not None)
+        leg.cost = settings.costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -312,7 +312,7 @@ class SipCalls:
             return False
         leg.rtp = rtp
         assert leg.sdp is not None
-        leg.sdp.bind(address=self._worker.settings.advertised_host or rtp.host, port=rtp.port)
+        leg.sdp.bind(address=self._worker.settings.sip.advertised_host or rtp.host, port=rtp.port)
         if leg.sdp.media is None:
             leg.sdp.offer()
             return True  # media starts when the ACK brings the answer
@@ -323,7 +323,7 @@ class SipCalls:
         assert leg.sdp is not None and leg.rtp is not None
         negotiated, srtp = leg.sdp.media, leg.sdp.srtp
         assert negotiated is not None
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=srtp is not None)
+        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -339,8 +339,8 @@ class SipCalls:
             telephone_event_pt=negotiated.telephone_event_payload_type,
             channels=channels,
             direction=negotiated.direction,
-            latch_any_source=not self._worker.settings.rtp_strict_source,
-            jitter=self._worker.settings.jitter_config,
+            latch_any_source=not self._worker.settings.media.rtp_strict_source,
+            jitter=self._worker.settings.media.jitter_config,
             srtp=_srtp_config(srtp),
         )
         now = self._worker.clock_now()
@@ -388,7 +388,7 @@ class SipCalls:
             config = _srtp_config(result.srtp)
             if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
                 self._worker.engine.set_srtp(leg.id, config)
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
+        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
         assert sdp.local is not None
         self._worker.endpoint.answer_reinvite(leg.sip, now, body=sdp.local.to_bytes())
 
@@ -567,7 +567,7 @@ class SipCalls:
         assert leg.sip is not None
         uri = target
         if not target.startswith(("sip:", "sips:", "tel:")):
-            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip_host
+            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip.sip_host
             uri = f"sip:{target}@{host}"
         self._worker.endpoint.refer(leg.sip, self._worker.sip.now(), target_uri=uri)
         self._worker.sip.pump()
@@ -676,11 +676,11 @@ class SipCalls:
             raise CommandRejectedError("worker is draining")
         to_uri = request.to
         if not to_uri.startswith(("sip:", "sips:", "tel:")):
-            if self._worker.settings.trunk is None:
+            if self._worker.settings.trunking.trunk is None:
                 raise CommandRejectedError(
                     f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
                 )
-            to_uri = f"sip:{request.to}@{self._worker.settings.trunk}"
+            to_uri = f"sip:{request.to}@{self._worker.settings.trunking.trunk}"
         leg = CallLeg(
             id=admission.call_id or f"c-{secrets.token_hex(6)}",
             sip=None,
@@ -693,11 +693,11 @@ class SipCalls:
         )
         rtp = self._worker.ports.allocate()
         leg.rtp = rtp
-        leg.sdp = _offer_answer(self._worker.settings)
-        leg.sdp.bind(address=self._worker.settings.advertised_host or rtp.host, port=rtp.port)
+        leg.sdp = _offer_answer(self._worker.settings.media)
+        leg.sdp.bind(address=self._worker.settings.sip.advertised_host or rtp.host, port=rtp.port)
         offer = leg.sdp.offer()
         caller = request.caller_id or "gateway"
-        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.public_host}"
+        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.sip.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
         leg.answered = asyncio.get_running_loop().create_future()
         try:
