@@ -8,7 +8,7 @@ import itertools
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gateway.sip.errors import LocalProtocolError, SipConfigError
@@ -586,3 +586,70 @@ def test_ipv6_media_addresses_are_taken() -> None:
     offer = a.offer()
     assert offer.connection is not None and offer.connection.address_type == "IP6"
     assert answered(b.answer(offer.to_bytes())).media.remote_rtp == ("2001:db8::1", 4000)
+
+
+_CONNECTION = st.sampled_from(
+    ["c=IN IP4 192.0.2.9", "c=IN IP4 0.0.0.0", "c=IN IP6 2001:db8::9", "c=IN IP4 host.example"]
+)
+_M_LINE = st.sampled_from(
+    [
+        "m=audio 4100 RTP/AVP 0 8 101",
+        "m=audio 4100 RTP/AVP 8 0",
+        "m=audio 0 RTP/AVP 0",
+        "m=audio 4100 RTP/SAVP 0 101",
+        "m=audio 4100 RTP/AVP 96",
+        "m=audio 4100 RTP/AVP 0 96",
+        "m=audio x RTP/AVP 0",
+        "m=video 5000 RTP/AVP 31",
+    ]
+)
+_ATTRIBUTE = st.sampled_from(
+    [
+        "a=rtpmap:101 telephone-event/8000",
+        "a=rtpmap:96 opus/48000/2",
+        "a=rtpmap:96 PCMU/8000",
+        "a=rtpmap:0 PCMA/8000",
+        "a=sendonly",
+        "a=recvonly",
+        "a=inactive",
+        "a=sendrecv",
+        "a=ptime:40",
+        "a=ptime:banana",
+        "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:" + "QUJD" * 10,
+        "a=crypto:2 AES_CM_128_HMAC_SHA1_32 inline:" + "WFla" * 10,
+        "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:c2hvcnQ=",
+        "a=rtcp:4101",
+        "b=AS:64",
+        "x=unknown",
+    ]
+)
+_SECTION = st.tuples(_M_LINE, st.lists(_ATTRIBUTE, max_size=4)).map(lambda s: [s[0], *s[1]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    srtp=st.sampled_from(["off", "optional", "required"]),
+    connection=_CONNECTION,
+    sections=st.lists(_SECTION, min_size=1, max_size=3),
+    before=st.booleans(),
+)
+def test_any_reoffer_is_answered_or_refused_with_488_and_a_refusal_changes_nothing(
+    srtp: str, connection: str, sections: list[list[str]], before: bool
+) -> None:
+    """Whatever a peer re-offers, update() answers it or refuses it (488 with a reason); a refusal leaves the
+    call, our description and its version exactly as they were."""
+    a, b = side(1, srtp=srtp), side(2, srtp=srtp)
+    call(a, b)
+    if before:
+        reoffer(a, b, direction="sendonly")
+    lines = ["v=0", "o=- 1 9 IN IP4 192.0.2.9", "s=-", connection, "t=0 0", *itertools.chain(*sections)]
+    body = "".join(line + "\r\n" for line in lines).encode()
+    state = (b.media, b.srtp, b.local, b.state)
+    result = b.update(body)
+    event(type(result).__name__ if isinstance(result, Answered) else result.code)
+    if isinstance(result, Refused):
+        assert result.status == 488 and result.reason and len(result.reason) < 200
+        assert (b.media, b.srtp, b.local, b.state) == state
+        return
+    assert b.local is not None and b.media is not None and b.media.codec_name == state[0].codec_name  # type: ignore[union-attr]
+    assert b.local.origin.session_version - state[2].origin.session_version in (0, 1)  # type: ignore[union-attr]
