@@ -76,3 +76,28 @@ def render(text: str, *, sample_rate: int = 24_000, lead_ms: int = LEAD_MS) -> t
     if peak > 0:
         out *= 0.3 * 32767 / peak
     return out.astype("<i2").tobytes(), words
+
+
+def char_times(text: str, words: list[SpokenWord], total_ms: int) -> list[tuple[int, int]]:
+    """``(start_ms, duration_ms)`` of every character of ``text`` (ElevenLabs-style alignment): a word's letters
+    share its sound evenly, the spaces after it its pause."""
+    times: list[tuple[int, int]] = []
+    cursor_ms = 0
+    position = 0
+    for index, word in enumerate(words):
+        while position < word.char_start:  # the spaces before this word sound as the pause before it
+            times.append((cursor_ms, word.start_ms - cursor_ms))
+            position += 1
+        n = word.char_end - word.char_start
+        span = word.end_ms - word.start_ms
+        for i in range(n):
+            start = word.start_ms + i * span // n
+            times.append((start, word.start_ms + (i + 1) * span // n - start))
+        position = word.char_end
+        cursor_ms = word.end_ms
+        if index == len(words) - 1:
+            break
+    while position < len(text):
+        times.append((cursor_ms, max(total_ms - cursor_ms, 0)))
+        position += 1
+    return times

@@ -22,9 +22,10 @@ import contextlib
 import dataclasses
 import http
 import itertools
+import ssl
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -127,7 +128,7 @@ class FakeLink:
     def query(self) -> dict[str, str]:
         return self.record.query
 
-    async def messages(self) -> AsyncIterator[dict[str, Any] | bytes]:
+    async def messages(self) -> AsyncGenerator[dict[str, Any] | bytes, None]:
         """Client messages until the connection ends: JSON objects, or bytes for binary frames. A text frame that
         is not a JSON object arrives as ``{"__malformed__": text}``."""
         async for raw in self.ws:
@@ -210,7 +211,9 @@ class VendorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         keep_records: int = 256,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self.ssl_context = ssl_context
         self.faults = faults or Faults()
         self.host = host
         self._port = port
@@ -238,6 +241,7 @@ class VendorServer:
             compression=None,
             max_size=16 * 1024 * 1024,
             ping_interval=None,
+            ssl=self.ssl_context,
         )
 
     async def aclose(self) -> None:

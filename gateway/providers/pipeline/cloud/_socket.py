@@ -145,14 +145,20 @@ class VendorSocket:
     async def aclose(self) -> None:
         """Close the socket and stop the receive task. Idempotent; ``on_closed`` is not called."""
         self._closing = True
-        task = self._recv_task
-        if not task.done():
-            task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
+        await cancel_and_wait(self._recv_task)
         with contextlib.suppress(ConnectionClosed, OSError):
             await self._ws.close()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a task this object owns and wait for it, re-raising only our own cancellation."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
