@@ -38,6 +38,7 @@ from websockets.http11 import Request, Response
 
 T = TypeVar("T")
 AuthCheck = Callable[[Headers, Mapping[str, str]], bool]
+QueryCheck = Callable[[Mapping[str, str]], str]  # a problem with the query ("": none), answered with HTTP 400
 MALFORMED_FRAME = "{not json"
 
 
@@ -49,6 +50,8 @@ def with_query(options: T, query: Mapping[str, str]) -> T:
             continue
         raw = query[f.name]
         current = getattr(options, f.name)
+        if not isinstance(current, bool | int | float | str):
+            continue  # structured fields are set in code, not from a query
         if isinstance(current, bool):
             changes[f.name] = raw.lower() in {"1", "true", "yes", "on"}
         elif isinstance(current, int):
@@ -208,6 +211,7 @@ class VendorServer:
         *,
         faults: Faults | None = None,
         auth: AuthCheck | None = None,
+        check_query: QueryCheck | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         keep_records: int = 256,
@@ -219,6 +223,7 @@ class VendorServer:
         self._port = port
         self._handler = handler
         self._auth = auth
+        self._check_query = check_query
         self.keep_records = keep_records
         self.records: OrderedDict[int, VendorRecord] = OrderedDict()
         self.live: dict[int, FakeLink] = {}
@@ -327,6 +332,9 @@ class VendorServer:
                 return json_response(status, {"error": status.phrase, "injected": True})
             if self._auth is not None and not self._auth(request.headers, query):
                 return json_response(http.HTTPStatus.UNAUTHORIZED, {"error": "Invalid credentials"})
+            problem = self._check_query(query) if self._check_query is not None else ""
+            if problem:
+                return json_response(http.HTTPStatus.BAD_REQUEST, {"error": problem})
             return None
         segments = [s for s in parts.path.split("/") if s]
         try:

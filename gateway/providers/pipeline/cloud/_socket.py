@@ -33,6 +33,8 @@ class EventQueue(Generic[E]):
     after :meth:`end`. :meth:`offer` returns False when full (the caller reports the overflow)."""
 
     def __init__(self, maxsize: int, is_terminal: Callable[[E], bool]) -> None:
+        if maxsize < 3:
+            raise ValueError("an event queue needs room for at least three events")
         self._queue: asyncio.Queue[E | None] = asyncio.Queue(maxsize=maxsize)
         self._is_terminal = is_terminal
         self._ended = False  # the consumer saw the end
@@ -45,20 +47,21 @@ class EventQueue(Generic[E]):
     def offer(self, event: E) -> bool:
         if self._closed:
             return True
-        if self._queue.qsize() >= (self._queue.maxsize - 1):
-            return False  # one slot stays free for the terminal event or the end marker
+        if self._queue.qsize() >= self._queue.maxsize - 2:
+            return False  # two slots stay free for a last event and the end marker
         self._queue.put_nowait(event)
         if self._is_terminal(event):
             self._closed = True
         return True
 
     def finish(self, event: E) -> None:
-        """Deliver a terminal event even when full (the oldest queued event makes room), then end."""
+        """Deliver a last event even when full (the oldest queued events make room), then end."""
         if self._closed:
             return
-        while self._queue.full():
+        while self._queue.qsize() > self._queue.maxsize - 2:
             self._queue.get_nowait()
         self._queue.put_nowait(event)
+        self._queue.put_nowait(None)
         self._closed = True
 
     def end(self) -> None:

@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from gateway.providers.fakes import speech
 from gateway.providers.fakes.fake_cartesia import CartesiaOptions, FakeCartesiaServer
+from tests.gateway.providers.pipeline.cloud.helpers import assert_exact
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -24,9 +25,7 @@ VOICE = {"mode": "id", "id": "voice-1"}
 
 def assert_valid_server_message(message: dict[str, Any]) -> Any:
     """The SDK's discriminated union parses it, and its model holds exactly the keys the fake sent."""
-    parsed = RESPONSES.validate_python(message)
-    assert parsed.model_dump(by_alias=True, exclude_unset=True) == message
-    return parsed
+    return assert_exact(RESPONSES, message)
 
 
 async def test_sdk_context_receives_audio_timestamps_done_in_order() -> None:

@@ -27,7 +27,7 @@ from gateway.providers.pipeline.cloud.elevenlabs import (
     send_text,
 )
 from gateway.providers.pipeline.ports import TtsAudio, TtsDone, TtsFailed, TtsWords, Word
-from tests.gateway.providers.pipeline.cloud.helpers import drain, until
+from tests.gateway.providers.pipeline.cloud.helpers import assert_exact, drain, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -38,18 +38,14 @@ def config(fake: FakeElevenLabsServer, **changes: Any) -> ElevenLabsConfig:
     return ElevenLabsConfig(url=fake.base_url, api_key="xi-test", voice="voice-1", **changes)
 
 
-def assert_model(model: Any, message: Any) -> None:
-    assert model.model_validate(message).model_dump(by_alias=True, exclude_unset=True) == dict(message)
-
-
 def test_messages_match_the_sdk_models_key_for_key() -> None:
     cfg = ElevenLabsConfig(api_key="k", voice="v", voice_settings={"stability": 0.5, "speed": 1.1})
-    assert_model(InitialiseContext, initialise_context(cfg, "c1"))
-    assert_model(SendTextMulti, send_text("c1", "Hello there."))
+    assert_exact(InitialiseContext, initialise_context(cfg, "c1"))
+    assert_exact(SendTextMulti, send_text("c1", "Hello there."))
     assert send_text("c1", "Hello there.")["text"] == "Hello there. "  # ends with a single space
-    assert_model(KeepContextAlive, keep_context_alive("c1"))
-    assert_model(CloseContext, close_context("c1"))
-    assert_model(CloseSocket, CLOSE_SOCKET)
+    assert_exact(KeepContextAlive, keep_context_alive("c1"))
+    assert_exact(CloseContext, close_context("c1"))
+    assert_exact(CloseSocket, CLOSE_SOCKET)
     url = build_url(ElevenLabsConfig(model="eleven_flash_v2_5", language="de"), "voice id")
     assert url == (
         "wss://api.elevenlabs.io/v1/text-to-speech/voice%20id/multi-stream-input?model_id=eleven_flash_v2_5"
@@ -133,7 +129,7 @@ async def test_word_timings_are_exact_across_chunks_and_clauses() -> None:
     assert received[-2:] == [{"context_id": "item-1", "close_context": True}, {"close_socket": True}]
     models = [InitialiseContext] + [SendTextMulti] * 3 + [CloseContext, CloseSocket]
     for model, message in zip(models, received, strict=True):
-        assert_model(model, message)
+        assert_exact(model, message)
 
 
 async def test_cancel_stops_audio_and_late_audio_is_dropped() -> None:
