@@ -64,6 +64,15 @@ class EventQueue(Generic[E]):
         self._queue.put_nowait(None)
         self._closed = True
 
+    def end_quietly(self) -> None:
+        """End iteration after the events already queued."""
+        if self._closed:
+            return
+        while self._queue.full():
+            self._queue.get_nowait()
+        self._queue.put_nowait(None)
+        self._closed = True
+
     def end(self) -> None:
         """End iteration now: queued events are discarded (a cancelled stream says nothing more)."""
         self._closed = True
