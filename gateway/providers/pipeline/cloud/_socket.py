@@ -134,12 +134,16 @@ class VendorSocket:
     async def send_bytes(self, data: bytes) -> None:
         await self._send(data)
 
-    async def _send(self, data: str | bytes) -> None:
+    async def send_text_bytes(self, data: bytes) -> None:
+        """UTF-8 bytes sent as a text frame (JSON built without a str round trip)."""
+        await self._send(data, text=True)
+
+    async def _send(self, data: str | bytes, *, text: bool | None = None) -> None:
         if not self.is_open:
             raise ProviderClosedError(f"{self._name}: connection is closed")
         try:
             async with self._lock:
-                await self._ws.send(data)
+                await self._ws.send(data, text=text)
         except ConnectionClosed as exc:
             code = exc.rcvd.code if exc.rcvd is not None else None
             raise ProviderClosedError(f"{self._name}: connection closed (code {code})") from exc
