@@ -9,6 +9,10 @@ decoded in the bounded pool), the rule agent and espeak-ng.
 session does: caller frames resampled 24 -> 16 kHz by telcodecs, the VAD's silence for ``--endpoint-ms`` after
 speech calls the STT's ``finalize()``, the final text goes to the rule agent, its text to an espeak stream.
 
+``python -m bench.local_pipeline --wer [--context-s S ...]`` instead decodes the ten sentences alone, straight at
+16 kHz and through a G.711 phone's path (24 -> 8 kHz, mu-law both ways, back to 24 and 16 kHz by telcodecs), and
+reports the word error rate and the CPU per decode for each audio context.
+
 Figures, per turn: **end of caller speech** (the moment the last frame holding speech was fed) to **first agent
 audio** (the first TtsAudio of the reply), p50 and p95 over all turns of all calls; and the process's CPU time
 (all threads) over the run, per call, as a share of one core, which is what admission should count.
@@ -18,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -33,24 +39,26 @@ from gateway.providers.pipeline.local.espeak import EspeakConfig, EspeakTts
 from gateway.providers.pipeline.local.rules import RuleAgent
 from gateway.providers.pipeline.local.stt import LocalWhisperStt
 from gateway.providers.pipeline.local.vad import SileroVad
-from gateway.providers.pipeline.local.whisper import WhisperConfig, WhisperRuntime, shared_whisper
+from gateway.providers.pipeline.local.whisper import WhisperConfig, WhisperRuntime, load_whisper, shared_whisper
 from gateway.providers.pipeline.ports import ChatMessage, SttFinal, TextDelta, TtsAudio
 from gateway.session.config import SessionConfig
 from gateway.session.tools import ToolRegistry
+from telcodecs import g711
 from telcodecs.resample import StreamResampler
 
 FRAME = 480  # 20 ms at 24 kHz
+# The project's ten call-centre fixtures, as in tests/gateway/providers/pipeline/local/speech.py.
 SENTENCES = (
     "Hello, I would like to check my order status.",
     "My order number is four five seven two.",
     "I was charged twice for the same item.",
-    "Can you tell me when it will arrive?",
+    "Can you transfer me to a human agent please?",
     "The package never arrived at my address.",
     "I need to change my delivery date to Friday.",
     "Please cancel my subscription today.",
     "What is the balance on my account?",
     "My phone number is five five five one two three four.",
-    "Thank you very much for the help.",
+    "Thank you very much, goodbye.",
 )
 SPEECH_DBFS = -45.0
 
@@ -173,6 +181,73 @@ async def run_call(
     return result
 
 
+_DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def normalise(text: str) -> list[str]:
+    """Lower case, punctuation stripped, digits as words, "good bye" as "goodbye" (PIPELINE.md §3.2)."""
+    text = text.lower().replace("-", " ")
+    text = re.sub(r"\d", lambda m: f" {_DIGITS[int(m.group())]} ", text)
+    return re.sub(r"[^a-z' ]", " ", text).replace("good bye", "goodbye").split()
+
+
+def word_errors(reference: str, hypothesis: str) -> int:
+    ref, hyp = normalise(reference), normalise(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        previous, row[0] = row[:], i
+        for j, h in enumerate(hyp, 1):
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (r != h))
+    return row[-1]
+
+
+def _through(pcm: np.ndarray, *rates: int) -> np.ndarray:  # type: ignore[type-arg]
+    for a, b in itertools.pairwise(rates):
+        resampler = StreamResampler(a, b)
+        frame = resampler.in_frame
+        pcm = np.concatenate([pcm, np.zeros(-len(pcm) % frame, dtype=np.int16)])
+        pcm = np.concatenate([resampler.process(pcm[i : i + frame]) for i in range(0, len(pcm), frame)])
+    return pcm
+
+
+async def wer_async(args: argparse.Namespace) -> dict[str, Any]:
+    tts = EspeakTts(EspeakConfig(voice="en-us", wpm=150))
+    try:
+        speech = await _caller_audio(tts)
+    finally:
+        await tts.aclose()
+    wide = {s: _through(np.frombuffer(b"".join(f), "<i2").astype(np.int16), 24000, 16000) for s, f in speech}
+    narrow = {}
+    for sentence, frames in speech:
+        pcm8 = _through(np.frombuffer(b"".join(frames), "<i2").astype(np.int16), 24000, 8000)
+        narrow[sentence] = _through(g711.ulaw_decode(g711.ulaw_encode(pcm8)), 8000, 24000, 16000)
+    results = []
+    for context_s in args.context_s_list:
+        runtime = load_whisper(WhisperConfig(context_s=context_s, workers=1, threads=args.threads))
+        runtime.decode(np.zeros(16000, np.int16))
+        row: dict[str, Any] = {"context_s": context_s}
+        for name, audio in (("16k", wide), ("mulaw", narrow)):
+            errors = words = 0
+            cpu0 = time.process_time()
+            texts = {}
+            for sentence in SENTENCES:
+                texts[sentence] = runtime.decode(audio[sentence])
+                errors += word_errors(sentence, texts[sentence])
+                words += len(normalise(sentence))
+            row[name] = {
+                "wer": errors / words,
+                "errors": errors,
+                "words": words,
+                "cpu_s_per_decode": (time.process_time() - cpu0) / len(SENTENCES),
+            }
+            if args.detail:
+                row[name]["texts"] = texts
+        runtime.close()
+        results.append(row)
+    speech_s = statistics.mean(len(a) / 16000 for a in wide.values())
+    return {"mean_utterance_s": speech_s, "results": results}
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -236,9 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=0, help="decode pool size (0: the cores)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads inside one decode")
     parser.add_argument("--detail", action="store_true", help="every turn's text and times")
+    parser.add_argument("--wer", action="store_true", help="word error rate and decode CPU, no calls")
+    parser.add_argument("--context-s-list", type=float, nargs="+", default=[10.0, 15.0, 30.0], help="with --wer")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    report = asyncio.run(main_async(args))
+    report = asyncio.run(wer_async(args) if args.wer else main_async(args))
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0
