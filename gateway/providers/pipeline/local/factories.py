@@ -13,7 +13,7 @@ GATEWAY_PIPELINE_ESPEAK_WPM         espeak-ng speaking rate, words per minute   
 ==================================  ============================================================  =============
 
 Route options (``[profile.pipeline.stt]`` and so on; the names each factory accepts are in :data:`OPTIONS`):
-``stt = "local"``: ``early_decode_ms``, ``preroll_ms``, ``vad_threshold``; ``vad = "silero"``: ``threshold``;
+``stt = "whisper"``: ``early_decode_ms``, ``preroll_ms``, ``vad_threshold``; ``vad = "silero"``: ``threshold``;
 ``tts = "espeak"``: ``voice``, ``wpm``; ``llm = "rules"``: ``transfer_target``, ``greeting``.
 
 The Whisper model and the espeak-ng helper are shared by every call of the process: the first call loads them
