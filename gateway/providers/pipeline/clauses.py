@@ -4,7 +4,9 @@ A clause ends after ``.``, ``?``, ``!``, ``;`` or ``:`` followed by whitespace, 
 holds ``min_comma_chars`` characters; text without such a break is released anyway past ``max_chars`` at the
 last space. The concatenation of every clause (and the :meth:`ClauseSplitter.flush` remainder) is exactly the
 text fed in, whitespace included, so character offsets into the item text stay valid for word timings.
-A full stop inside a number ("3.5") or after a single capital ("J. Smith") is not a break.
+A full stop inside a number ("3.5") or after a single capital ("J. Smith") is not a break; a sentence end that
+closes the text fed so far is one when it follows a word of two or more letters (streamed tokens end there, and
+waiting for the next token's space would cost one token interval).
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ class ClauseSplitter:
     def _break(self) -> int:
         text = self._pending
         for i, char in enumerate(text):
-            if i + 1 >= len(text) or not text[i + 1].isspace():
+            if i + 1 >= len(text):
+                # A sentence end closing the text so far (a token ends there) need not wait for the next token's
+                # space: after a word of two or more letters it cannot be a decimal point or an initial.
+                if char in "?!" or (char == "." and i >= 2 and text[i - 1].isalpha() and text[i - 2].isalpha()):
+                    return i + 1
+                continue
+            if not text[i + 1].isspace():
                 continue
             if char in _ENDS and not _abbreviation(text, i):
                 return _after_space(text, i + 1)
