@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.fleet.models import ProfileModel, ToolModel, TurnDetectionModel, WebhookSpec
+from gateway.fleet.models import BotModel, ProfileModel, ToolModel, TurnDetectionModel, WebhookSpec
 
 DEFAULT_SOURCE = "<built-in config>"
 
@@ -83,6 +83,8 @@ class ProfileConfig(_Section):
     turn_detection: TurnDetectionModel = Field(default_factory=TurnDetectionModel)
     max_duration_s: float = Field(default=3600.0, gt=0.0, le=86_400.0)
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
+    # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
+    bot: BotModel | None = None
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -115,6 +117,7 @@ class ProfileConfig(_Section):
             turn_detection=self.turn_detection,
             max_duration_s=self.max_duration_s,
             audio_format=self.audio_format,
+            bot=self.bot,
         )
 
 
