@@ -1,31 +1,8 @@
 """Build a :class:`~gateway.providers.base.RealtimeModel` by name from the environment.
 
-``create_model("echo" | "openai" | "gemini", settings)``. :class:`ProviderSettings` reads, once and frozen:
-
-===========================  ===================================================  =======================
-variable                     meaning                                              default
-===========================  ===================================================  =======================
-GATEWAY_PROVIDER             provider of routes that name none                    ``echo``
-OPENAI_API_KEY               OpenAI (or compatible) key                           required for openai*
-GATEWAY_OPENAI_URL           realtime websocket URL (Azure, xAI, the fake)        OpenAI's GA endpoint
-GATEWAY_OPENAI_MODEL         default model when a profile names none              ``gpt-realtime``
-GATEWAY_OPENAI_AUTH_HEADER   header carrying the key (Azure: ``api-key``)         ``Authorization``
-GATEWAY_OPENAI_AUTH_SCHEME   prefix of the key in that header (Azure: empty)      ``Bearer``
-GEMINI_API_KEY               Gemini API key                                       required for gemini*
-GATEWAY_GEMINI_URL           BidiGenerateContent websocket URL                    Google's endpoint
-GATEWAY_GEMINI_MODEL         default Gemini Live model                            see gemini.DEFAULT_MODEL
-GATEWAY_ECHO_DELAY_FRAMES    echo agent lag in 20 ms frames                       ``1``
-GATEWAY_BOT_URL              the ``websocket`` provider's bot (ws:// or wss://)   required for websocket†
-GATEWAY_BOT_AUDIO            wire audio: ``mulaw`` (8 kHz), ``l16_16k``, ``l16_24k``  ``mulaw``
-GATEWAY_BOT_TOKEN            sent as ``Authorization: Bearer <token>`` (secret)   none
-GATEWAY_BOT_HEADERS          JSON object of extra upgrade headers (secret)        none
-GATEWAY_BOT_TWILIO_AUTH_TOKEN  signs the upgrade with ``X-Twilio-Signature``       none
-GATEWAY_BOT_ACCOUNT_SID      the ``accountSid`` the bot is sent                   ``AC`` + 32 zeros
-GATEWAY_BOT_MAX_QUEUED_S     how far ahead of the caller a bot's audio may be     ``60``
-===========================  ===================================================  =======================
-
-\\* A key is not required when the URL points at a loopback address (the local fake server, tests).
-† Unless every ``websocket`` profile names its own ``bot.url``.
+``create_model("echo" | "openai" | "gemini" | "websocket", settings)``. :class:`ProviderSettings` reads the
+environment once and is frozen; each field's description is its documentation (the table in docs/operations.md
+is generated from it). A key is not required when the URL points at a loopback address (the local fake server, tests).
 """
 
 from __future__ import annotations
@@ -49,29 +26,107 @@ def _env(name: str) -> AliasChoices:
 
 
 class ProviderSettings(BaseSettings):
-    """Provider configuration from the environment (names in the module docstring). Frozen after start-up."""
+    """Which provider answers calls, and how each is reached."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
-    provider: str = Field(default="echo", validation_alias=_env("GATEWAY_PROVIDER"))
-    openai_api_key: str = Field(default="", validation_alias=_env("OPENAI_API_KEY"), repr=False)
-    openai_url: str = Field(default=openai.DEFAULT_URL, validation_alias=_env("GATEWAY_OPENAI_URL"))
-    openai_model: str = Field(default=openai.DEFAULT_MODEL, validation_alias=_env("GATEWAY_OPENAI_MODEL"))
-    openai_auth_header: str = Field(default="Authorization", validation_alias=_env("GATEWAY_OPENAI_AUTH_HEADER"))
-    openai_auth_scheme: str = Field(default="Bearer", validation_alias=_env("GATEWAY_OPENAI_AUTH_SCHEME"))
-    gemini_api_key: str = Field(default="", validation_alias=_env("GEMINI_API_KEY"), repr=False)
-    gemini_url: str = Field(default=gemini.DEFAULT_URL, validation_alias=_env("GATEWAY_GEMINI_URL"))
-    gemini_model: str = Field(default=gemini.DEFAULT_MODEL, validation_alias=_env("GATEWAY_GEMINI_MODEL"))
-    echo_delay_frames: int = Field(default=1, ge=0, validation_alias=_env("GATEWAY_ECHO_DELAY_FRAMES"))
-    bot_url: str = Field(default="", validation_alias=_env("GATEWAY_BOT_URL"), repr=False)
-    bot_audio: WireAudio = Field(default="mulaw", validation_alias=_env("GATEWAY_BOT_AUDIO"))
-    bot_token: str = Field(default="", validation_alias=_env("GATEWAY_BOT_TOKEN"), repr=False)
-    bot_headers: dict[str, str] = Field(default_factory=dict, validation_alias=_env("GATEWAY_BOT_HEADERS"), repr=False)
-    bot_twilio_auth_token: str = Field(default="", validation_alias=_env("GATEWAY_BOT_TWILIO_AUTH_TOKEN"), repr=False)
-    bot_account_sid: str = Field(
-        default="AC" + "0" * 32, pattern=r"^AC[0-9a-fA-F]{32}$", validation_alias=_env("GATEWAY_BOT_ACCOUNT_SID")
+    provider: str = Field(
+        default="echo",
+        validation_alias=_env("GATEWAY_PROVIDER"),
+        description="Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini` or `websocket`.",
     )
-    bot_max_queued_s: float = Field(default=60.0, gt=0.0, le=3600.0, validation_alias=_env("GATEWAY_BOT_MAX_QUEUED_S"))
+    openai_api_key: str = Field(
+        default="",
+        validation_alias=_env("OPENAI_API_KEY"),
+        repr=False,
+        description="OpenAI (or compatible) API key; needed for `openai` unless its URL is a loopback address.",
+    )
+    openai_url: str = Field(
+        default=openai.DEFAULT_URL,
+        validation_alias=_env("GATEWAY_OPENAI_URL"),
+        description="Realtime websocket URL (OpenAI's GA endpoint, Azure, xAI, the local fake).",
+    )
+    openai_model: str = Field(
+        default=openai.DEFAULT_MODEL,
+        validation_alias=_env("GATEWAY_OPENAI_MODEL"),
+        description="Model of the profiles that name none.",
+    )
+    openai_auth_header: str = Field(
+        default="Authorization",
+        validation_alias=_env("GATEWAY_OPENAI_AUTH_HEADER"),
+        description="Header carrying the key (Azure: `api-key`).",
+    )
+    openai_auth_scheme: str = Field(
+        default="Bearer",
+        validation_alias=_env("GATEWAY_OPENAI_AUTH_SCHEME"),
+        description="Prefix of the key in that header (Azure: empty).",
+    )
+    gemini_api_key: str = Field(
+        default="",
+        validation_alias=_env("GEMINI_API_KEY"),
+        repr=False,
+        description="Gemini API key; needed for `gemini` unless its URL is a loopback address.",
+    )
+    gemini_url: str = Field(
+        default=gemini.DEFAULT_URL,
+        validation_alias=_env("GATEWAY_GEMINI_URL"),
+        description="BidiGenerateContent websocket URL.",
+    )
+    gemini_model: str = Field(
+        default=gemini.DEFAULT_MODEL,
+        validation_alias=_env("GATEWAY_GEMINI_MODEL"),
+        description="Gemini Live model of the profiles that name none.",
+    )
+    echo_delay_frames: int = Field(
+        default=1,
+        ge=0,
+        validation_alias=_env("GATEWAY_ECHO_DELAY_FRAMES"),
+        description="How far the echo agent lags the caller, in 20 ms frames.",
+    )
+    bot_url: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_BOT_URL"),
+        repr=False,
+        description="The `websocket` provider's bot (ws:// or wss://; a profile's `bot.url` wins). May carry a "
+        "token in its path, so it is never logged whole.",
+    )
+    bot_audio: WireAudio = Field(
+        default="mulaw",
+        validation_alias=_env("GATEWAY_BOT_AUDIO"),
+        description="Audio on the bot's wire: `mulaw` (8 kHz, Twilio's), `l16_16k` or `l16_24k` (PCM16 LE).",
+    )
+    bot_token: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_BOT_TOKEN"),
+        repr=False,
+        description="Sent to the bot as `Authorization: Bearer <token>` (secret).",
+    )
+    bot_headers: dict[str, str] = Field(
+        default_factory=dict,
+        validation_alias=_env("GATEWAY_BOT_HEADERS"),
+        repr=False,
+        json_schema_extra={"doc_default": "{}"},
+        description="Extra headers of the bot's websocket upgrade, a JSON object (secret).",
+    )
+    bot_twilio_auth_token: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_BOT_TWILIO_AUTH_TOKEN"),
+        repr=False,
+        description="When set, the upgrade carries `X-Twilio-Signature` signed with it, for bots that check.",
+    )
+    bot_account_sid: str = Field(
+        default="AC" + "0" * 32,
+        pattern=r"^AC[0-9a-fA-F]{32}$",
+        validation_alias=_env("GATEWAY_BOT_ACCOUNT_SID"),
+        description="The `accountSid` the bot is sent in `start` and `stop`.",
+    )
+    bot_max_queued_s: float = Field(
+        default=60.0,
+        gt=0.0,
+        le=3600.0,
+        validation_alias=_env("GATEWAY_BOT_MAX_QUEUED_S"),
+        description="How far ahead of the caller a bot's audio may be; beyond it, its audio is refused and counted.",
+    )
 
 
 def create_model(name: str | None = None, settings: ProviderSettings | None = None) -> RealtimeModel:

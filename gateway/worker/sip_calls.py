@@ -99,7 +99,7 @@ _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
 if TYPE_CHECKING:
-    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.settings import MediaSettings
     from gateway.worker.worker import MediaWorker
 
 
@@ -141,7 +141,7 @@ def _check_media_address(negotiated: NegotiatedMedia) -> None:
 
 
 def _answer_offer(
-    description: SessionDescription, settings: WorkerSettings, current: SrtpNegotiated | None = None
+    description: SessionDescription, settings: MediaSettings, current: SrtpNegotiated | None = None
 ) -> SecureNegotiation:
     """An offer's audio stream, codec and SRTP under ``settings.srtp`` (gateway/sip/sdes.py); our SRTP keys come
     from ``os.urandom`` (the sans-I/O core takes them injected). Raises SdpError, NoCommonCodec, SrtpRefused."""
@@ -348,7 +348,7 @@ class SipCalls:
             return True
         try:
             offer = parse_sdp(offer_body)
-            negotiation = _answer_offer(offer, settings)
+            negotiation = _answer_offer(offer, settings.media)
         except SrtpRefused as exc:
             # The reason says what was wrong with the offer's security (which a=crypto line, or the mode).
             self._reject(leg, 488, exc.reason, end_reason="srtp_refused")
@@ -368,7 +368,7 @@ class SipCalls:
         leg.remote_sdp = offer
         leg.negotiated = negotiation.media
         leg.srtp = negotiation.srtp
-        leg.cost = settings.call_cost(negotiation.media.codec_name, srtp=leg.srtp is not None)
+        leg.cost = settings.costs.call_cost(negotiation.media.codec_name, srtp=leg.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -381,7 +381,7 @@ class SipCalls:
             return False
         leg.rtp = rtp
         session_id = random.getrandbits(31)
-        public = self._worker.settings.advertised_host or rtp.host
+        public = self._worker.settings.sip.advertised_host or rtp.host
         if leg.negotiated is None or leg.remote_sdp is None:
             leg.local_sdp = self._new_offer(leg, public, rtp.port, session_id)
             return True  # media starts when the ACK brings the answer
@@ -400,7 +400,7 @@ class SipCalls:
     def _start_media(self, leg: CallLeg) -> None:
         negotiated = leg.negotiated
         assert negotiated is not None and leg.rtp is not None
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
+        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -416,8 +416,8 @@ class SipCalls:
             telephone_event_pt=negotiated.telephone_event_payload_type,
             channels=channels,
             direction=negotiated.direction,
-            latch_any_source=not self._worker.settings.rtp_strict_source,
-            jitter=self._worker.settings.jitter_config,
+            latch_any_source=not self._worker.settings.media.rtp_strict_source,
+            jitter=self._worker.settings.media.jitter_config,
             srtp=_srtp_config(leg.srtp),
         )
         now = self._worker.clock_now()
@@ -449,7 +449,7 @@ class SipCalls:
         if leg.rtp is None:
             self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
             return
-        public = self._worker.settings.advertised_host or leg.rtp.host
+        public = self._worker.settings.sip.advertised_host or leg.rtp.host
         leg.session_version += 1
         session_id = leg.local_sdp.origin.session_id if leg.local_sdp is not None else random.getrandbits(31)
         if event.body is None or not event.body:
@@ -458,13 +458,13 @@ class SipCalls:
                 local_port=leg.rtp.port,
                 session_id=session_id,
                 session_version=leg.session_version,
-                preferences=self._worker.settings.codecs,
+                preferences=self._worker.settings.media.codecs,
             )
             self._worker.endpoint.answer_reinvite(leg.sip, now, body=self._secured_reoffer(leg, offer).to_bytes())
             return
         try:
             offer = parse_sdp(event.body)
-            negotiation = _answer_offer(offer, self._worker.settings, current=leg.srtp)
+            negotiation = _answer_offer(offer, self._worker.settings.media, current=leg.srtp)
             check_update(leg.srtp, negotiation.srtp)
         except SrtpRefused as exc:
             log.info("call %s: re-INVITE refused: %s", leg.id, exc)
@@ -488,7 +488,7 @@ class SipCalls:
                 self._worker.engine.set_srtp(leg.id, config)
         leg.negotiated = negotiated
         leg.srtp = negotiation.srtp
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
+        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
         leg.remote_sdp = offer
         answer = build_answer(
             offer,
@@ -504,7 +504,7 @@ class SipCalls:
     def _new_offer(self, leg: CallLeg, address: str, port: int, session_id: int) -> SessionDescription:
         """Our offer of a new call (outbound, or a late-offer INVITE), with a=crypto lines per ``settings.srtp``
         (kept on the leg to read the answer's)."""
-        settings = self._worker.settings
+        settings = self._worker.settings.media
         offer = build_offer(
             local_address=address,
             local_port=port,
@@ -530,8 +530,8 @@ class SipCalls:
     def _take_answer(self, leg: CallLeg, answer: SessionDescription) -> None:
         """The remote's answer to our offer: its codec and SRTP (our crypto lines: ``leg.offered_crypto``),
         then the call's media. Raises SdpError, NoCommonCodec, SrtpRefused or LocalMediaError."""
-        negotiated = _negotiate(answer, self._worker.settings.codecs)
-        leg.srtp = read_answer(answer, negotiated, leg.offered_crypto, self._worker.settings.srtp)
+        negotiated = _negotiate(answer, self._worker.settings.media.codecs)
+        leg.srtp = read_answer(answer, negotiated, leg.offered_crypto, self._worker.settings.media.srtp)
         leg.offered_crypto = ()
         leg.negotiated = negotiated
         leg.remote_sdp = answer
@@ -698,7 +698,7 @@ class SipCalls:
         assert leg.sip is not None
         uri = target
         if not target.startswith(("sip:", "sips:", "tel:")):
-            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip_host
+            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip.sip_host
             uri = f"sip:{target}@{host}"
         self._worker.endpoint.refer(leg.sip, self._worker.sip.now(), target_uri=uri)
         self._worker.sip.pump()
@@ -805,11 +805,11 @@ class SipCalls:
             raise CommandRejectedError("worker is draining")
         to_uri = request.to
         if not to_uri.startswith(("sip:", "sips:", "tel:")):
-            if self._worker.settings.trunk is None:
+            if self._worker.settings.trunking.trunk is None:
                 raise CommandRejectedError(
                     f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
                 )
-            to_uri = f"sip:{request.to}@{self._worker.settings.trunk}"
+            to_uri = f"sip:{request.to}@{self._worker.settings.trunking.trunk}"
         leg = CallLeg(
             id=admission.call_id or f"c-{secrets.token_hex(6)}",
             sip=None,
@@ -822,10 +822,10 @@ class SipCalls:
         )
         rtp = self._worker.ports.allocate()
         leg.rtp = rtp
-        public = self._worker.settings.advertised_host or rtp.host
+        public = self._worker.settings.sip.advertised_host or rtp.host
         leg.local_sdp = self._new_offer(leg, public, rtp.port, random.getrandbits(31))
         caller = request.caller_id or "gateway"
-        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.public_host}"
+        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.sip.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
         leg.answered = asyncio.get_running_loop().create_future()
         try:
