@@ -129,7 +129,7 @@ class BotSession:
         self.hung_up_by_bot = False
         self._overflowing = False
         self._warned: set[str] = set()
-        self.audio_dropped = 0  # caller audio not sent because the bot had ended the stream
+        self.audio_dropped = 0  # caller audio sends dropped because the stream had closed
 
     def attach(self, link: ProviderLink) -> None:
         self._link = link
@@ -137,27 +137,39 @@ class BotSession:
 
     # ------------------------------------------------------------------------------------- to the bot
 
+    # A send that finds the socket closed drops its message instead of raising: the receive task is about to
+    # report the close with the bot's code (a hang-up or a drop), and that, not the send, decides what happens.
+
     def send_audio_nowait(self, pcm: bytes) -> bool:
         link = self._require_link()
-        if self.hung_up_by_bot:
+        try:
+            if self.hung_up_by_bot or not link.is_open:
+                self.audio_dropped += 1
+                return True
+            if self._outbox or not link.writable():  # marks wait: keep the wire in sequence order
+                return False
+            protocol = self.protocol
+            return link.send_texts_nowait([protocol.media(chunk) for chunk in self.bridge.to_wire(pcm)])
+        except ProviderClosedError:
             self.audio_dropped += 1
             return True
-        if self._outbox or not link.writable():  # marks wait: keep the wire in sequence order
-            return False
-        protocol = self.protocol
-        return link.send_texts_nowait([protocol.media(chunk) for chunk in self.bridge.to_wire(pcm)])
 
     async def send_audio(self, pcm: bytes) -> None:
         link = self._require_link()
-        if self.hung_up_by_bot:
+        if self.hung_up_by_bot or not link.is_open:
             self.audio_dropped += 1
             return
         protocol = self.protocol
-        await link.send_texts([protocol.media(chunk) for chunk in self.bridge.to_wire(pcm)])
+        try:
+            await link.send_texts([protocol.media(chunk) for chunk in self.bridge.to_wire(pcm)])
+        except ProviderClosedError:
+            self.audio_dropped += 1
 
     async def send_dtmf(self, digit: str) -> None:
         link = self._require_link()
-        if not self.hung_up_by_bot:
+        if self.hung_up_by_bot or not link.is_open:
+            return
+        with contextlib.suppress(ProviderClosedError):
             await link.send_texts([self.protocol.dtmf(digit)])
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
