@@ -22,7 +22,7 @@ its kind: ``legs.find(call_id).hang_up(reason)``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gateway.fleet.errors import CallNotFoundError
@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 LegKind = Literal["sip", "webrtc"]
 
 
-class LegState(Enum):
+class LegState(StrEnum):
+    """A leg's state; its value is the fleet's name for it (a StrEnum: ``leg.state == "active"`` reads as it says)."""
+
     ADMITTED = "admitted"
     RINGING = "ringing"
     ACTIVE = "active"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ipaddress
 import logging
 import os
 import random
@@ -60,31 +59,8 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.headers import reason_value
-from gateway.sip.sdes import (
-    SecureNegotiation,
-    SrtpNegotiated,
-    SrtpRefused,
-    check_update,
-    negotiate_secure,
-    offer_crypto,
-    read_answer,
-    reoffer_crypto,
-    secure_answer,
-    secure_offer,
-)
-from gateway.sip.sdp import (
-    RTP_PROFILES,
-    SRTP_PROFILES,
-    LocalMedia,
-    NegotiatedMedia,
-    NoCommonCodec,
-    SdpError,
-    SessionDescription,
-    build_answer,
-    build_offer,
-    negotiate,
-    parse_sdp,
-)
+from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
+from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
 from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
@@ -101,41 +77,11 @@ if TYPE_CHECKING:
     from gateway.worker.settings import CapacitySettings, MediaSettings, SipListenSettings, TrunkSettings
 
 
-def _negotiate(description: SessionDescription, codecs: tuple[str, ...]) -> NegotiatedMedia:
-    """SDP offer/answer for our one audio stream; media addresses must be IP literals.
-
-    A host name in ``c=`` is legal SDP, but resolving it would put a DNS lookup on the event loop (or, done
-    per packet by ``sendto``, one per RTP packet); such an offer is refused like malformed SDP (488).
-    Reads answers to our offers too, which are RTP/SAVP when SRTP is required (their crypto: :func:`_srtp_of`).
-    """
-    negotiated = negotiate(description, local=LocalMedia(), preferences=codecs, profiles=RTP_PROFILES | SRTP_PROFILES)
-    _check_media_address(negotiated)
-    return negotiated
-
-
-def _check_media_address(negotiated: NegotiatedMedia) -> None:
-    try:
-        ipaddress.ip_address(negotiated.remote_rtp[0])
-    except ValueError:
-        raise caused(SdpError(f"media address {negotiated.remote_rtp[0]!r} is not an IP address"), None)  # noqa: B904
-
-
-def _answer_offer(
-    description: SessionDescription, settings: MediaSettings, current: SrtpNegotiated | None = None
-) -> SecureNegotiation:
-    """An offer's audio stream, codec and SRTP under ``settings.srtp`` (gateway/sip/sdes.py); our SRTP keys come
-    from ``os.urandom`` (the sans-I/O core takes them injected). Raises SdpError, NoCommonCodec, SrtpRefused."""
-    negotiation = negotiate_secure(
-        description,
-        local=LocalMedia(),
-        mode=settings.srtp,
-        key_source=os.urandom,
-        preferences=settings.codecs,
-        suites=settings.srtp_suites,
-        current=current,
-    )
-    _check_media_address(negotiation.media)
-    return negotiation
+def _offer_answer(settings: MediaSettings) -> OfferAnswer:
+    """A call's offer/answer (gateway/sip/offer_answer.py) under the worker's media policy; our SRTP keys come
+    from ``os.urandom`` (the sans-I/O core takes them injected)."""
+    policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
+    return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
 
 
 def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
@@ -314,9 +260,9 @@ class SipCalls:
             leg.profile = decision.profile or self._host.default_profile
             if not self._prepare_media(leg):
                 return
-            assert leg.sip is not None and leg.local_sdp is not None
+            assert leg.sip is not None and leg.sdp is not None and leg.sdp.local is not None
             self._make_session(leg)  # holds caller frames from the first one on, while it connects
-            self._signalling.answer(leg.sip, leg.local_sdp.to_bytes())
+            self._signalling.answer(leg.sip, leg.sdp.local.to_bytes())
             move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
             CALL_SETUP_SECONDS.labels(self._host.id).observe(time.monotonic() - leg.started_mono)
@@ -341,34 +287,19 @@ class SipCalls:
 
     def _negotiate_offer(self, leg: CallLeg, offer_body: bytes) -> bool:
         """Pick the codec of the INVITE's offer and set what the call takes of the capacity; False when it was
-        refused (488). An INVITE without an offer takes what the dearest codec of ours costs (the caller picks
-        from our offer in its ACK)."""
+        refused (488, the reason naming the problem). An INVITE without an offer takes what the dearest codec of
+        ours costs (the caller picks from our offer in its ACK)."""
+        leg.sdp = _offer_answer(self._media_settings)
         if not offer_body:
             leg.cost = self._costs.offer_cost(self._media_settings)
             return True
-        try:
-            offer = parse_sdp(offer_body)
-            negotiation = _answer_offer(offer, self._media_settings)
-        except SrtpRefused as exc:
-            # The reason says what was wrong with the offer's security (which a=crypto line, or the mode).
-            self._reject(leg, 488, exc.reason, end_reason="srtp_refused")
-            self.end(leg, "srtp_refused")
-            log.info("call %s: %s", leg.id, exc)
+        result = leg.sdp.answer(offer_body)
+        if isinstance(result, Refused):
+            self._reject(leg, result.status, result.reason, end_reason=result.code)
+            self.end(leg, result.code)
+            log.info("call %s: offer refused: %s", leg.id, result.reason)
             return False
-        except NoCommonCodec as exc:
-            self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
-            self.end(leg, "no_common_codec")
-            log.info("call %s: %s", leg.id, exc)
-            return False
-        except SdpError as exc:
-            self._reject(leg, 488, "malformed SDP", end_reason="bad_sdp")
-            self.end(leg, "bad_sdp")
-            log.info("call %s: bad SDP: %s", leg.id, exc)
-            return False
-        leg.remote_sdp = offer
-        leg.negotiated = negotiation.media
-        leg.srtp = negotiation.srtp
-        leg.cost = self._costs.call_cost(negotiation.media.codec_name, srtp=leg.srtp is not None)
+        leg.cost = self._costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -380,27 +311,19 @@ class SipCalls:
             self.end(leg, "no_media_ports")
             return False
         leg.rtp = rtp
-        session_id = random.getrandbits(31)
-        public = self._sip_settings.advertised_host or rtp.host
-        if leg.negotiated is None or leg.remote_sdp is None:
-            leg.local_sdp = self._new_offer(leg, public, rtp.port, session_id)
+        assert leg.sdp is not None
+        leg.sdp.bind(address=self._sip_settings.advertised_host or rtp.host, port=rtp.port)
+        if leg.sdp.media is None:
+            leg.sdp.offer()
             return True  # media starts when the ACK brings the answer
-        answer = build_answer(
-            leg.remote_sdp,
-            leg.negotiated,
-            local_address=public,
-            local_port=rtp.port,
-            session_id=session_id,
-            session_version=1,
-        )
-        leg.local_sdp = secure_answer(answer, SecureNegotiation(media=leg.negotiated, srtp=leg.srtp))
         self._start_media(leg)
         return True
 
     def _start_media(self, leg: CallLeg) -> None:
-        negotiated = leg.negotiated
-        assert negotiated is not None and leg.rtp is not None
-        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
+        assert leg.sdp is not None and leg.rtp is not None
+        negotiated, srtp = leg.sdp.media, leg.sdp.srtp
+        assert negotiated is not None
+        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -418,7 +341,7 @@ class SipCalls:
             direction=negotiated.direction,
             latch_any_source=not self._media_settings.rtp_strict_source,
             jitter=self._media_settings.jitter_config,
-            srtp=_srtp_config(leg.srtp),
+            srtp=_srtp_config(srtp),
         )
         now = self._plant.now()
         self._plant.engine.add_call(config, now=now)
@@ -435,106 +358,62 @@ class SipCalls:
             leg.rtp.start(lambda data, addr: engine.packet_received(call_id, data, addr, loop.time()), on_rtcp)
 
     def _established(self, leg: CallLeg, event: CallEstablished) -> None:
-        if leg.negotiated is not None or not event.body:
+        if leg.sdp is None or leg.sdp.state is not OfferAnswerState.OFFERED or not event.body:
             return
-        try:  # a late offer: the ACK carries the caller's answer to our offer
-            self._take_answer(leg, parse_sdp(event.body))
-        except (SdpError, NoCommonCodec, SrtpRefused, LocalMediaError) as exc:
-            log.info("call %s: unusable SDP answer in ACK: %s", leg.id, exc)
+        if not self._take_answer(leg, event.body):  # a late offer: the ACK carries the caller's answer to ours
             self.end(leg, "bad_sdp")
 
     def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
+        """A re-INVITE or UPDATE: hold, resume, rekey, a new address or a refresh; or, without a body, our
+        re-offer. A refused re-offer leaves the call as it was."""
         assert leg.sip is not None
-        if leg.rtp is None:
+        sdp = leg.sdp
+        taking = (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
+        if leg.rtp is None or sdp is None or sdp.state not in taking:
             self._signalling.reject_reinvite(leg.sip, 488)
             return
-        public = self._sip_settings.advertised_host or leg.rtp.host
-        leg.session_version += 1
-        session_id = leg.local_sdp.origin.session_id if leg.local_sdp is not None else random.getrandbits(31)
-        if event.body is None or not event.body:
-            offer = build_offer(
-                local_address=public,
-                local_port=leg.rtp.port,
-                session_id=session_id,
-                session_version=leg.session_version,
-                preferences=self._media_settings.codecs,
-            )
-            self._signalling.answer_reinvite(leg.sip, self._secured_reoffer(leg, offer).to_bytes())
+        if not event.body:
+            self._signalling.answer_reinvite(leg.sip, sdp.offer().to_bytes())
             return
-        try:
-            offer = parse_sdp(event.body)
-            negotiation = _answer_offer(offer, self._media_settings, current=leg.srtp)
-            check_update(leg.srtp, negotiation.srtp)
-        except SrtpRefused as exc:
-            log.info("call %s: re-INVITE refused: %s", leg.id, exc)
-            self._signalling.reject_reinvite(leg.sip, 488, exc.reason)
+        result = sdp.update(event.body)
+        if isinstance(result, Refused):
+            log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
+            self._signalling.reject_reinvite(leg.sip, result.status, result.reason)
             return
-        except (SdpError, NoCommonCodec) as exc:
-            log.info("call %s: re-INVITE refused: %s", leg.id, exc)
-            self._signalling.reject_reinvite(leg.sip, 488)
-            return
-        negotiated = negotiation.media
-        if leg.negotiated is not None and negotiated.codec_name != leg.negotiated.codec_name:
-            # Changing codec mid-call would need new media state; keep it simple and refuse.
-            self._signalling.reject_reinvite(leg.sip, 488, "codec change not supported")
-            return
+        negotiated = result.media
         if leg.media_added:
             self._plant.engine.set_direction(leg.id, negotiated.direction)
             if not negotiated.on_hold:
                 self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
-            config = _srtp_config(negotiation.srtp)
-            if config is not None and negotiation.srtp != leg.srtp:  # RFC 4568 §7.1.4: the changed side rekeys
+            config = _srtp_config(result.srtp)
+            if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
                 self._plant.engine.set_srtp(leg.id, config)
-        leg.negotiated = negotiated
-        leg.srtp = negotiation.srtp
-        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
-        leg.remote_sdp = offer
-        answer = build_answer(
-            offer,
-            negotiated,
-            local_address=public,
-            local_port=leg.rtp.port,
-            session_id=session_id,
-            session_version=leg.session_version,
-        )
-        leg.local_sdp = secure_answer(answer, negotiation)
-        self._signalling.answer_reinvite(leg.sip, leg.local_sdp.to_bytes())
+        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
+        self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
+        assert sdp.local is not None
+        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
 
-    def _new_offer(self, leg: CallLeg, address: str, port: int, session_id: int) -> SessionDescription:
-        """Our offer of a new call (outbound, or a late-offer INVITE), with a=crypto lines per ``settings.srtp``
-        (kept on the leg to read the answer's)."""
-        settings = self._media_settings
-        offer = build_offer(
-            local_address=address,
-            local_port=port,
-            session_id=session_id,
-            session_version=1,
-            preferences=settings.codecs,
-        )
-        leg.offered_crypto = offer_crypto(settings.srtp, os.urandom, settings.srtp_suites)
-        return secure_offer(offer, settings.srtp, leg.offered_crypto)
+    @staticmethod
+    def _hold_state(leg: CallLeg, *, held: bool) -> None:
+        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off."""
+        if held and leg.state is LegState.ACTIVE:
+            move(leg, LegState.HELD)
+        elif not held and leg.state is LegState.HELD:
+            move(leg, LegState.ACTIVE)
 
-    def _secured_reoffer(self, leg: CallLeg, offer: SessionDescription) -> SessionDescription:
-        """Our re-offer (a re-INVITE without SDP) keeps the call's SRTP: the accepted tag, suite and our key, on
-        the profile the call has."""
-        if leg.srtp is None:
-            return offer
-        secure = (
-            leg.local_sdp is not None
-            and leg.negotiated is not None
-            and (leg.local_sdp.media[leg.negotiated.media_index].proto.upper() in SRTP_PROFILES)
-        )
-        return secure_offer(offer, "required" if secure else "optional", reoffer_crypto(leg.srtp))
-
-    def _take_answer(self, leg: CallLeg, answer: SessionDescription) -> None:
-        """The remote's answer to our offer: its codec and SRTP (our crypto lines: ``leg.offered_crypto``),
-        then the call's media. Raises SdpError, NoCommonCodec, SrtpRefused or LocalMediaError."""
-        negotiated = _negotiate(answer, self._media_settings.codecs)
-        leg.srtp = read_answer(answer, negotiated, leg.offered_crypto, self._media_settings.srtp)
-        leg.offered_crypto = ()
-        leg.negotiated = negotiated
-        leg.remote_sdp = answer
-        self._start_media(leg)
+    def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
+        """The remote's answer to our offer, then the call's media; False when it cannot be used."""
+        assert leg.sdp is not None
+        result = leg.sdp.take_answer(body)
+        if isinstance(result, Refused):
+            log.info("call %s: unusable SDP answer: %s", leg.id, result.reason)
+            return False
+        try:
+            self._start_media(leg)
+        except LocalMediaError as exc:
+            log.info("call %s: the answer's media cannot start: %s", leg.id, exc)
+            return False
+        return True
 
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
@@ -699,10 +578,7 @@ class SipCalls:
             self.end(leg, "transferred")
 
     def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
-        try:
-            self._take_answer(leg, parse_sdp(event.body))
-        except (SdpError, NoCommonCodec, SrtpRefused, LocalMediaError) as exc:
-            log.info("call %s: unusable SDP answer: %s", leg.id, exc)
+        if not self._take_answer(leg, event.body):
             if leg.answered is not None and not leg.answered.done():
                 leg.answered.set_result(False)
             self.end(leg, "bad_sdp")
@@ -730,7 +606,12 @@ class SipCalls:
             await self._finish(leg, leg.end_reason or "ended")
 
     def _codec(self, leg: CallLeg) -> str:
-        return leg.negotiated.codec_name if leg.negotiated is not None else ""
+        negotiated = leg.negotiated
+        return negotiated.codec_name if negotiated is not None else ""
+
+    @staticmethod
+    def _srtp(leg: CallLeg) -> SrtpNegotiated | None:
+        return leg.sdp.srtp if leg.sdp is not None else None
 
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot:
         media = self._plant.engine.stats(leg.id, self._plant.now()) if leg.media_added else leg.last_media
@@ -771,7 +652,7 @@ class SipCalls:
             end_reason=leg.end_reason,
             stats=stats,
             session=leg.session,
-            srtp=leg.srtp.suite if leg.srtp is not None else "",
+            srtp=srtp.suite if (srtp := self._srtp(leg)) is not None else "",
             transport=leg.transport,
         )
 
@@ -811,15 +692,16 @@ class SipCalls:
         )
         rtp = self._plant.ports.allocate()
         leg.rtp = rtp
-        public = self._sip_settings.advertised_host or rtp.host
-        leg.local_sdp = self._new_offer(leg, public, rtp.port, random.getrandbits(31))
+        leg.sdp = _offer_answer(self._media_settings)
+        leg.sdp.bind(address=self._sip_settings.advertised_host or rtp.host, port=rtp.port)
+        offer = leg.sdp.offer()
         caller = request.caller_id or "gateway"
         from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._sip_settings.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
         leg.answered = asyncio.get_running_loop().create_future()
         try:
             leg.sip = self._signalling.invite(
-                to_uri, from_uri=from_uri, body=leg.local_sdp.to_bytes(), credentials=self._trunk_credentials
+                to_uri, from_uri=from_uri, body=offer.to_bytes(), credentials=self._trunk_credentials
             )
         except LocalProtocolError as exc:  # a bad URI, or sips: without TLS enabled here
             self._plant.ports.release(rtp)
