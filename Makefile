@@ -27,6 +27,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python deploy/check_commit_subjects.py   # subjects since the rule: 'Area: summary', <= 72
 
 test: setup peers lint
 	$(BIN)/python -m pytest
