@@ -106,7 +106,7 @@ async def test_twenty_concurrent_calls_echo_and_leave_nothing_behind(
     # Twenty pjsua2 processes and the gateway share this host's cores; when other work takes them, the gateway
     # counts tick overruns and calls lose a frame or two of their echo (one run here read 0.826 with 20 overruns
     # while other work loaded both cores, and passed alone). Such a miss is reported as the machine's (an xfail
-    # with its numbers, tests/support/machine.py, ADR 0022), a miss on a quiet machine fails.
+    # with its numbers, tests/support/machine.py, ADR 0023), a miss on a quiet machine fails.
     assert_quality(min(results) >= 0.85 and sorted(results)[CALLS // 2] >= 0.92, detail, machine)
 
     loop = asyncio.get_running_loop()

@@ -4,7 +4,7 @@ A load test (twenty phones at once, a loadtest run, a benchmark smoke run) asser
 machine guarantees (every call answered, every echo recognizably the caller's own speech, nothing left behind)
 and a quality bar that holds only when the test's processes get the cores they need (the echo as clean as an
 unloaded call, no tick overrun). On a shared host the second can fail because *other* work took the cores, and
-then the failure says nothing about the gateway. ADR 0022 says why such a test neither loosens its bar nor fails
+then the failure says nothing about the gateway. ADR 0023 says why such a test neither loosens its bar nor fails
 as if the gateway were wrong: it measures the machine over the same window and, when the bar is missed on a
 machine that was measurably busy, reports "machine too busy" with the numbers as an expected failure (xfail);
 on a machine that was not busy the miss is a failure.
