@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drain": ("gateway.commands.drain", "ask a media worker to drain (a Kubernetes preStop hook), and wait for it"),
     "fake-provider": ("gateway.commands.fake_provider", "run the local OpenAI-Realtime-compatible fake server"),
     "loadtest": ("gateway.commands.loadtest", "synthetic SIP/RTP callers against a gateway, with a report"),
+    "settings": ("gateway.commands.settings", "the table of every GATEWAY_* setting, from the settings classes"),
 }
 
 

@@ -1,23 +1,8 @@
 """Build a :class:`~gateway.providers.base.RealtimeModel` by name from the environment.
 
-``create_model("echo" | "openai" | "gemini", settings)``. :class:`ProviderSettings` reads, once and frozen:
-
-===========================  ===================================================  =======================
-variable                     meaning                                              default
-===========================  ===================================================  =======================
-GATEWAY_PROVIDER             provider of routes that name none                    ``echo``
-OPENAI_API_KEY               OpenAI (or compatible) key                           required for openai*
-GATEWAY_OPENAI_URL           realtime websocket URL (Azure, xAI, the fake)        OpenAI's GA endpoint
-GATEWAY_OPENAI_MODEL         default model when a profile names none              ``gpt-realtime``
-GATEWAY_OPENAI_AUTH_HEADER   header carrying the key (Azure: ``api-key``)         ``Authorization``
-GATEWAY_OPENAI_AUTH_SCHEME   prefix of the key in that header (Azure: empty)      ``Bearer``
-GEMINI_API_KEY               Gemini API key                                       required for gemini*
-GATEWAY_GEMINI_URL           BidiGenerateContent websocket URL                    Google's endpoint
-GATEWAY_GEMINI_MODEL         default Gemini Live model                            see gemini.DEFAULT_MODEL
-GATEWAY_ECHO_DELAY_FRAMES    echo agent lag in 20 ms frames                       ``1``
-===========================  ===================================================  =======================
-
-\\* A key is not required when the URL points at a loopback address (the local fake server, tests).
+``create_model("echo" | "openai" | "gemini", settings)``. :class:`ProviderSettings` reads the environment once
+and is frozen; each field's description is its documentation (the table in docs/operations.md is generated
+from it). A key is not required when the URL points at a loopback address (the local fake server, tests).
 """
 
 from __future__ import annotations
@@ -39,20 +24,63 @@ def _env(name: str) -> AliasChoices:
 
 
 class ProviderSettings(BaseSettings):
-    """Provider configuration from the environment (names in the module docstring). Frozen after start-up."""
+    """Which provider answers calls, and how each is reached."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
-    provider: str = Field(default="echo", validation_alias=_env("GATEWAY_PROVIDER"))
-    openai_api_key: str = Field(default="", validation_alias=_env("OPENAI_API_KEY"), repr=False)
-    openai_url: str = Field(default=openai.DEFAULT_URL, validation_alias=_env("GATEWAY_OPENAI_URL"))
-    openai_model: str = Field(default=openai.DEFAULT_MODEL, validation_alias=_env("GATEWAY_OPENAI_MODEL"))
-    openai_auth_header: str = Field(default="Authorization", validation_alias=_env("GATEWAY_OPENAI_AUTH_HEADER"))
-    openai_auth_scheme: str = Field(default="Bearer", validation_alias=_env("GATEWAY_OPENAI_AUTH_SCHEME"))
-    gemini_api_key: str = Field(default="", validation_alias=_env("GEMINI_API_KEY"), repr=False)
-    gemini_url: str = Field(default=gemini.DEFAULT_URL, validation_alias=_env("GATEWAY_GEMINI_URL"))
-    gemini_model: str = Field(default=gemini.DEFAULT_MODEL, validation_alias=_env("GATEWAY_GEMINI_MODEL"))
-    echo_delay_frames: int = Field(default=1, ge=0, validation_alias=_env("GATEWAY_ECHO_DELAY_FRAMES"))
+    provider: str = Field(
+        default="echo",
+        validation_alias=_env("GATEWAY_PROVIDER"),
+        description="Provider of the profiles that name none (`default`): `echo`, `openai` or `gemini`.",
+    )
+    openai_api_key: str = Field(
+        default="",
+        validation_alias=_env("OPENAI_API_KEY"),
+        repr=False,
+        description="OpenAI (or compatible) API key; needed for `openai` unless its URL is a loopback address.",
+    )
+    openai_url: str = Field(
+        default=openai.DEFAULT_URL,
+        validation_alias=_env("GATEWAY_OPENAI_URL"),
+        description="Realtime websocket URL (OpenAI's GA endpoint, Azure, xAI, the local fake).",
+    )
+    openai_model: str = Field(
+        default=openai.DEFAULT_MODEL,
+        validation_alias=_env("GATEWAY_OPENAI_MODEL"),
+        description="Model of the profiles that name none.",
+    )
+    openai_auth_header: str = Field(
+        default="Authorization",
+        validation_alias=_env("GATEWAY_OPENAI_AUTH_HEADER"),
+        description="Header carrying the key (Azure: `api-key`).",
+    )
+    openai_auth_scheme: str = Field(
+        default="Bearer",
+        validation_alias=_env("GATEWAY_OPENAI_AUTH_SCHEME"),
+        description="Prefix of the key in that header (Azure: empty).",
+    )
+    gemini_api_key: str = Field(
+        default="",
+        validation_alias=_env("GEMINI_API_KEY"),
+        repr=False,
+        description="Gemini API key; needed for `gemini` unless its URL is a loopback address.",
+    )
+    gemini_url: str = Field(
+        default=gemini.DEFAULT_URL,
+        validation_alias=_env("GATEWAY_GEMINI_URL"),
+        description="BidiGenerateContent websocket URL.",
+    )
+    gemini_model: str = Field(
+        default=gemini.DEFAULT_MODEL,
+        validation_alias=_env("GATEWAY_GEMINI_MODEL"),
+        description="Gemini Live model of the profiles that name none.",
+    )
+    echo_delay_frames: int = Field(
+        default=1,
+        ge=0,
+        validation_alias=_env("GATEWAY_ECHO_DELAY_FRAMES"),
+        description="How far the echo agent lags the caller, in 20 ms frames.",
+    )
 
 
 def create_model(name: str | None = None, settings: ProviderSettings | None = None) -> RealtimeModel:

@@ -14,7 +14,7 @@ whole frame of codes is 960 samples (20 ms), the same as a frame of PCM.
 Queued audio is kept as it came: one run per delta (its bytes, its item, how many whole frames it holds), and
 a frame becomes an object only when the tick takes it. A queue of one object per 20 ms frame would be walked by
 every collector pass it outlives: at 400 calls those frames were half of what the middle passes walked
-(docs/performance.md, "Queued agent audio kept as runs").
+(docs/performance/2026-12-03-playout-runs.md).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ class WorkerDrain:
     async def end_remaining(self) -> None:
         """End every live call politely (see the module docstring); returns when they are gone or given up."""
         worker = self._worker
-        message = worker.settings.drain_goodbye
+        message = worker.settings.drain.drain_goodbye
         sessions: list[CallSession] = []
         for leg in list(worker.legs.values()):
             if not leg.live:

@@ -21,8 +21,8 @@ from gateway.media.errors import LocalMediaError
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.sip.events import CallHandle
-from gateway.sip.sdes import CryptoAttribute, SrtpNegotiated
-from gateway.sip.sdp import NegotiatedMedia, SessionDescription
+from gateway.sip.offer_answer import OfferAnswer
+from gateway.sip.sdp import NegotiatedMedia
 from gateway.transport.rtp_socket import RtpEndpoint
 
 if TYPE_CHECKING:
@@ -50,11 +50,7 @@ class CallLeg:
     provider: str = ""  # the provider actually used (profiles may say "default")
     state: LegState = "admitted"
     rtp: RtpEndpoint | None = None
-    negotiated: NegotiatedMedia | None = None
-    local_sdp: SessionDescription | None = None
-    remote_sdp: SessionDescription | None = None
-    srtp: SrtpNegotiated | None = None  # the SDES keys of the call's SRTP; None: plain RTP
-    offered_crypto: tuple[CryptoAttribute, ...] = ()  # our a=crypto lines while our offer awaits its answer
+    sdp: OfferAnswer | None = None  # the call's offer/answer: codec, direction, SRTP keys, our o= line
     session: CallSession | None = None
     media_added: bool = False
     last_media: MediaStats | None = None
@@ -71,12 +67,16 @@ class CallLeg:
     last_level: float | None = None
     level_phase: int = field(default_factory=lambda: next(_level_phases))  # tick_no % LEVEL_EVERY_TICKS to sample on
     tick_count: int = 0
-    session_version: int = 1
     cost: float = 1.0  # of the worker's capacity: 1 for G.711 (WorkerSettings.call_cost)
 
     @property
     def live(self) -> bool:
         return self.state != "ended"
+
+    @property
+    def negotiated(self) -> NegotiatedMedia | None:
+        """The call's audio as offer/answer left it; None until it is negotiated."""
+        return self.sdp.media if self.sdp is not None else None
 
 
 class SipCallControl:

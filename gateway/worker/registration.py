@@ -33,7 +33,7 @@ from gateway.sip.registration import RegistrationClient, RegistrationConfig, Reg
 from gateway.sip.uri import parse_uri
 
 if TYPE_CHECKING:
-    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.settings import TrunkSettings
     from gateway.worker.worker import MediaWorker
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def instance_id(worker_id: str) -> str:
     return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'voice-gateway:worker:{worker_id}')}"
 
 
-def _registrar(settings: WorkerSettings) -> str:
+def _registrar(settings: TrunkSettings) -> str:
     if settings.trunk_registrar:
         return settings.trunk_registrar.strip()
     if not settings.trunk:
@@ -65,8 +65,9 @@ def _registrar(settings: WorkerSettings) -> str:
     return trunk if trunk.startswith(("sip:", "sips:")) else f"sip:{trunk}"
 
 
-def registration_config(settings: WorkerSettings) -> RegistrationConfig:
-    """The registration the settings ask for; ValueError (naming the variables) when they do not add up."""
+def registration_config(settings: TrunkSettings, *, transports: tuple[str, ...], worker_id: str) -> RegistrationConfig:
+    """The registration the trunk settings ask for, of the worker ``worker_id`` listening on ``transports``;
+    ValueError (naming the variables) when they do not add up."""
     registrar = _registrar(settings)
     try:
         registrar_host = parse_uri(registrar).host
@@ -91,7 +92,7 @@ def registration_config(settings: WorkerSettings) -> RegistrationConfig:
             username=settings.trunk_user if password is not None else None,
             password=password,
             expires=settings.trunk_register_expires_s,
-            instance_id=instance_id(settings.worker_id),
+            instance_id=instance_id(worker_id),
             timing=RegistrationTiming(
                 retry_min_s=settings.trunk_register_retry_min_s,
                 retry_max_s=settings.trunk_register_retry_max_s,
@@ -107,16 +108,12 @@ def registration_config(settings: WorkerSettings) -> RegistrationConfig:
                 f"GATEWAY_TRUNK_REGISTRAR {registrar!r} needs TLS on every hop and GATEWAY_SIP_OUTBOUND_PROXY "
                 f"{settings.sip_outbound_proxy!r} is not sips: or transport=tls"
             )
-    elif transport not in settings.sip_transports:
+    elif transport not in transports:
         raise ValueError(
             f"GATEWAY_TRUNK_REGISTRAR {registrar!r} asks for {transport}, which GATEWAY_SIP_TRANSPORTS "
-            f"({','.join(settings.sip_transports)}) does not listen on"
+            f"({','.join(transports)}) does not listen on"
         )
     return config
-
-
-def check_registration_settings(settings: WorkerSettings) -> None:
-    registration_config(settings)
 
 
 class TrunkRegistration:
@@ -125,7 +122,11 @@ class TrunkRegistration:
     def __init__(self, worker: MediaWorker) -> None:
         self._worker = worker
         settings = worker.settings
-        self.config = registration_config(settings) if settings.trunk_register else None
+        self.config = (
+            registration_config(settings.trunking, transports=settings.sip.sip_transports, worker_id=settings.worker_id)
+            if settings.trunking.trunk_register
+            else None
+        )
         self.client: RegistrationClient | None = None
         self._ended = asyncio.Event()
         self._registered = TRUNK_REGISTERED.labels(worker.id)
@@ -169,7 +170,9 @@ class TrunkRegistration:
         worker = self._worker
         if client.state not in (RegState.STOPPING, RegState.UNREGISTERING):
             log.info("worker %s: removing its contact from %s (%s)", worker.id, client.config.registrar, reason)
-        worker.endpoint.registrations.stop(client, worker.sip.now(), within=worker.settings.trunk_unregister_timeout_s)
+        worker.endpoint.registrations.stop(
+            client, worker.sip.now(), within=worker.settings.trunking.trunk_unregister_timeout_s
+        )
         worker.sip.pump()
 
     async def unregister(self, reason: str) -> None:
@@ -178,7 +181,9 @@ class TrunkRegistration:
             return
         self.begin_unregister(reason)
         try:
-            await asyncio.wait_for(self._ended.wait(), timeout=self._worker.settings.trunk_unregister_timeout_s + 1.0)
+            await asyncio.wait_for(
+                self._ended.wait(), timeout=self._worker.settings.trunking.trunk_unregister_timeout_s + 1.0
+            )
         except TimeoutError:  # the core gives up by itself first; this only guards against a stalled loop
             log.warning("worker %s: the removal of its trunk registration did not finish in time", self._worker.id)
 

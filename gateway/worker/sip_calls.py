@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ipaddress
 import logging
 import os
 import random
@@ -61,31 +60,8 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.headers import reason_value
-from gateway.sip.sdes import (
-    SecureNegotiation,
-    SrtpNegotiated,
-    SrtpRefused,
-    check_update,
-    negotiate_secure,
-    offer_crypto,
-    read_answer,
-    reoffer_crypto,
-    secure_answer,
-    secure_offer,
-)
-from gateway.sip.sdp import (
-    RTP_PROFILES,
-    SRTP_PROFILES,
-    LocalMedia,
-    NegotiatedMedia,
-    NoCommonCodec,
-    SdpError,
-    SessionDescription,
-    build_answer,
-    build_offer,
-    negotiate,
-    parse_sdp,
-)
+from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
+from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
 from gateway.transport.rtp_socket import RtpEndpoint
 from gateway.worker.counters import call_figures, latency_observer
@@ -99,7 +75,7 @@ _RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
 
 
 if TYPE_CHECKING:
-    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.settings import MediaSettings
     from gateway.worker.worker import MediaWorker
 
 
@@ -121,41 +97,11 @@ class TickRoute:
         self.level_phase = leg.level_phase
 
 
-def _negotiate(description: SessionDescription, codecs: tuple[str, ...]) -> NegotiatedMedia:
-    """SDP offer/answer for our one audio stream; media addresses must be IP literals.
-
-    A host name in ``c=`` is legal SDP, but resolving it would put a DNS lookup on the event loop (or, done
-    per packet by ``sendto``, one per RTP packet); such an offer is refused like malformed SDP (488).
-    Reads answers to our offers too, which are RTP/SAVP when SRTP is required (their crypto: :func:`_srtp_of`).
-    """
-    negotiated = negotiate(description, local=LocalMedia(), preferences=codecs, profiles=RTP_PROFILES | SRTP_PROFILES)
-    _check_media_address(negotiated)
-    return negotiated
-
-
-def _check_media_address(negotiated: NegotiatedMedia) -> None:
-    try:
-        ipaddress.ip_address(negotiated.remote_rtp[0])
-    except ValueError:
-        raise caused(SdpError(f"media address {negotiated.remote_rtp[0]!r} is not an IP address"), None)  # noqa: B904
-
-
-def _answer_offer(
-    description: SessionDescription, settings: WorkerSettings, current: SrtpNegotiated | None = None
-) -> SecureNegotiation:
-    """An offer's audio stream, codec and SRTP under ``settings.srtp`` (gateway/sip/sdes.py); our SRTP keys come
-    from ``os.urandom`` (the sans-I/O core takes them injected). Raises SdpError, NoCommonCodec, SrtpRefused."""
-    negotiation = negotiate_secure(
-        description,
-        local=LocalMedia(),
-        mode=settings.srtp,
-        key_source=os.urandom,
-        preferences=settings.codecs,
-        suites=settings.srtp_suites,
-        current=current,
-    )
-    _check_media_address(negotiation.media)
-    return negotiation
+def _offer_answer(settings: MediaSettings) -> OfferAnswer:
+    """A call's offer/answer (gateway/sip/offer_answer.py) under the worker's media policy; our SRTP keys come
+    from ``os.urandom`` (the sans-I/O core takes them injected)."""
+    policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
+    return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
 
 
 def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
@@ -312,9 +258,9 @@ class SipCalls:
             leg.profile = decision.profile or self._worker.default_profile
             if not self._prepare_media(leg):
                 return
-            assert leg.sip is not None and leg.local_sdp is not None
+            assert leg.sip is not None and leg.sdp is not None and leg.sdp.local is not None
             self._make_session(leg)  # holds caller frames from the first one on, while it connects
-            self._worker.endpoint.answer(leg.sip, self._worker.sip.now(), body=leg.local_sdp.to_bytes())
+            self._worker.endpoint.answer(leg.sip, self._worker.sip.now(), body=leg.sdp.local.to_bytes())
             self._worker.sip.pump()
             leg.state = "active"
             leg.answered_wall = time.time()
@@ -340,35 +286,20 @@ class SipCalls:
 
     def _negotiate_offer(self, leg: CallLeg, offer_body: bytes) -> bool:
         """Pick the codec of the INVITE's offer and set what the call takes of the capacity; False when it was
-        refused (488). An INVITE without an offer takes what the dearest codec of ours costs (the caller picks
-        from our offer in its ACK)."""
+        refused (488, the reason naming the problem). An INVITE without an offer takes what the dearest codec of
+        ours costs (the caller picks from our offer in its ACK)."""
         settings = self._worker.settings
+        leg.sdp = _offer_answer(settings.media)
         if not offer_body:
             leg.cost = settings.offer_cost()
             return True
-        try:
-            offer = parse_sdp(offer_body)
-            negotiation = _answer_offer(offer, settings)
-        except SrtpRefused as exc:
-            # The reason says what was wrong with the offer's security (which a=crypto line, or the mode).
-            self._reject(leg, 488, exc.reason, end_reason="srtp_refused")
-            self._begin_finish(leg, "srtp_refused")
-            log.info("call %s: %s", leg.id, exc)
+        result = leg.sdp.answer(offer_body)
+        if isinstance(result, Refused):
+            self._reject(leg, result.status, result.reason, end_reason=result.code)
+            self._begin_finish(leg, result.code)
+            log.info("call %s: offer refused: %s", leg.id, result.reason)
             return False
-        except NoCommonCodec as exc:
-            self._reject(leg, 488, "no common codec", end_reason="no_common_codec")
-            self._begin_finish(leg, "no_common_codec")
-            log.info("call %s: %s", leg.id, exc)
-            return False
-        except SdpError as exc:
-            self._reject(leg, 488, "malformed SDP", end_reason="bad_sdp")
-            self._begin_finish(leg, "bad_sdp")
-            log.info("call %s: bad SDP: %s", leg.id, exc)
-            return False
-        leg.remote_sdp = offer
-        leg.negotiated = negotiation.media
-        leg.srtp = negotiation.srtp
-        leg.cost = settings.call_cost(negotiation.media.codec_name, srtp=leg.srtp is not None)
+        leg.cost = settings.costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -380,27 +311,19 @@ class SipCalls:
             self._begin_finish(leg, "no_media_ports")
             return False
         leg.rtp = rtp
-        session_id = random.getrandbits(31)
-        public = self._worker.settings.advertised_host or rtp.host
-        if leg.negotiated is None or leg.remote_sdp is None:
-            leg.local_sdp = self._new_offer(leg, public, rtp.port, session_id)
+        assert leg.sdp is not None
+        leg.sdp.bind(address=self._worker.settings.sip.advertised_host or rtp.host, port=rtp.port)
+        if leg.sdp.media is None:
+            leg.sdp.offer()
             return True  # media starts when the ACK brings the answer
-        answer = build_answer(
-            leg.remote_sdp,
-            leg.negotiated,
-            local_address=public,
-            local_port=rtp.port,
-            session_id=session_id,
-            session_version=1,
-        )
-        leg.local_sdp = secure_answer(answer, SecureNegotiation(media=leg.negotiated, srtp=leg.srtp))
         self._start_media(leg)
         return True
 
     def _start_media(self, leg: CallLeg) -> None:
-        negotiated = leg.negotiated
-        assert negotiated is not None and leg.rtp is not None
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
+        assert leg.sdp is not None and leg.rtp is not None
+        negotiated, srtp = leg.sdp.media, leg.sdp.srtp
+        assert negotiated is not None
+        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -416,9 +339,9 @@ class SipCalls:
             telephone_event_pt=negotiated.telephone_event_payload_type,
             channels=channels,
             direction=negotiated.direction,
-            latch_any_source=not self._worker.settings.rtp_strict_source,
-            jitter=self._worker.settings.jitter_config,
-            srtp=_srtp_config(leg.srtp),
+            latch_any_source=not self._worker.settings.media.rtp_strict_source,
+            jitter=self._worker.settings.media.jitter_config,
+            srtp=_srtp_config(srtp),
         )
         now = self._worker.clock_now()
         self._worker.engine.add_call(config, now=now)
@@ -435,107 +358,53 @@ class SipCalls:
             leg.rtp.start(lambda data, addr: engine.packet_received(call_id, data, addr, loop.time()), on_rtcp)
 
     def _established(self, leg: CallLeg, event: CallEstablished) -> None:
-        if leg.negotiated is not None or not event.body:
+        if leg.sdp is None or leg.sdp.state is not OfferAnswerState.OFFERED or not event.body:
             return
-        try:  # a late offer: the ACK carries the caller's answer to our offer
-            self._take_answer(leg, parse_sdp(event.body))
-        except (SdpError, NoCommonCodec, SrtpRefused, LocalMediaError) as exc:
-            log.info("call %s: unusable SDP answer in ACK: %s", leg.id, exc)
+        if not self._take_answer(leg, event.body):  # a late offer: the ACK carries the caller's answer to ours
             self.hang_up_leg(leg, "bad_sdp")
 
     def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
+        """A re-INVITE or UPDATE: hold, resume, rekey, a new address or a refresh; or, without a body, our
+        re-offer. A refused re-offer leaves the call as it was."""
         assert leg.sip is not None
         now = self._worker.sip.now()
-        if leg.rtp is None:
+        sdp = leg.sdp
+        if leg.rtp is None or sdp is None or sdp.state not in (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED):
             self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
             return
-        public = self._worker.settings.advertised_host or leg.rtp.host
-        leg.session_version += 1
-        session_id = leg.local_sdp.origin.session_id if leg.local_sdp is not None else random.getrandbits(31)
-        if event.body is None or not event.body:
-            offer = build_offer(
-                local_address=public,
-                local_port=leg.rtp.port,
-                session_id=session_id,
-                session_version=leg.session_version,
-                preferences=self._worker.settings.codecs,
-            )
-            self._worker.endpoint.answer_reinvite(leg.sip, now, body=self._secured_reoffer(leg, offer).to_bytes())
+        if not event.body:
+            self._worker.endpoint.answer_reinvite(leg.sip, now, body=sdp.offer().to_bytes())
             return
-        try:
-            offer = parse_sdp(event.body)
-            negotiation = _answer_offer(offer, self._worker.settings, current=leg.srtp)
-            check_update(leg.srtp, negotiation.srtp)
-        except SrtpRefused as exc:
-            log.info("call %s: re-INVITE refused: %s", leg.id, exc)
-            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488, reason=exc.reason)
+        result = sdp.update(event.body)
+        if isinstance(result, Refused):
+            log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
+            self._worker.endpoint.reject_reinvite(leg.sip, now, status=result.status, reason=result.reason)
             return
-        except (SdpError, NoCommonCodec) as exc:
-            log.info("call %s: re-INVITE refused: %s", leg.id, exc)
-            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
-            return
-        negotiated = negotiation.media
-        if leg.negotiated is not None and negotiated.codec_name != leg.negotiated.codec_name:
-            # Changing codec mid-call would need new media state; keep it simple and refuse.
-            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488, reason="codec change not supported")
-            return
+        negotiated = result.media
         if leg.media_added:
             self._worker.engine.set_direction(leg.id, negotiated.direction)
             if not negotiated.on_hold:
                 self._worker.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
-            config = _srtp_config(negotiation.srtp)
-            if config is not None and negotiation.srtp != leg.srtp:  # RFC 4568 §7.1.4: the changed side rekeys
+            config = _srtp_config(result.srtp)
+            if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
                 self._worker.engine.set_srtp(leg.id, config)
-        leg.negotiated = negotiated
-        leg.srtp = negotiation.srtp
-        leg.cost = self._worker.settings.call_cost(negotiated.codec_name, srtp=leg.srtp is not None)
-        leg.remote_sdp = offer
-        answer = build_answer(
-            offer,
-            negotiated,
-            local_address=public,
-            local_port=leg.rtp.port,
-            session_id=session_id,
-            session_version=leg.session_version,
-        )
-        leg.local_sdp = secure_answer(answer, negotiation)
-        self._worker.endpoint.answer_reinvite(leg.sip, now, body=leg.local_sdp.to_bytes())
+        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
+        assert sdp.local is not None
+        self._worker.endpoint.answer_reinvite(leg.sip, now, body=sdp.local.to_bytes())
 
-    def _new_offer(self, leg: CallLeg, address: str, port: int, session_id: int) -> SessionDescription:
-        """Our offer of a new call (outbound, or a late-offer INVITE), with a=crypto lines per ``settings.srtp``
-        (kept on the leg to read the answer's)."""
-        settings = self._worker.settings
-        offer = build_offer(
-            local_address=address,
-            local_port=port,
-            session_id=session_id,
-            session_version=1,
-            preferences=settings.codecs,
-        )
-        leg.offered_crypto = offer_crypto(settings.srtp, os.urandom, settings.srtp_suites)
-        return secure_offer(offer, settings.srtp, leg.offered_crypto)
-
-    def _secured_reoffer(self, leg: CallLeg, offer: SessionDescription) -> SessionDescription:
-        """Our re-offer (a re-INVITE without SDP) keeps the call's SRTP: the accepted tag, suite and our key, on
-        the profile the call has."""
-        if leg.srtp is None:
-            return offer
-        secure = (
-            leg.local_sdp is not None
-            and leg.negotiated is not None
-            and (leg.local_sdp.media[leg.negotiated.media_index].proto.upper() in SRTP_PROFILES)
-        )
-        return secure_offer(offer, "required" if secure else "optional", reoffer_crypto(leg.srtp))
-
-    def _take_answer(self, leg: CallLeg, answer: SessionDescription) -> None:
-        """The remote's answer to our offer: its codec and SRTP (our crypto lines: ``leg.offered_crypto``),
-        then the call's media. Raises SdpError, NoCommonCodec, SrtpRefused or LocalMediaError."""
-        negotiated = _negotiate(answer, self._worker.settings.codecs)
-        leg.srtp = read_answer(answer, negotiated, leg.offered_crypto, self._worker.settings.srtp)
-        leg.offered_crypto = ()
-        leg.negotiated = negotiated
-        leg.remote_sdp = answer
-        self._start_media(leg)
+    def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
+        """The remote's answer to our offer, then the call's media; False when it cannot be used."""
+        assert leg.sdp is not None
+        result = leg.sdp.take_answer(body)
+        if isinstance(result, Refused):
+            log.info("call %s: unusable SDP answer: %s", leg.id, result.reason)
+            return False
+        try:
+            self._start_media(leg)
+        except LocalMediaError as exc:
+            log.info("call %s: the answer's media cannot start: %s", leg.id, exc)
+            return False
+        return True
 
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
@@ -698,7 +567,7 @@ class SipCalls:
         assert leg.sip is not None
         uri = target
         if not target.startswith(("sip:", "sips:", "tel:")):
-            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip_host
+            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip.sip_host
             uri = f"sip:{target}@{host}"
         self._worker.endpoint.refer(leg.sip, self._worker.sip.now(), target_uri=uri)
         self._worker.sip.pump()
@@ -711,10 +580,7 @@ class SipCalls:
             self.hang_up_leg(leg, "transferred")
 
     def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
-        try:
-            self._take_answer(leg, parse_sdp(event.body))
-        except (SdpError, NoCommonCodec, SrtpRefused, LocalMediaError) as exc:
-            log.info("call %s: unusable SDP answer: %s", leg.id, exc)
+        if not self._take_answer(leg, event.body):
             if leg.answered is not None and not leg.answered.done():
                 leg.answered.set_result(False)
             self.hang_up_leg(leg, "bad_sdp")
@@ -742,7 +608,12 @@ class SipCalls:
             await self._finish(leg, leg.end_reason or "ended")
 
     def _codec(self, leg: CallLeg) -> str:
-        return leg.negotiated.codec_name if leg.negotiated is not None else ""
+        negotiated = leg.negotiated
+        return negotiated.codec_name if negotiated is not None else ""
+
+    @staticmethod
+    def _srtp(leg: CallLeg) -> SrtpNegotiated | None:
+        return leg.sdp.srtp if leg.sdp is not None else None
 
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot:
         media = self._worker.engine.stats(leg.id, self._worker.clock_now()) if leg.media_added else leg.last_media
@@ -783,7 +654,7 @@ class SipCalls:
             end_reason=leg.end_reason,
             stats=stats,
             session=leg.session,
-            srtp=leg.srtp.suite if leg.srtp is not None else "",
+            srtp=srtp.suite if (srtp := self._srtp(leg)) is not None else "",
             transport=leg.transport,
         )
 
@@ -805,11 +676,11 @@ class SipCalls:
             raise CommandRejectedError("worker is draining")
         to_uri = request.to
         if not to_uri.startswith(("sip:", "sips:", "tel:")):
-            if self._worker.settings.trunk is None:
+            if self._worker.settings.trunking.trunk is None:
                 raise CommandRejectedError(
                     f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
                 )
-            to_uri = f"sip:{request.to}@{self._worker.settings.trunk}"
+            to_uri = f"sip:{request.to}@{self._worker.settings.trunking.trunk}"
         leg = CallLeg(
             id=admission.call_id or f"c-{secrets.token_hex(6)}",
             sip=None,
@@ -822,10 +693,11 @@ class SipCalls:
         )
         rtp = self._worker.ports.allocate()
         leg.rtp = rtp
-        public = self._worker.settings.advertised_host or rtp.host
-        leg.local_sdp = self._new_offer(leg, public, rtp.port, random.getrandbits(31))
+        leg.sdp = _offer_answer(self._worker.settings.media)
+        leg.sdp.bind(address=self._worker.settings.sip.advertised_host or rtp.host, port=rtp.port)
+        offer = leg.sdp.offer()
         caller = request.caller_id or "gateway"
-        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.public_host}"
+        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.sip.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
         leg.answered = asyncio.get_running_loop().create_future()
         try:
@@ -833,7 +705,7 @@ class SipCalls:
                 to_uri,
                 self._worker.sip.now(),
                 from_uri=from_uri,
-                body=leg.local_sdp.to_bytes(),
+                body=offer.to_bytes(),
                 credentials=self._worker.trunk_credentials,
             )
         except LocalProtocolError as exc:  # a bad URI, or sips: without TLS enabled here

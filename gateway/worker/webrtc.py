@@ -92,24 +92,38 @@ class WebRtcSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_WEBRTC_", frozen=True, extra="ignore")
 
-    max_calls: int = Field(default=20, ge=0, description="Concurrent browser calls on this worker")
-    ice_servers: str = Field(default="", description="JSON list of {urls, username, credential}, or URLs")
-    advertised_host: str | None = Field(default=None, description="Address written into host candidates (NAT)")
-    # Local addresses for ICE host candidates; empty: the worker's media address (every interface when that
-    # is 0.0.0.0 / ::).
-    host_addresses: Annotated[tuple[str, ...], NoDecode] = ()
-    connect_timeout_s: float = Field(default=15.0, gt=0)
-    media_timeout_s: float = Field(default=10.0, gt=0)
+    max_calls: int = Field(
+        default=20, ge=0, description="Concurrent browser calls on this worker, whatever capacity is left."
+    )
+    ice_servers: str = Field(
+        default="",
+        description="STUN/TURN servers: a JSON list of `{urls, username, credential}`, or comma-separated URLs; "
+        "empty: host candidates only.",
+    )
+    advertised_host: str | None = Field(
+        default=None, description="Address written into the host candidates (the public address behind NAT)."
+    )
+    host_addresses: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Local addresses of the ICE host candidates, comma-separated; empty: the worker's media "
+        "address (every interface when that is 0.0.0.0 or ::).",
+    )
+    connect_timeout_s: float = Field(
+        default=15.0, gt=0, description="A browser call whose ICE and DTLS are not connected by then is ended."
+    )
+    media_timeout_s: float = Field(
+        default=10.0, gt=0, description="A connected browser call with no caller audio for this long is ended."
+    )
     encoder: Literal["gateway", "aiortc"] = Field(
         default="gateway",
         description="Who encodes the agent's Opus: the gateway (mono, 32 kbit/s, in the track) or aiortc's sender "
-        "(stereo, 96 kbit/s, in a thread-pool job per packet: more CPU, kept to measure against)",
+        "(stereo, 96 kbit/s, in a thread-pool job per packet: more CPU, kept to measure against).",
     )
     decoder: Literal["gateway", "aiortc"] = Field(
         default="gateway",
         description="Who puts the caller's packets in order and decodes their Opus: the gateway (on the event loop, "
         "as aiortc's receiver hands each packet over) or aiortc's jitter buffer and decoder thread per call (80 ms "
-        "of prefetch, more CPU; kept to measure against)",
+        "of prefetch, more CPU; kept to measure against).",
     )
 
     @field_validator("host_addresses", mode="before")
@@ -255,7 +269,7 @@ class WebRtcCalls:
                 retry_after_s=5,
             )
         check_offer(sdp)
-        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, cost=worker.settings.webrtc_call_cost)
+        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, cost=worker.settings.costs.webrtc_call_cost)
         self.legs[leg.id] = leg  # counts against the limit from now on
         try:
             await self._admit(leg, route=route, public=public)

@@ -114,44 +114,43 @@ class MediaWorker:
         self.default_profile = default_profile or _DEFAULT_PROFILE
         self._models: dict[str, RealtimeModel] = {}
         self.link = link
-        self.session_config = session_config or SessionConfig(
-            tool_grace_s=settings.tool_grace_s,
-            inbound_chunk_ms=settings.provider_chunk_ms,
-            inbound_quiet_chunk_ms=settings.provider_quiet_chunk_ms,
-            inbound_quiet_after_ms=settings.provider_quiet_after_ms,
-        )
+        self.session_config = session_config or settings.session.session_config()
         self.sip_config = sip_config or self._sip_config(settings)
         self.endpoint = SipEndpoint(self.sip_config)
         self.sip_calls = SipCalls(self)
         # Raises TlsConfigError (unusable certificate files) or OSError (a self-signed pair cannot be written).
-        self.sip_tls = sip_tls_contexts(settings)
+        self.sip_tls = sip_tls_contexts(
+            settings.tls,
+            transports=settings.sip.sip_transports,
+            hosts=(settings.sip.advertised_host, settings.sip.sip_host),
+        )
         self.sip = SipTransport(
             self.endpoint,
-            host=settings.sip_host,
-            port=settings.sip_port,
-            transports=settings.sip_transports,
+            host=settings.sip.sip_host,
+            port=settings.sip.sip_port,
+            transports=settings.sip.sip_transports,
             on_events=self._on_sip_events,
             tls=self.sip_tls,
-            tls_port=settings.sip_tls_port,
+            tls_port=settings.tls.sip_tls_port,
         )
-        first, last = settings.rtp_port_bounds
+        first, last = settings.media.rtp_port_bounds
         self.ports = RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last))
         self.engine = TickEngine(wall_clock_offset=time.time() - time.monotonic())
         # With rtp_read_at_tick: every call's RTP socket, read at the start of each tick (ADR 0007); None: read per
         # readiness callback (ADR 0002).
-        self.rtp_drain = RtpDrain() if settings.rtp_read_at_tick and RtpDrain.supported() else None
+        self.rtp_drain = RtpDrain() if settings.media.rtp_read_at_tick and RtpDrain.supported() else None
         self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured, on_skipped=self._on_ticks_skipped)
         # Full collector passes, run after a tick when no call is live or rarely (ADR 0010); None: CPython's own.
         self.collector = (
             PacedCollector(
                 CollectorPolicy(
                     full_after=gc.get_threshold()[2],
-                    full_interval_s=settings.gc_full_interval_s,
-                    middle_after=settings.gc_middle_after,
+                    full_interval_s=settings.gc.gc_full_interval_s,
+                    middle_after=settings.gc.gc_middle_after,
                 ),
                 observe=_observe_gc_pass,
             )
-            if settings.gc_paced
+            if settings.gc.gc_paced
             else None
         )
         self.legs: dict[str, CallLeg] = {}
@@ -161,11 +160,11 @@ class MediaWorker:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._counters_task: asyncio.Task[None] | None = None
         self.counters = CounterExporter(settings.worker_id)
-        if trunk_credentials is None and settings.trunk_user and settings.trunk_password:
+        if trunk_credentials is None and settings.trunking.trunk_user and settings.trunking.trunk_password:
             from gateway.sip.auth import DigestClientCredentials
 
             trunk_credentials = DigestClientCredentials(
-                username=settings.trunk_user, password=settings.trunk_password.get_secret_value()
+                username=settings.trunking.trunk_user, password=settings.trunking.trunk_password.get_secret_value()
             )
         self.trunk_credentials = trunk_credentials
         self.draining = False
@@ -176,7 +175,7 @@ class MediaWorker:
         self._tick_no = 0
         # Walks of every call off the tick (snapshots, the counters' export) let the loop in this often.
         self.slice_s = SLICE_S
-        self._opus_ahead = OpusAheadPolicy(settings.opus_encode_ahead_ms / 1000)
+        self._opus_ahead = OpusAheadPolicy(settings.media.opus_encode_ahead_ms / 1000)
         self._started = False
         self.closing = False
         self._metric_worker = settings.worker_id
@@ -186,35 +185,34 @@ class MediaWorker:
 
     @staticmethod
     def _sip_config(settings: WorkerSettings) -> SipConfig:
+        sip = settings.sip
         authenticator = None
-        if settings.sip_auth_user is not None and settings.sip_auth_password is not None:
+        if sip.sip_auth_user is not None and sip.sip_auth_password is not None:
             from gateway.sip.auth import DigestAuthenticator
             from gateway.sip.digest import DigestChallenger
 
             authenticator = DigestAuthenticator(
                 DigestChallenger(
-                    realm=settings.sip_auth_realm,
-                    credentials={settings.sip_auth_user: settings.sip_auth_password}.get,
+                    realm=sip.sip_auth_realm,
+                    credentials={sip.sip_auth_user: sip.sip_auth_password}.get,
                     nonce_secret=secrets.token_bytes(32),
                 )
             )
         return SipConfig(
-            local_host=settings.sip_host,
-            local_port=settings.sip_port,
-            tls_port=settings.sip_tls_port,
-            advertised_host=settings.advertised_host,
-            advertised_port=settings.advertised_sip_port,
-            advertised_tls_port=settings.advertised_sip_tls_port,
-            transports=settings.sip_transports,
-            user_agent=settings.user_agent,
-            allow_cidrs=settings.sip_allow,
+            local_host=sip.sip_host,
+            local_port=sip.sip_port,
+            tls_port=settings.tls.sip_tls_port,
+            advertised_host=sip.advertised_host,
+            advertised_port=sip.advertised_sip_port,
+            advertised_tls_port=settings.tls.advertised_sip_tls_port,
+            transports=sip.sip_transports,
+            user_agent=sip.user_agent,
+            allow_cidrs=sip.sip_allow,
             authenticator=authenticator,
-            rate_limit=RateLimit(
-                per_second=settings.sip_rate_limit_per_s, burst=int(settings.sip_rate_limit_per_s * 2)
-            ),
-            session_timer=SessionTimerConfig(session_expires=settings.session_expires_s),
-            outbound_proxy=settings.sip_outbound_proxy,
-            max_calls=max(settings.capacity * 2, 10),
+            rate_limit=RateLimit(per_second=sip.sip_rate_limit_per_s, burst=int(sip.sip_rate_limit_per_s * 2)),
+            session_timer=SessionTimerConfig(session_expires=sip.session_expires_s),
+            outbound_proxy=settings.trunking.sip_outbound_proxy,
+            max_calls=max(settings.costs.capacity * 2, 10),
         )
 
     async def start(self) -> None:
@@ -237,12 +235,12 @@ class MediaWorker:
         log.info(
             "worker %s: SIP on %s:%d (%s%s), RTP %s, capacity %d, %s",
             self.id,
-            self.settings.sip_host,
+            self.settings.sip.sip_host,
             self.sip.port,
-            "+".join(self.settings.sip_transports),
-            f"; TLS on {self.sip.tls_port}" if "tls" in self.settings.sip_transports else "",
-            self.settings.rtp_ports,
-            self.settings.capacity,
+            "+".join(self.settings.sip.sip_transports),
+            f"; TLS on {self.sip.tls_port}" if "tls" in self.settings.sip.sip_transports else "",
+            self.settings.media.rtp_ports,
+            self.settings.costs.capacity,
             compiled_status(),
         )
 
@@ -290,7 +288,7 @@ class MediaWorker:
         return sum(leg.cost for leg in self.legs.values() if leg.live) + self.webrtc.capacity_used
 
     def over_capacity(self) -> bool:
-        return self.capacity_used() > self.settings.capacity + CAPACITY_SLACK
+        return self.capacity_used() > self.settings.costs.capacity + CAPACITY_SLACK
 
     def info(self) -> WorkerInfo:
         active = sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count  # + browser calls
@@ -298,10 +296,10 @@ class MediaWorker:
         return WorkerInfo(
             id=self.id,
             url=self.url,
-            capacity=self.settings.capacity,
+            capacity=self.settings.costs.capacity,
             active_calls=active,
             used=used,
-            load=used / self.settings.capacity,
+            load=used / self.settings.costs.capacity,
             draining=self.draining,
             status="draining" if self.draining else "up",
             version=__version__,
@@ -392,7 +390,7 @@ class MediaWorker:
             [figures for browser in self.webrtc.legs.values() if (figures := browser.figures()) is not None]
         )
         self.counters.rtp_packets(received, sent)
-        CAPACITY.labels(self._metric_worker).set(self.settings.capacity)
+        CAPACITY.labels(self._metric_worker).set(self.settings.costs.capacity)
         CAPACITY_USED.labels(self._metric_worker).set(self.capacity_used())
         OPUS_CALLS_AHEAD.labels(self._metric_worker).set(self.engine.opus_calls_ahead)
         return media_legs
@@ -473,13 +471,13 @@ class MediaWorker:
                     "percentile over the last second (GATEWAY_OPUS_ENCODE_AHEAD_MS=%g)",
                     "a tick ahead from their next pause" if ahead else "in their tick again from their next pause",
                     self._opus_ahead.last_p90 * 1000,
-                    self.settings.opus_encode_ahead_ms,
+                    self.settings.media.opus_encode_ahead_ms,
                 )
         if self._tick_no % _RTP_CHECK_EVERY_TICKS == 0:
             self._check_inactivity(now)
 
     def _check_inactivity(self, now: float) -> None:
-        timeout = self.settings.rtp_timeout_s
+        timeout = self.settings.media.rtp_timeout_s
         for leg in list(self.legs.values()):
             if not leg.media_added or leg.state != "active" or leg.negotiated is None:
                 continue

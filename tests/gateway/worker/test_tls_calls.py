@@ -178,6 +178,6 @@ def test_tls_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("GATEWAY_SIP_TLS_CLIENT_CERTS", "Required")
     monkeypatch.setenv("GATEWAY_SIP_TLS_VERIFY_SERVER", "false")
     settings = WorkerSettings()
-    assert settings.sip_transports == ("udp", "tls") and settings.sip_tls_port == 5061
-    assert (settings.sip_tls_client_certs, settings.sip_tls_verify_server) == ("required", False)
-    assert settings.sip_tls_cert == tmp_path / "cert.pem"
+    assert settings.sip.sip_transports == ("udp", "tls") and settings.tls.sip_tls_port == 5061
+    assert (settings.tls.sip_tls_client_certs, settings.tls.sip_tls_verify_server) == ("required", False)
+    assert settings.tls.sip_tls_cert == tmp_path / "cert.pem"
