@@ -41,7 +41,7 @@ import orjson
 import pybase64
 
 from gateway.providers.errors import ProviderError
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
 from gateway.providers.pipeline.cloud._words import locate
 from gateway.providers.pipeline.ports import TtsAudio, TtsDone, TtsEvent, TtsFailed, TtsWords, Word
 
@@ -343,7 +343,7 @@ class _VoiceSocket:
             stream = self.streams.get(context_id)
             if stream is not None:  # else: a cancelled context's late audio, dropped
                 stream.deliver(message)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             self._tts.malformed_frames += 1
             log.warning("elevenlabs: malformed frame (%d so far): %r", self._tts.malformed_frames, exc)
             self._fail_all(TtsFailed(message=f"elevenlabs sent a malformed frame: {exc}", retryable=True))

@@ -30,7 +30,7 @@ import pybase64
 from gateway.providers._link import close_is_retryable, open_websocket, receive_json, send_during_setup
 from gateway.providers.errors import ProviderConnectError, ProviderError
 from gateway.providers.openai import build_url
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
 from gateway.providers.pipeline.ports import SttEvent, SttFailed, SttFinal, SttPartial, SttSpeechStarted
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class OpenAITranscribeStt:
             if not isinstance(message, dict):
                 raise TypeError("not a JSON object")
             events = self._parser.parse(message)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             self.malformed_frames += 1
             log.warning("openai transcribe: malformed frame (%d so far): %r", self.malformed_frames, exc)
             events = [SttFailed(message=f"openai sent a malformed frame: {exc}", retryable=True)]
