@@ -56,6 +56,23 @@ def _url(context: ContextLike, options: Mapping[str, Option], vendor: str, defau
     return base
 
 
+def _openai_url(context: ContextLike, options: Mapping[str, Option], *, realtime: bool) -> str:
+    """One ``openai`` base serves both dialects: ``https://host/v1`` becomes ``wss://host/v1/realtime`` for the
+    transcription session and stays as it is for ``/audio/speech`` (and the other way round)."""
+    base = str(options.get("url") or context.urls.get("openai") or "")
+    if not base:
+        return openai_transcribe.DEFAULT_URL if realtime else openai_speech.DEFAULT_URL
+    parts = urlsplit(base)
+    path = parts.path.rstrip("/")
+    if realtime:
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        path = path if path.endswith("/realtime") else (path or "/v1") + "/realtime"
+    else:
+        scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+        path = path.removesuffix("/realtime") or "/v1"
+    return parts._replace(scheme=scheme, path=path).geturl()
+
+
 def _opt(options: Mapping[str, Option], name: str, kind: type, default: Any) -> Any:
     if name not in options:
         return default
@@ -108,7 +125,7 @@ async def create_openai_stt(spec: SpecLike, context: ContextLike) -> openai_tran
     o = spec.options
     config = _build(
         lambda: openai_transcribe.OpenAITranscribeConfig(
-            url=_url(context, o, "openai", openai_transcribe.DEFAULT_URL, "/v1/realtime"),
+            url=_openai_url(context, o, realtime=True),
             api_key=context.key("openai"),
             model=_opt(o, "model", str, "gpt-4o-mini-transcribe"),
             language=_opt(o, "language", str, ""),
@@ -164,7 +181,7 @@ async def create_openai_tts(spec: SpecLike, context: ContextLike) -> openai_spee
     speed = _opt(o, "speed", float, None)
     config = _build(
         lambda: openai_speech.OpenAISpeechConfig(
-            url=_url(context, o, "openai", openai_speech.DEFAULT_URL, "/v1"),
+            url=_openai_url(context, o, realtime=False),
             api_key=context.key("openai"),
             model=_opt(o, "model", str, "gpt-4o-mini-tts"),
             voice=_opt(o, "voice", str, "marin"),

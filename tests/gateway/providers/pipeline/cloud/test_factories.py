@@ -53,6 +53,17 @@ def test_register_all_names_every_component_with_its_options() -> None:
     assert all("url" in options for _, _, options in seen)
 
 
+def test_one_openai_base_serves_both_dialects() -> None:
+    def urls(base: str) -> tuple[str, str]:
+        context = Context(urls={"openai": base})
+        return factories._openai_url(context, {}, realtime=True), factories._openai_url(context, {}, realtime=False)
+
+    assert urls("https://api.openai.com/v1") == ("wss://api.openai.com/v1/realtime", "https://api.openai.com/v1")
+    assert urls("ws://127.0.0.1:9/v1") == ("ws://127.0.0.1:9/v1/realtime", "http://127.0.0.1:9/v1")
+    assert urls("http://kokoro:8880") == ("ws://kokoro:8880/v1/realtime", "http://kokoro:8880/v1")
+    assert urls("") == ("wss://api.openai.com/v1/realtime", "https://api.openai.com/v1")
+
+
 async def test_bad_option_values_are_config_errors() -> None:
     with pytest.raises(ProviderConfigError, match="sample_rate"):
         await factories.create_deepgram(Spec({"sample_rate": "fast"}), Context())
