@@ -354,7 +354,10 @@ class VendorServer:
             except ValueError:
                 reject = 0
             if reject:
-                status = http.HTTPStatus(reject)
+                try:
+                    status = http.HTTPStatus(reject)
+                except ValueError:
+                    status = http.HTTPStatus.INTERNAL_SERVER_ERROR
                 return json_response(status, {"error": status.phrase, "injected": True})
             if self._auth is not None and not self._auth(request.headers, query):
                 return json_response(http.HTTPStatus.UNAUTHORIZED, {"error": "Invalid credentials"})

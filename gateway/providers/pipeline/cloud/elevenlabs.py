@@ -215,7 +215,8 @@ class ElevenLabsStream:
 
     @property
     def idle(self) -> bool:
-        return not self._flushed and not self._queue.closed
+        """Open on the server and waiting for text: the context a keep-alive is for."""
+        return self._started and not self._flushed and not self._queue.closed
 
     async def push(self, text: str) -> None:
         if self._flushed or self._queue.closed or not text:
