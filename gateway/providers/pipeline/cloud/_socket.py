@@ -29,7 +29,7 @@ E = TypeVar("E")
 
 # What a parser raises on a message that breaks its protocol (JSON and base64 errors are ValueErrors): the
 # receive callbacks count and report these; anything else is a bug of ours and propagates.
-MALFORMED: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError)
+MALFORMED: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError)
 
 
 class EventQueue(Generic[E]):

@@ -166,8 +166,9 @@ class ElevenAlignment:
             raise ValueError("alignment lists differ in length")
         words: list[Word] = []
         for char, start, duration in zip(chars, starts, durations):
-            if not isinstance(char, str) or not isinstance(start, int) or not isinstance(duration, int):
-                raise TypeError("alignment entries must be str, int, int")
+            if not isinstance(char, str) or not _is_number(start) or not _is_number(duration):
+                raise TypeError("alignment entries must be a character and two numbers of milliseconds")
+            start, duration = round(start), round(duration)
             if char.isspace():
                 word = self._take()
                 if word is not None:
@@ -193,6 +194,10 @@ class ElevenAlignment:
         )
         self._word, self._word_end_ms = "", 0
         return word
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _is_terminal(event: TtsEvent) -> bool:
