@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from gateway.providers.errors import ProviderConfigError
 from gateway.providers.pipeline.cloud import cartesia, deepgram, elevenlabs, openai_speech, openai_transcribe
+from gateway.providers.pipeline.ports import SpeechToText, TextToSpeech
 
 Option = str | int | float | bool
 
@@ -264,3 +265,14 @@ def register_all(register: Callable[..., None]) -> None:
         register(
             component.kind, component.name, component.factory, options=component.options, summary=component.summary
         )
+
+
+def _conforms(
+    deepgram_stt: deepgram.DeepgramStt,
+    openai_stt: openai_transcribe.OpenAITranscribeStt,
+    elevenlabs_tts: elevenlabs.ElevenLabsTts,
+    cartesia_tts: cartesia.CartesiaTts,
+    openai_tts: openai_speech.OpenAISpeechTts,
+) -> tuple[SpeechToText, SpeechToText, TextToSpeech, TextToSpeech, TextToSpeech]:
+    """Never called: mypy checks here that each adapter is what the pipeline's ports ask for."""
+    return deepgram_stt, openai_stt, elevenlabs_tts, cartesia_tts, openai_tts
