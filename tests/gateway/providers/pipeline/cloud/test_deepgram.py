@@ -124,6 +124,9 @@ async def test_recognises_an_utterance_with_partials_endpoint_and_utterance_end(
     record = fake.record(1)
     assert bytes(record.audio) == audio
     assert record.received_types()[-1] == "CloseStream"
+    sdk_models = {"KeepAlive": ListenV1KeepAlive, "Finalize": ListenV1Finalize, "CloseStream": ListenV1CloseStream}
+    for message in record.received:  # what went over the wire, not only what the builders return
+        assert_exact(sdk_models[message["type"]], message)
     assert record.sent[-1]["type"] == "Metadata" and record.close_code == 1000
     query = record.query
     assert (query["encoding"], query["sample_rate"], query["endpointing"], query["utterance_end_ms"]) == (
