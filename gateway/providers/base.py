@@ -48,6 +48,35 @@ class TurnDetection:
     silence_duration_ms: int = 500
 
 
+ComponentOption = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComponentSpec:
+    """One component of the cascaded pipeline: a registered name and its options (model, voice, language, ...)."""
+
+    name: str
+    options: Mapping[str, ComponentOption] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineSpec:
+    """What the ``pipeline`` provider is made of on a route, and its turn-taking knobs (milliseconds).
+
+    Component names are looked up in :mod:`gateway.providers.pipeline.components`; see docs/operations.md.
+    """
+
+    stt: ComponentSpec
+    llm: ComponentSpec
+    tts: ComponentSpec
+    vad: ComponentSpec = field(default_factory=lambda: ComponentSpec(name="energy"))
+    onset_ms: int = 60
+    endpoint_ms: int = 500
+    max_endpoint_ms: int = 3000
+    min_interrupt_ms: int = 400
+    false_interrupt_ms: int = 1500
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BotSpec:
     """Where a ``websocket`` profile's bot listens and what it is told (docs/operations.md, "Websocket provider").
@@ -79,6 +108,8 @@ class AgentProfile:
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     # System text an adapter adds after replaying ``history`` into a fresh session ("" disables it).
     resume_note: str = RESUME_NOTE
+    # The components of the ``pipeline`` provider (None: the provider's defaults from the environment).
+    pipeline: PipelineSpec | None = None
     # The bot of a ``websocket`` profile (None: the worker's settings).
     bot: BotSpec | None = None
     # What the call is, set per call by the worker: from_number, to_number, call_id, direction, route. Adapters

@@ -1,24 +1,24 @@
 """Build a :class:`~gateway.providers.base.RealtimeModel` by name from the environment.
 
-``create_model("echo" | "openai" | "gemini" | "websocket", settings)``. :class:`ProviderSettings` reads the
+``create_model("echo" | "openai" | "gemini" | "pipeline" | "websocket", settings)``. :class:`ProviderSettings` reads the
 environment once and is frozen; each field's description is its documentation (the table in docs/operations.md
 is generated from it). A key is not required when the URL points at a loopback address (the local fake server, tests).
 """
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.providers import gemini, openai
 from gateway.providers._link import is_loopback_url
-from gateway.providers.base import RealtimeModel
+from gateway.providers.base import ComponentSpec, PipelineSpec, RealtimeModel
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.providers.errors import ProviderConfigError
 from gateway.providers.media_stream.protocol import WireAudio
 from gateway.providers.media_stream.session import BotConfig, WebsocketBotModel
 
-PROVIDERS = ("echo", "openai", "gemini", "websocket")
+PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
 
 
 def _env(name: str) -> AliasChoices:
@@ -33,7 +33,8 @@ class ProviderSettings(BaseSettings):
     provider: str = Field(
         default="echo",
         validation_alias=_env("GATEWAY_PROVIDER"),
-        description="Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini` or `websocket`.",
+        description="Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini`, `pipeline` or "
+        "`websocket`.",
     )
     openai_api_key: str = Field(
         default="",
@@ -82,6 +83,74 @@ class ProviderSettings(BaseSettings):
         ge=0,
         validation_alias=_env("GATEWAY_ECHO_DELAY_FRAMES"),
         description="How far the echo agent lags the caller, in 20 ms frames.",
+    )
+    pipeline_stt: str = Field(
+        default="scripted",
+        validation_alias=_env("GATEWAY_PIPELINE_STT"),
+        description="Recogniser of `pipeline` profiles that name none (`deepgram`, `openai`, `whisper`, `scripted`).",
+    )
+    pipeline_llm: str = Field(
+        default="openai-compatible",
+        validation_alias=_env("GATEWAY_PIPELINE_LLM"),
+        description="Chat model of `pipeline` profiles that name none (`openai-compatible`, `rules`).",
+    )
+    pipeline_tts: str = Field(
+        default="synthetic",
+        validation_alias=_env("GATEWAY_PIPELINE_TTS"),
+        description=(
+            "Voice of `pipeline` profiles that name none (`elevenlabs`, `cartesia`, `openai`, `espeak`, `synthetic`)."
+        ),
+    )
+    pipeline_vad: str = Field(
+        default="energy",
+        validation_alias=_env("GATEWAY_PIPELINE_VAD"),
+        description="Voice detector of `pipeline` profiles that name none (`energy`, `silero`).",
+    )
+    pipeline_endpoint_ms: int = Field(
+        default=500,
+        gt=0,
+        le=10_000,
+        validation_alias=_env("GATEWAY_PIPELINE_ENDPOINT_MS"),
+        description="Caller silence (ms) that ends a `pipeline` turn once the recogniser's final text is in.",
+    )
+    pipeline_component_deadline_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        le=120.0,
+        validation_alias=_env("GATEWAY_PIPELINE_COMPONENT_DEADLINE_S"),
+        description="A `pipeline` component down this long ends the provider session (the call resumes).",
+    )
+    llm_url: str = Field(
+        default="https://api.openai.com/v1",
+        validation_alias=_env("GATEWAY_LLM_URL"),
+        description="OpenAI-compatible Chat Completions base URL of `pipeline` (OpenAI, Groq, vLLM, Ollama, the fake).",
+    )
+    llm_model: str = Field(
+        default="gpt-4o-mini",
+        validation_alias=_env("GATEWAY_LLM_MODEL"),
+        description="Chat model of `pipeline` profiles that name none.",
+    )
+    llm_api_key: SecretStr = Field(
+        default=SecretStr(""),
+        validation_alias=_env("GATEWAY_LLM_API_KEY"),
+        description="Key of the chat endpoint (falls back to `OPENAI_API_KEY`); none needed on loopback.",
+    )
+    deepgram_api_key: SecretStr = Field(
+        default=SecretStr(""), validation_alias=_env("DEEPGRAM_API_KEY"), description="Deepgram live STT key."
+    )
+    elevenlabs_api_key: SecretStr = Field(
+        default=SecretStr(""), validation_alias=_env("ELEVENLABS_API_KEY"), description="ElevenLabs TTS key."
+    )
+    cartesia_api_key: SecretStr = Field(
+        default=SecretStr(""), validation_alias=_env("CARTESIA_API_KEY"), description="Cartesia TTS key."
+    )
+    pipeline_urls: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_PIPELINE_URLS"),
+        description=(
+            "Vendor base URL overrides for `pipeline` components: `vendor=url` pairs separated by commas "
+            "(fakes, self-hosted)."
+        ),
     )
     bot_url: str = Field(
         default="",
@@ -154,6 +223,8 @@ def create_model(name: str | None = None, settings: ProviderSettings | None = No
         return gemini.GeminiLiveModel(
             gemini.GeminiConfig(url=settings.gemini_url, api_key=settings.gemini_api_key, model=settings.gemini_model)
         )
+    if name == "pipeline":
+        return _pipeline(settings)
     if name == "websocket":
         if settings.bot_url and not settings.bot_url.startswith(("ws://", "wss://")):
             raise ProviderConfigError("websocket: GATEWAY_BOT_URL must start with ws:// or wss://")
@@ -169,6 +240,35 @@ def create_model(name: str | None = None, settings: ProviderSettings | None = No
             )
         )
     raise ProviderConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
+
+
+def _pipeline(settings: ProviderSettings) -> RealtimeModel:
+    from gateway.providers.pipeline.components import ComponentContext
+    from gateway.providers.pipeline.model import PipelineModel
+
+    urls: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in settings.pipeline_urls.split(","))):
+        vendor, sep, url = pair.partition("=")
+        if not sep or not vendor.strip() or not url.strip():
+            raise ProviderConfigError(f"GATEWAY_PIPELINE_URLS: {pair!r} is not vendor=url")
+        urls[vendor.strip()] = url.strip()
+    keys = {
+        "llm": settings.llm_api_key.get_secret_value() or settings.openai_api_key,
+        "openai": settings.openai_api_key,
+        "deepgram": settings.deepgram_api_key.get_secret_value(),
+        "elevenlabs": settings.elevenlabs_api_key.get_secret_value(),
+        "cartesia": settings.cartesia_api_key.get_secret_value(),
+    }
+    spec = PipelineSpec(
+        stt=ComponentSpec(name=settings.pipeline_stt),
+        llm=ComponentSpec(name=settings.pipeline_llm),
+        tts=ComponentSpec(name=settings.pipeline_tts),
+        vad=ComponentSpec(name=settings.pipeline_vad),
+        endpoint_ms=settings.pipeline_endpoint_ms,
+        max_endpoint_ms=max(3000, settings.pipeline_endpoint_ms),
+    )
+    context = ComponentContext(keys=keys, urls=urls, llm_url=settings.llm_url, llm_model=settings.llm_model)
+    return PipelineModel(spec, context, component_deadline_s=settings.pipeline_component_deadline_s)
 
 
 def _require_key(variable: str, key: str, url: str, provider: str) -> None:
