@@ -1,7 +1,7 @@
 """Build a :class:`~gateway.providers.base.RealtimeModel` by name from the environment.
 
-``create_model("echo" | "openai" | "gemini" | "pipeline" | "websocket", settings)``. :class:`ProviderSettings` reads the
-environment once and is frozen; each field's description is its documentation (the table in docs/operations.md
+``create_model("echo" | "openai" | "gemini" | "pipeline" | "websocket", settings)``. :class:`ProviderSettings`
+reads the environment once and is frozen; each field's description is its documentation (the table in docs/operations.md
 is generated from it). A key is not required when the URL points at a loopback address (the local fake server, tests).
 """
 
@@ -33,8 +33,10 @@ class ProviderSettings(BaseSettings):
     provider: str = Field(
         default="echo",
         validation_alias=_env("GATEWAY_PROVIDER"),
-        description="Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini`, `pipeline` or "
-        "`websocket`.",
+        description=(
+            "Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini`, `pipeline` "
+            "or `websocket`."
+        ),
     )
     openai_api_key: str = Field(
         default="",
