@@ -19,6 +19,7 @@ _ROOT = Path(__file__).resolve().parent
 SERIAL = (
     "e2e/",
     "gateway/bench/",
+    "bench/test_websocket_bot_bench.py",
     "gateway/loadtest/test_runner.py",
     "gateway/loadtest/test_multi.py",
     "gateway/loadtest/test_impair.py",
