@@ -154,6 +154,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     heartbeat.add_argument("--heartbeats", type=int, default=20, help="timed heartbeats per run (default 20)")
     heartbeat.add_argument("--repeats", type=int, default=3, help="runs of each path per size (medians reported)")
     heartbeat.add_argument("--json", metavar="FILE", help="write every run as JSON")
+    call_records = sub.add_parser(
+        "call-records",
+        help="the control plane's CPU per call for keeping its record in the database of calls (SQLite or PostgreSQL)",
+    )
+    call_records.add_argument("--calls", type=int, default=2000, help="ended calls per run (default 2000)")
+    call_records.add_argument("--lines", type=int, default=20, help="transcript items per call (default 20)")
+    call_records.add_argument("--repeats", type=int, default=3, help="runs (default 3)")
+    call_records.add_argument(
+        "--database-url", help="postgresql://... to measure PostgreSQL (default: SQLite in a temp dir)"
+    )
+    call_records.add_argument("--json", metavar="FILE", help="write every run as JSON")
     cluster = sub.add_parser(
         "cluster",
         help="calls per core and setup latency: two workers behind Kamailio against one worker taken directly",
@@ -241,6 +252,18 @@ def main(args: argparse.Namespace) -> int:
         if args.repeats < 1 or args.count < 1000:
             raise SystemExit("gateway bench records: --repeats >= 1 and --count >= 1000")
         return run_records(repeats=args.repeats, count=args.count, json_output=args.json)
+    if args.bench == "call-records":
+        from gateway.bench.call_records import run as run_call_records
+
+        if args.calls < 1 or args.lines < 0 or args.repeats < 1:
+            raise SystemExit("gateway bench call-records: --calls >= 1, --lines >= 0 and --repeats >= 1")
+        return run_call_records(
+            calls=args.calls,
+            lines=args.lines,
+            repeats=args.repeats,
+            database_url=args.database_url,
+            as_json=args.json,
+        )
     if args.bench == "sip-transports":
         from gateway.bench.sip_transports import run as run_transports
 
