@@ -235,10 +235,12 @@ class PipelineSession:
     def _run(self, actions: list[TurnAction]) -> None:
         for action in actions:
             if action.kind == "speech_started":
-                if self._reply is not None and not self._reply.ended:
-                    self._cancel_reply_now()
+                # SpeechStarted first: the core stops playout and cancels this response as a barge-in; the reply's
+                # own cancel (ResponseDone "cancelled") follows at once.
                 self._user_item = f"user_{next(self._ids)}"
                 self._emit(SpeechStarted(audio_start_ms=max(0, action.at_ms), item_id=self._user_item))
+                if self._reply is not None and not self._reply.ended:
+                    self._cancel_reply_now()
             elif action.kind == "finalize":
                 if self._stt_hold is None:
                     self._stt.finalize()
