@@ -291,6 +291,17 @@ class PipelineSession:
         reply.task = self._spawn(self._generate(reply, instructions), f"reply-{reply.response_id}")
 
     async def _generate(self, reply: _Reply, instructions: str | None) -> None:
+        try:
+            await self._generate_reply(reply, instructions)
+        except Exception as exc:
+            # A component broke its contract (raised instead of reporting): this reply fails, the call goes on.
+            log.warning("pipeline %s: reply %s failed: %r", self.session_id, reply.response_id, exc)
+            self._emit(ProviderErrored(code="reply_failed", message=f"{type(exc).__name__}: {exc}", fatal=False))
+            if reply.stream is not None:
+                await quietly(reply.stream.cancel())
+            self._end_reply(reply, status="failed")
+
+    async def _generate_reply(self, reply: _Reply, instructions: str | None) -> None:
         messages = self._messages(instructions)
         attempts = 0
         status = "completed"
@@ -354,6 +365,12 @@ class PipelineSession:
             reply.reader = self._spawn(self._read_tts(reply), f"tts-{reply.item_id}")
 
     async def _read_tts(self, reply: _Reply) -> None:
+        try:
+            await self._read_tts_streams(reply)
+        finally:
+            reply.tts_done.set()  # whatever ended the reading, the reply must not wait for it forever
+
+    async def _read_tts_streams(self, reply: _Reply) -> None:
         while reply.stream is not None:
             stream = reply.stream
             async for event in stream.events():
