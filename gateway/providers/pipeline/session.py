@@ -146,8 +146,9 @@ class PipelineSession:
         self._vad_rate = Resampler(vad.sample_rate)
         self._stt_rate = Resampler(stt.input_rate)
         self._window_ms = int(getattr(vad, "window_ms", 20))
-        self._closed = False
-        self._ended = False
+        self._closed = False  # no more sends (closed by the client, or a component is down)
+        self._ended = False  # ProviderDisconnected was queued
+        self._released = False  # aclose() ran
         self.last_speech_at: float | None = None  # the caller's last speech window (latency figures)
         self.first_audio_at: float | None = None  # the last reply's first audio
 
@@ -159,8 +160,10 @@ class PipelineSession:
         self._spawn(self._run_timer(), "turn-timer")
 
     async def aclose(self) -> None:
-        if self._closed:
+        """Stop every task and close the components. Idempotent; also after a component ended the session."""
+        if self._released:
             return
+        self._released = True
         self._closed = True
         await self._stop_reply(status="cancelled", emit=False)
         await self._cancel_tasks()

@@ -126,6 +126,8 @@ async def test_a_recogniser_down_past_the_deadline_ends_the_session_retryably() 
         last = await reader.until(ProviderDisconnected)
         assert last.retryable and "stt unavailable" in last.reason
         await session.aclose()
+        # The session still released everything after the component ended it.
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith(f"pipeline-{session.session_id}-")]
 
 
 async def test_a_bad_key_is_not_retryable() -> None:
