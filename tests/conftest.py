@@ -19,6 +19,9 @@ _ROOT = Path(__file__).resolve().parent
 SERIAL = (
     "e2e/",
     "gateway/bench/",
+    "gateway/worker/",  # real calls through a worker at its 20 ms clock, the echo correlated
+    "gateway/transport/test_clock.py",
+    "gateway/transport/test_webrtc.py",
     "gateway/loadtest/test_runner.py",
     "gateway/loadtest/test_multi.py",
     "gateway/loadtest/test_impair.py",

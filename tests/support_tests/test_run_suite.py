@@ -66,7 +66,7 @@ def test_a_run_with_nothing_in_one_tier_exits_0_and_ends_with_one_closing_line(t
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=280,
     )
     assert done.returncode == 0, done.stdout[-2000:]
     last = done.stdout.strip().splitlines()[-1]
