@@ -418,7 +418,7 @@ class SipCalls:
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
         profile_model = leg.profile or self._host.default_profile
-        profile = profile_model.to_agent_profile()
+        profile = replace(profile_model.to_agent_profile(), call_context=_call_context(leg))
         config = self._host.session_config
         webhooks = tuple(
             WebhookToolConfig(
@@ -714,3 +714,15 @@ class SipCalls:
         move(leg, LegState.RINGING)
         leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
         return leg.id
+
+
+def _call_context(leg: CallLeg) -> dict[str, str]:
+    """What a provider may tell its peer about the call (the websocket provider's customParameters)."""
+    return {
+        "from_number": user_part(leg.from_uri),
+        "to_number": user_part(leg.to_uri),
+        "call_id": leg.id,
+        "direction": leg.direction,
+        "route": leg.route,
+        "transport": "sip",
+    }

@@ -21,7 +21,7 @@ import secrets
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Annotated, Any, Literal
 
@@ -371,6 +371,8 @@ class WebRtcCalls:
     def _new_session(self, leg: WebRtcLeg) -> CallSession:
         worker = self._worker
         profile = (leg.profile or _DEFAULT_PROFILE).to_agent_profile()
+        context = {"call_id": leg.id, "direction": "inbound", "route": leg.route, "transport": "webrtc"}
+        profile = replace(profile, call_context=context)
         model = worker.model_for(profile.provider)
         return CallSession(
             call_id=leg.id,
