@@ -41,7 +41,7 @@ from urllib.parse import urlencode
 import orjson
 
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError, ProviderError
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
 from gateway.providers.pipeline.ports import (
     SttEvent,
     SttFailed,
@@ -351,7 +351,7 @@ class DeepgramStt:
                 raise TypeError("not a JSON object")
             events = self._parser.parse(message)
             self._streak = 0
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        except MALFORMED as exc:
             self.malformed_frames += 1
             log.warning("deepgram: malformed frame (%d so far): %r", self.malformed_frames, exc)
             events = [SttFailed(message=f"deepgram sent a malformed frame: {exc}", retryable=True)]

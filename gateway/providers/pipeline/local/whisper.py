@@ -244,8 +244,10 @@ def load_whisper(config: WhisperConfig) -> WhisperRuntime:
         raise ProviderConfigError(f"whisper model {str(model_dir)!r} failed to load: {exc}") from exc
     source = PACKAGED_MODEL if config.model_dir is None else str(model_dir)
     description = f"{source} model.bin sha256 {hashes['model.bin'][:16]}"
+    runtime = WhisperRuntime(model, config, description=description)
+    runtime.decode(np.zeros(SAMPLE_RATE, dtype=np.int16))  # the first decode is slow: not a caller's
     log.info("whisper loaded: %s, %d decode worker(s), context %.0f s", description, pool, config.context_s)
-    return WhisperRuntime(model, config, description=description)
+    return runtime
 
 
 _shared: dict[WhisperConfig, WhisperRuntime] = {}

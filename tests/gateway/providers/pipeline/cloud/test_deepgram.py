@@ -206,3 +206,36 @@ async def test_reconnects_exhausted_fail_the_recogniser() -> None:
         # Each reconnect is refused once it sends: the last attempt's drop ends it.
         await stt.aclose()
     assert isinstance(events[-1], SttFailed)
+
+
+async def test_a_finalize_lost_in_a_drop_is_sent_again() -> None:
+    speech_frames = frames(b"\0" * (32 * 200) + speech_16k("Yes please."))
+    # The fake drops the socket when the Finalize arrives, before answering it.
+    faults = Faults(drop_after_messages=len(speech_frames) + 1, fault_connections=1)
+    async with FakeDeepgramServer(DeepgramOptions(transcripts=("yes please",)), faults=faults) as fake:
+        stt = await open_deepgram(config(fake, endpointing_ms=None, reconnect_backoff_s=0.01))
+        for frame in speech_frames:
+            stt.feed(frame)
+        stt.finalize()
+        events = await until(stt.events(), SttFinal)
+        await stt.aclose()
+    assert events[-1] == SttFinal(text="yes please", from_finalize=True)
+    assert fake.record(1).received_types() == ["Finalize"]
+    assert fake.record(2).received_types()[0] == "Finalize"
+    assert fed_audio_covered(b"".join(speech_frames), fake)
+
+
+def fed_audio_covered(fed: bytes, fake: FakeDeepgramServer) -> bool:
+    first, second = bytes(fake.record(1).audio), bytes(fake.record(2).audio)
+    return fed.startswith(first) and fed.endswith(second) and len(first) + len(second) >= len(fed)
+
+
+async def test_a_backlog_over_the_replay_limit_fails_instead_of_dropping_audio() -> None:
+    async with FakeDeepgramServer() as fake:
+        stt = await open_deepgram(config(fake, replay_limit_s=0.1))  # 3200 bytes at 16 kHz
+        for _ in range(6):  # fed synchronously: nothing is sent in between
+            stt.feed(b"\0" * FRAME)
+        events = await drain(stt.events())
+        await stt.aclose()
+    assert len(events) == 1 and isinstance(events[0], SttFailed) and events[0].retryable
+    assert "backlog" in events[0].message

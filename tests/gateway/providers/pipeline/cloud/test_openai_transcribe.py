@@ -95,3 +95,13 @@ async def test_bad_key_is_not_retryable_and_a_drop_ends_the_events() -> None:
         (failed,) = [e async for e in stt.events()]
         await stt.aclose()
     assert isinstance(failed, SttFailed) and failed.retryable
+
+
+async def test_a_backlog_over_the_limit_fails_instead_of_growing() -> None:
+    async with FakeOpenAITranscribeServer() as fake:
+        stt = await open_openai_transcribe(OpenAITranscribeConfig(url=fake.url, backlog_limit_s=0.1))
+        for _ in range(6):  # 6 x 20 ms fed synchronously: over the 100 ms bound before anything is sent
+            stt.feed(b"\0" * 960)
+        (failed,) = [e async for e in stt.events()]
+        await stt.aclose()
+    assert isinstance(failed, SttFailed) and "backlog" in failed.message
