@@ -1,4 +1,4 @@
-"""``gateway bench websocket-bot``: CPU per call-frame of a call answered by a websocket bot, against an echo call.
+"""CPU per call-frame of a call answered by a websocket bot, against an echo call: ``python -m bench.websocket_bot``.
 
 ``calls`` sessions of the real session core (:class:`gateway.session.session.CallSession`) run in this process,
 driven by a 20 ms tick at absolute deadlines as the worker drives them: each tick every call gets one caller frame
@@ -14,7 +14,9 @@ driven by a 20 ms tick at absolute deadlines as the worker drives them: each tic
 The figure is this process's CPU time (user + system, every thread) over the measured ticks, divided by
 calls x ticks: microseconds of the gateway's CPU per call per 20 ms. The bot's own CPU is in another process
 and is reported apart. The media tick's own DSP (jitter buffer, decode, resample, encode, RTP) is the same for
-every kind and is not part of this figure (``gateway bench codecs`` and ``calls`` measure it).
+every kind and is not part of this figure (``gateway bench codecs`` and ``calls`` measure it). ``add_arguments``
+and ``main`` are what a ``gateway bench websocket-bot`` subcommand needs. Results and the machine they ran on:
+docs/performance/2026-12-07-websocket-bot.md.
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from gateway.providers._link import is_loopback_url
 from gateway.providers.errors import ProviderConfigError
 from gateway.providers.pipeline.cloud import cartesia, deepgram, elevenlabs, openai_speech, openai_transcribe
+from gateway.providers.pipeline.ports import SpeechToText, TextToSpeech
 
 Option = str | int | float | bool
 
@@ -92,6 +94,24 @@ def _build(make: Callable[[], Any], name: str) -> Any:
         raise ProviderConfigError(f"pipeline: {name}: {exc}") from exc
 
 
+_KEY_VARIABLES = {
+    "deepgram": "DEEPGRAM_API_KEY",
+    "elevenlabs": "ELEVENLABS_API_KEY",
+    "cartesia": "CARTESIA_API_KEY",
+    "openai": "OPENAI_API_KEY",
+}
+
+
+def _key(context: ContextLike, vendor: str, url: str) -> str:
+    """The vendor's key; none is needed on loopback (the fakes), anywhere else its absence is a config error."""
+    key = context.key(vendor)
+    if not key and not is_loopback_url(url):
+        raise ProviderConfigError(
+            f"pipeline: {vendor}: set {_KEY_VARIABLES[vendor]} (or point its url at a local server)"
+        )
+    return key
+
+
 def _off_when_zero(value: int | None) -> int | None:
     return None if value is None or value <= 0 else value
 
@@ -99,10 +119,12 @@ def _off_when_zero(value: int | None) -> int | None:
 async def create_deepgram(spec: SpecLike, context: ContextLike) -> deepgram.DeepgramStt:
     o = spec.options
     keyterms = tuple(t for t in str(o.get("keyterms", "")).split("|") if t)
+    url = _url(context, o, "deepgram", deepgram.DEFAULT_URL, "/v1/listen")
+    api_key = _key(context, "deepgram", url)
     config = _build(
         lambda: deepgram.DeepgramConfig(
-            url=_url(context, o, "deepgram", deepgram.DEFAULT_URL, "/v1/listen"),
-            api_key=context.key("deepgram"),
+            url=url,
+            api_key=api_key,
             model=_opt(o, "model", str, "nova-3"),
             language=_opt(o, "language", str, "en"),
             encoding=_opt(o, "encoding", str, "linear16"),
@@ -123,10 +145,12 @@ async def create_deepgram(spec: SpecLike, context: ContextLike) -> deepgram.Deep
 
 async def create_openai_stt(spec: SpecLike, context: ContextLike) -> openai_transcribe.OpenAITranscribeStt:
     o = spec.options
+    url = _openai_url(context, o, realtime=True)
+    api_key = _key(context, "openai", url)
     config = _build(
         lambda: openai_transcribe.OpenAITranscribeConfig(
-            url=_openai_url(context, o, realtime=True),
-            api_key=context.key("openai"),
+            url=url,
+            api_key=api_key,
             model=_opt(o, "model", str, "gpt-4o-mini-transcribe"),
             language=_opt(o, "language", str, ""),
             prompt=_opt(o, "prompt", str, ""),
@@ -143,10 +167,12 @@ async def create_elevenlabs(spec: SpecLike, context: ContextLike) -> elevenlabs.
     settings = {
         name: _opt(o, name, float, 0.0) for name in ("stability", "similarity_boost", "style", "speed") if name in o
     }
+    url = _url(context, o, "elevenlabs", elevenlabs.DEFAULT_URL, "")
+    api_key = _key(context, "elevenlabs", url)
     config = _build(
         lambda: elevenlabs.ElevenLabsConfig(
-            url=_url(context, o, "elevenlabs", elevenlabs.DEFAULT_URL, ""),
-            api_key=context.key("elevenlabs"),
+            url=url,
+            api_key=api_key,
             model=_opt(o, "model", str, "eleven_flash_v2_5"),
             voice=_opt(o, "voice", str, ""),
             language=_opt(o, "language", str, ""),
@@ -162,10 +188,12 @@ async def create_elevenlabs(spec: SpecLike, context: ContextLike) -> elevenlabs.
 
 async def create_cartesia(spec: SpecLike, context: ContextLike) -> cartesia.CartesiaTts:
     o = spec.options
+    url = _url(context, o, "cartesia", cartesia.DEFAULT_URL, "/tts/websocket")
+    api_key = _key(context, "cartesia", url)
     config = _build(
         lambda: cartesia.CartesiaConfig(
-            url=_url(context, o, "cartesia", cartesia.DEFAULT_URL, "/tts/websocket"),
-            api_key=context.key("cartesia"),
+            url=url,
+            api_key=api_key,
             model=_opt(o, "model", str, "sonic-3"),
             voice=_opt(o, "voice", str, ""),
             language=_opt(o, "language", str, "en"),
@@ -179,10 +207,12 @@ async def create_cartesia(spec: SpecLike, context: ContextLike) -> cartesia.Cart
 async def create_openai_tts(spec: SpecLike, context: ContextLike) -> openai_speech.OpenAISpeechTts:
     o = spec.options
     speed = _opt(o, "speed", float, None)
+    url = _openai_url(context, o, realtime=False)
+    api_key = _key(context, "openai", url)
     config = _build(
         lambda: openai_speech.OpenAISpeechConfig(
-            url=_openai_url(context, o, realtime=False),
-            api_key=context.key("openai"),
+            url=url,
+            api_key=api_key,
             model=_opt(o, "model", str, "gpt-4o-mini-tts"),
             voice=_opt(o, "voice", str, "marin"),
             instructions=_opt(o, "instructions", str, ""),
@@ -264,3 +294,14 @@ def register_all(register: Callable[..., None]) -> None:
         register(
             component.kind, component.name, component.factory, options=component.options, summary=component.summary
         )
+
+
+def _conforms(
+    deepgram_stt: deepgram.DeepgramStt,
+    openai_stt: openai_transcribe.OpenAITranscribeStt,
+    elevenlabs_tts: elevenlabs.ElevenLabsTts,
+    cartesia_tts: cartesia.CartesiaTts,
+    openai_tts: openai_speech.OpenAISpeechTts,
+) -> tuple[SpeechToText, SpeechToText, TextToSpeech, TextToSpeech, TextToSpeech]:
+    """Never called: mypy checks here that each adapter is what the pipeline's ports ask for."""
+    return deepgram_stt, openai_stt, elevenlabs_tts, cartesia_tts, openai_tts

@@ -9,8 +9,9 @@ goes as ``input_audio_buffer.append`` and :meth:`OpenAITranscribeStt.finalize` i
 :class:`TranscribeParser` (sans-I/O) maps ``input_audio_buffer.speech_started`` to :class:`SttSpeechStarted`,
 ``conversation.item.input_audio_transcription.delta`` to :class:`SttPartial` (the item's text so far) and
 ``.completed`` to :class:`SttFinal` (``speech_final``: the service decided the turn; ``from_finalize``: our
-commit did). ``.failed`` and ``error`` are notices (:class:`SttFailed`, retryable); a committed-empty error
-after a finalize is answered with an empty ``from_finalize`` final so the pipeline never waits for one.
+commit did). A turn whose transcription ``.failed`` gets an empty final (logged), so the pipeline never waits for
+one; so does a finalize the service refused as an empty commit. Any other ``error``, or a malformed frame, ends
+:meth:`~OpenAITranscribeStt.events` with ``SttFailed(retryable=True)``.
 
 There is no resume in this dialect: a dropped socket ends :meth:`~OpenAITranscribeStt.events` with
 ``SttFailed(retryable=True)`` and the pipeline opens a new recogniser.
@@ -112,7 +113,10 @@ class TranscribeParser:
         if kind == "conversation.item.input_audio_transcription.failed":
             self._texts.pop(str(message["item_id"]), None)
             error = message.get("error") or {}
-            return [SttFailed(message=f"openai transcription failed: {error.get('message')}", retryable=True)]
+            log.warning("openai transcription of %s failed: %s", message["item_id"], error.get("message"))
+            from_finalize = self.commits_pending > 0
+            self.commits_pending = max(self.commits_pending - 1, 0)
+            return [SttFinal(text="", speech_final=True, from_finalize=from_finalize)]
         if kind == "error":
             error = message["error"]
             if error.get("code") == "input_audio_buffer_commit_empty" and self.commits_pending:
@@ -212,7 +216,12 @@ class OpenAITranscribeStt:
             log.warning("openai transcribe: malformed frame (%d so far): %r", self.malformed_frames, exc)
             events = [SttFailed(message=f"openai sent a malformed frame: {exc}", retryable=True)]
         for event in events:
+            if isinstance(event, SttFailed):
+                self._closed = True
+                self._queue.finish(event)
+                return
             if not self._queue.offer(event):
+                self._closed = True
                 self._queue.finish(SttFailed(message="openai transcribe: event queue overflow", retryable=True))
                 return
 

@@ -173,6 +173,11 @@ async def test_bot_close_1000_hangs_up_after_its_queued_audio() -> None:
         tool = await wait_event(session, of_type(ToolCallStarted))
         assert isinstance(tool, ToolCallStarted) and tool.name == "hang_up"
         assert session.state is CallState.ACTIVE, "the queued goodbye plays first"
+        stream: BotSession = session._pipe.link.session  # type: ignore[union-attr]
+        for i in range(3):  # the caller's audio meanwhile goes nowhere, quietly: no resume, no error
+            session.push_inbound(caller_frame(i, b"\xff" * 160))
+        await stream.send_audio(b"\xff" * 160)
+        assert stream.audio_dropped == 4 and session.stats().errors == 1  # the drained tag's, nothing else
         frames = [session.pull_outbound(takes_g711=True) for _ in range(10)]
         assert all(f is not None for f in frames)
         for _ in range(5):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.providers.errors import ProviderConfigError
 from gateway.providers.media_stream.audio import AudioBridge
@@ -249,3 +252,20 @@ def test_ledger_refuses_marks_past_its_bound() -> None:
     ledger = PlayoutLedger(max_queued_ms=1000.0, max_marks=2)
     assert ledger.bot_mark("a") and ledger.bot_mark("b")
     assert ledger.bot_mark("c") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    wire=st.sampled_from(["mulaw", "l16_16k", "l16_24k"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12),
+)
+def test_bot_audio_converts_the_same_however_it_is_split(wire: str, cuts: list[int]) -> None:
+    fmt = MediaFormat(wire=wire)  # type: ignore[arg-type]
+    session_format = "pcmu" if wire == "mulaw" and len(cuts) % 2 else "pcm24k"
+    stream = (np.arange(4001, dtype=np.int64) * 7919 % 256).astype(np.uint8).tobytes()  # any bytes are audio
+    whole = AudioBridge(fmt, session_format)  # type: ignore[arg-type]
+    expected = whole.from_wire(stream) + whole.flush()
+    split = AudioBridge(fmt, session_format)  # type: ignore[arg-type]
+    bounds = [0, *sorted(cuts), len(stream)]
+    pieces = [stream[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    assert b"".join(split.from_wire(piece) for piece in pieces) + split.flush() == expected

@@ -64,13 +64,18 @@ def test_one_openai_base_serves_both_dialects() -> None:
     assert urls("") == ("wss://api.openai.com/v1/realtime", "https://api.openai.com/v1")
 
 
-async def test_bad_option_values_are_config_errors() -> None:
+async def test_bad_option_values_and_missing_keys_are_config_errors() -> None:
+    keyed = Context(keys={"deepgram": "dg", "openai": "sk"})
     with pytest.raises(ProviderConfigError, match="sample_rate"):
-        await factories.create_deepgram(Spec({"sample_rate": "fast"}), Context())
+        await factories.create_deepgram(Spec({"sample_rate": "fast"}), keyed)
     with pytest.raises(ProviderConfigError, match="linear16"):
-        await factories.create_deepgram(Spec({"encoding": "mulaw", "sample_rate": 16000}), Context())
+        await factories.create_deepgram(Spec({"encoding": "mulaw", "sample_rate": 16000}), keyed)
     with pytest.raises(ProviderConfigError, match="speed"):
-        await factories.create_openai_tts(Spec({"speed": 9.0}), Context())
+        await factories.create_openai_tts(Spec({"speed": 9.0}), keyed)
+    with pytest.raises(ProviderConfigError, match="set CARTESIA_API_KEY"):
+        await factories.create_cartesia(Spec(), Context())
+    with pytest.raises(ProviderConfigError, match="set ELEVENLABS_API_KEY"):
+        await factories.create_elevenlabs(Spec({"url": "wss://tts.example.com"}), Context())
 
 
 async def test_each_component_runs_against_its_fake_from_a_bare_url_override() -> None:
