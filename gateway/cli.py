@@ -4,7 +4,7 @@ Each subcommand lives in ``gateway.commands.<name>`` and exposes ``add_arguments
 ``main(args) -> int``. Modules are imported only when their command runs, so ``gateway --help`` stays fast.
 
 Commands that are not part of the product plug in through the ``gateway.commands`` entry-point group: a module
-with the same two functions and a one-line ``HELP``. The benchmarks (``bench/``, docs/adr/0022) arrive that way,
+with the same two functions and a one-line ``HELP``. The benchmarks (``bench/``, docs/adr/0025) arrive that way,
 so the product never imports them by name; where they are not installed, ``gateway bench`` says how to install them.
 """
 
@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drain": ("gateway.commands.drain", "ask a media worker to drain (a Kubernetes preStop hook), and wait for it"),
     "fake-provider": ("gateway.commands.fake_provider", "run the local OpenAI-Realtime-compatible fake server"),
     "loadtest": ("gateway.commands.loadtest", "synthetic SIP/RTP callers against a gateway, with a report"),
+    "settings": ("gateway.commands.settings", "the table of every GATEWAY_* setting, from the settings classes"),
 }
 
 PLUGIN_GROUP = "gateway.commands"

@@ -43,13 +43,13 @@ def main(args: argparse.Namespace) -> int:
     from gateway.control.settings import ControlSettings
     from gateway.fleet.http import INTERNAL_PREFIX
     from gateway.fleet.models import DrainRequest
-    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.settings import DrainSettings
 
     try:
         token = ControlSettings().token
         deadline_s = None if args.no_deadline else args.deadline
         if deadline_s is None and not args.no_deadline:
-            deadline_s = WorkerSettings().drain_deadline_s
+            deadline_s = DrainSettings().drain_deadline_s
         body = DrainRequest(exit_when_empty=args.exit, deadline_s=deadline_s)
     except ValidationError as exc:
         print(f"gateway drain: bad setting: {exc}", file=sys.stderr)

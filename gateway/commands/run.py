@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
 
     async def stop(reason: str) -> None:
         if reason == "SIGTERM":  # an orchestrator's stop: drain first (gateway/worker/drain.py)
-            await worker.drain(exit_when_empty=True, deadline_s=worker_settings.drain_deadline_s)
+            await worker.drain(exit_when_empty=True, deadline_s=worker_settings.drain.drain_deadline_s)
             await worker.exited.wait()
         await worker.aclose("shutdown")
         app.state.plane.shutting_down.set()
@@ -83,15 +83,15 @@ def main(args: argparse.Namespace) -> int:
         log.info("%s", mode)
         log.info(
             "gateway: SIP sip:agent@%s:%d, HTTP http://%s:%d (dashboard /dashboard, phone /phone)",
-            worker_settings.public_host,
-            worker_settings.public_sip_port,
+            worker_settings.sip.public_host,
+            worker_settings.sip.public_sip_port,
             control_settings.http_host,
             control_settings.http_port,
         )
-        if "tls" in worker_settings.sip_transports:
+        if "tls" in worker_settings.sip.sip_transports:
             log.info(
                 "gateway: SIP over TLS sips:agent@%s:%d (fingerprint %s)",
-                worker_settings.public_host,
+                worker_settings.sip.public_host,
                 worker.sip.tls_port,
                 worker.sip_tls.fingerprint if worker.sip_tls is not None else "-",
             )

@@ -106,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
 
     async def stop(reason: str) -> None:
         if reason == "SIGTERM":  # an orchestrator's stop: drain first (gateway/worker/drain.py)
-            await worker.drain(exit_when_empty=True, deadline_s=settings.drain_deadline_s)
+            await worker.drain(exit_when_empty=True, deadline_s=settings.drain.drain_deadline_s)
             await worker.exited.wait()
         await worker.aclose("shutdown")
 

@@ -69,30 +69,35 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+#: The flags that set a worker setting: (argparse dest, setting name, as GATEWAY_<NAME>).
+FLAG_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("sip_host", "sip_host"),
+    ("sip_port", "sip_port"),
+    ("sip_transports", "sip_transports"),
+    ("sip_tls_port", "sip_tls_port"),
+    ("sip_tls_cert", "sip_tls_cert"),
+    ("sip_tls_key", "sip_tls_key"),
+    ("sip_tls_ca", "sip_tls_ca"),
+    ("sip_tls_self_signed", "sip_tls_self_signed"),
+    ("advertised_host", "advertised_host"),
+    ("rtp_ports", "rtp_ports"),
+    ("codecs", "codecs"),
+    ("srtp", "srtp"),
+    ("srtp_suites", "srtp_suites"),
+    ("capacity", "capacity"),
+    ("opus_call_cost", "opus_call_cost"),
+    ("webrtc_call_cost", "webrtc_call_cost"),
+    ("g722_call_cost", "g722_call_cost"),
+    ("srtp_call_cost", "srtp_call_cost"),
+    ("worker_id", "worker_id"),
+    ("drain_deadline", "drain_deadline_s"),
+)
+
+
 def worker_settings(args: argparse.Namespace) -> WorkerSettings:
+    """The worker's settings: the environment, with the flags given on top (each to its slice)."""
     overrides: dict[str, Any] = {}
-    for flag, key in (
-        ("sip_host", "sip_host"),
-        ("sip_port", "sip_port"),
-        ("sip_transports", "sip_transports"),
-        ("sip_tls_port", "sip_tls_port"),
-        ("sip_tls_cert", "sip_tls_cert"),
-        ("sip_tls_key", "sip_tls_key"),
-        ("sip_tls_ca", "sip_tls_ca"),
-        ("sip_tls_self_signed", "sip_tls_self_signed"),
-        ("advertised_host", "advertised_host"),
-        ("rtp_ports", "rtp_ports"),
-        ("codecs", "codecs"),
-        ("srtp", "srtp"),
-        ("srtp_suites", "srtp_suites"),
-        ("capacity", "capacity"),
-        ("opus_call_cost", "opus_call_cost"),
-        ("webrtc_call_cost", "webrtc_call_cost"),
-        ("g722_call_cost", "g722_call_cost"),
-        ("srtp_call_cost", "srtp_call_cost"),
-        ("worker_id", "worker_id"),
-        ("drain_deadline", "drain_deadline_s"),
-    ):
+    for flag, key in FLAG_SETTINGS:
         value = getattr(args, flag, None)
         if value is not None:
             overrides[key] = value
@@ -103,7 +108,7 @@ def stop_timeout_s(settings: WorkerSettings, session: SessionConfig, reason: str
     """How long a stop may take: a SIGTERM drain runs to its deadline, then the goodbyes and the calls' close."""
     if reason != "SIGTERM":
         return 15.0
-    return settings.drain_deadline_s + session.goodbye_timeout_s + session.close_timeout_s + 30.0
+    return settings.drain.drain_deadline_s + session.goodbye_timeout_s + session.close_timeout_s + 30.0
 
 
 def model_factory(default_provider: str | None = None) -> Callable[[str], RealtimeModel]:

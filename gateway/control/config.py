@@ -22,7 +22,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.fleet.models import ProfileModel, ToolModel, TurnDetectionModel, WebhookSpec
+from gateway.fleet.models import (
+    BotModel,
+    ComponentModel,
+    PipelineModel,
+    ProfileModel,
+    ToolModel,
+    TurnDetectionModel,
+    WebhookSpec,
+)
 
 DEFAULT_SOURCE = "<built-in config>"
 
@@ -72,6 +80,51 @@ class ToolConfig(_Section):
         return value
 
 
+class ComponentConfig(BaseModel):
+    """``stt = { name = "deepgram", model = "nova-3", language = "en" }``: a name and that component's options."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _scalar_options(self) -> ComponentConfig:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"option {key} must be a string, number or boolean")
+        return self
+
+    def to_model(self) -> ComponentModel:
+        return ComponentModel(name=self.name, options=dict(self.model_extra or {}))
+
+
+class PipelineConfig(_Section):
+    """``[profiles.<name>.pipeline]``: the components of the ``pipeline`` provider and its turn-taking knobs."""
+
+    stt: ComponentConfig
+    llm: ComponentConfig
+    tts: ComponentConfig
+    vad: ComponentConfig = Field(default_factory=lambda: ComponentConfig(name="energy"))
+    onset_ms: int = Field(default=60, ge=0, le=2000)
+    endpoint_ms: int = Field(default=500, gt=0, le=10_000)
+    max_endpoint_ms: int = Field(default=3000, gt=0, le=30_000)
+    min_interrupt_ms: int = Field(default=400, ge=0, le=5000)
+    false_interrupt_ms: int = Field(default=1500, gt=0, le=10_000)
+
+    def to_model(self) -> PipelineModel:
+        return PipelineModel(
+            stt=self.stt.to_model(),
+            llm=self.llm.to_model(),
+            tts=self.tts.to_model(),
+            vad=self.vad.to_model(),
+            onset_ms=self.onset_ms,
+            endpoint_ms=self.endpoint_ms,
+            max_endpoint_ms=self.max_endpoint_ms,
+            min_interrupt_ms=self.min_interrupt_ms,
+            false_interrupt_ms=self.false_interrupt_ms,
+        )
+
+
 class ProfileConfig(_Section):
     # "default" means the worker's GATEWAY_PROVIDER (echo unless set), so one variable switches the agent.
     provider: str = Field(default="default", min_length=1)
@@ -83,6 +136,9 @@ class ProfileConfig(_Section):
     turn_detection: TurnDetectionModel = Field(default_factory=TurnDetectionModel)
     max_duration_s: float = Field(default=3600.0, gt=0.0, le=86_400.0)
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
+    pipeline: PipelineConfig | None = None
+    # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
+    bot: BotModel | None = None
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -115,6 +171,8 @@ class ProfileConfig(_Section):
             turn_detection=self.turn_detection,
             max_duration_s=self.max_duration_s,
             audio_format=self.audio_format,
+            pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
+            bot=self.bot,
         )
 
 
@@ -212,6 +270,12 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
         if route.profile not in parsed.profiles:
             known = ", ".join(sorted(parsed.profiles)) or "none defined"
             problems.append(f"{source}: routes[{index}].profile: unknown profile {route.profile!r} (known: {known})")
+    for name, profile in parsed.profiles.items():
+        if profile.pipeline is not None:
+            from gateway.providers.pipeline.components import problems as pipeline_problems
+
+            spec = profile.pipeline.to_model().to_spec()
+            problems += [f"{source}: profiles.{name}.pipeline.{p}" for p in pipeline_problems(spec)]
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return GatewayConfig(parsed, source)

@@ -1,10 +1,5 @@
-"""Process settings of the control plane, read from the environment (pydantic-settings).
-
-    GATEWAY_API_TOKEN     bearer token for /v1, /internal/v1 and /metrics (unset: loopback only, no auth)
-    GATEWAY_HTTP_HOST     bind address (default 127.0.0.1)
-    GATEWAY_HTTP_PORT     port (default 8080)
-    GATEWAY_REDIS_URL     redis://... for shared state between control-plane processes (unset: in memory)
-    GATEWAY_CONFIG        routes + profiles TOML file (unset: built-in echo config)
+"""Process settings of the control plane, read from the environment (pydantic-settings); each field's
+description is its documentation (the table in docs/operations.md is generated from it).
 
 Routes, profiles and limits live in the TOML file (:mod:`gateway.control.config`), not here: settings say
 how this process runs, the config says what the gateway does.
@@ -23,14 +18,27 @@ class InsecureBindError(Exception):
 
 
 class ControlSettings(BaseSettings):
+    """How the control plane's process runs (the worker reads the token and `GATEWAY_METRICS_PUBLIC` too)."""
+
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True, extra="ignore")
 
-    api_token: SecretStr | None = Field(default=None, description="Bearer token; unset disables auth")
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=8080, ge=0, le=65535)
-    redis_url: str | None = None
-    config: str | None = Field(default=None, description="Path of the routes/profiles TOML file")
-    metrics_public: bool = Field(default=False, description="Serve /metrics without the token")
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for `/v1`, `/internal/v1` and `/metrics`, the same on every process of a fleet; "
+        "unset: no authentication, and only a loopback bind is allowed.",
+    )
+    http_host: str = Field(default="127.0.0.1", description="Bind address of the HTTP API, dashboard and phone page.")
+    http_port: int = Field(default=8080, ge=0, le=65535, description="Port of the HTTP API.")
+    redis_url: str | None = Field(
+        default=None, description="`redis://…`: shared state for several control-plane processes; unset: in memory."
+    )
+    config: str | None = Field(
+        default=None,
+        description="Routes and profiles TOML file; unset: every number goes to the built-in `echo` profile.",
+    )
+    metrics_public: bool = Field(
+        default=False, description="Serve `/metrics` without the token (control plane and workers)."
+    )
 
     @property
     def token(self) -> str | None:

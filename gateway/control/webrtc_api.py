@@ -72,10 +72,16 @@ class WebRtcApiSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_WEBRTC_", frozen=True, extra="ignore")
 
-    token_secret: SecretStr | None = Field(default=None, description="HMAC key for call tokens")
-    offers_per_minute: float = Field(default=12.0, gt=0.0, description="Sustained offers per client IP")
-    offer_burst: int = Field(default=10, ge=1, description="Offers a client IP may make back to back")
-    max_token_ttl_s: int = Field(default=3600, ge=10, le=86_400)
+    token_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of browser call tokens; unset: one derived from `GATEWAY_API_TOKEN`, else a random "
+        "key per process.",
+    )
+    offers_per_minute: float = Field(default=12.0, gt=0.0, description="Sustained offers per client IP.")
+    offer_burst: int = Field(default=10, ge=1, description="Offers a client IP may make back to back.")
+    max_token_ttl_s: int = Field(
+        default=3600, ge=10, le=86_400, description="Longest lifetime a call token may be asked for, in seconds."
+    )
 
 
 class WebRtcCallHandler(Protocol):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.providers.base import AgentProfile, ToolSpec, TurnDetection
+from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
 CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
@@ -291,6 +291,58 @@ class TurnDetectionModel(_Model):
     silence_duration_ms: int = Field(default=500, ge=0, le=10_000)
 
 
+class ComponentModel(_Model):
+    """One pipeline component: a registered name and its options (gateway.providers.pipeline.components)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    def to_spec(self) -> ComponentSpec:
+        return ComponentSpec(name=self.name, options=dict(self.options))
+
+
+class PipelineModel(_Model):
+    """The wire form of :class:`gateway.providers.base.PipelineSpec`."""
+
+    stt: ComponentModel
+    llm: ComponentModel
+    tts: ComponentModel
+    vad: ComponentModel = Field(default_factory=lambda: ComponentModel(name="energy"))
+    onset_ms: int = Field(default=60, ge=0, le=2000, description="VAD speech before a caller turn starts")
+    endpoint_ms: int = Field(default=500, gt=0, le=10_000, description="Silence that ends a caller turn")
+    max_endpoint_ms: int = Field(
+        default=3000, gt=0, le=30_000, description="Longest wait for the recogniser's final text after silence"
+    )
+    min_interrupt_ms: int = Field(default=400, ge=0, le=5000, description="Caller speech that interrupts the agent")
+    false_interrupt_ms: int = Field(
+        default=1500, gt=0, le=10_000, description="An unconfirmed onset over the agent is ignored after this"
+    )
+
+    def to_spec(self) -> PipelineSpec:
+        return PipelineSpec(
+            stt=self.stt.to_spec(),
+            llm=self.llm.to_spec(),
+            tts=self.tts.to_spec(),
+            vad=self.vad.to_spec(),
+            onset_ms=self.onset_ms,
+            endpoint_ms=self.endpoint_ms,
+            max_endpoint_ms=self.max_endpoint_ms,
+            min_interrupt_ms=self.min_interrupt_ms,
+            false_interrupt_ms=self.false_interrupt_ms,
+        )
+
+
+class BotModel(_Model):
+    """The bot of a ``websocket`` profile (:class:`gateway.providers.base.BotSpec`); secrets stay in settings."""
+
+    url: str = Field(default="", pattern=r"^(wss?://.+)?$", max_length=2048, repr=False)
+    audio: Literal["", "mulaw", "l16_16k", "l16_24k"] = ""
+    parameters: dict[str, str] = Field(default_factory=dict, description="Added to start.customParameters")
+
+    def to_spec(self) -> BotSpec:
+        return BotSpec(url=self.url, audio=self.audio, parameters=dict(self.parameters))
+
+
 class ProfileModel(_Model):
     """The wire form of :class:`gateway.providers.base.AgentProfile`, plus where webhook tools run."""
 
@@ -304,6 +356,8 @@ class ProfileModel(_Model):
     turn_detection: TurnDetectionModel = Field(default_factory=TurnDetectionModel)
     max_duration_s: float = Field(default=3600.0, gt=0.0)
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
+    pipeline: PipelineModel | None = None
+    bot: BotModel | None = None
 
     def to_agent_profile(self) -> AgentProfile:
         td = self.turn_detection
@@ -323,6 +377,8 @@ class ProfileModel(_Model):
             ),
             max_duration_s=self.max_duration_s,
             audio_format=self.audio_format,
+            pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
+            bot=self.bot.to_spec() if self.bot is not None else None,
         )
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:

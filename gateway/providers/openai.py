@@ -14,6 +14,12 @@ caller actually heard, it sends ``response.cancel`` and the truncate at that poi
 racing our own would only add ``response_cancel_not_active`` noise. :attr:`OpenAIConfig.interrupt_response`
 turns it on for deployments whose session core leaves cancellation to the server.
 
+Truncation: the server drops the transcript of an item it truncates but reports only ``audio_end_ms``
+(``conversation.item.truncated``). The translator keeps each recent item's transcript and the audio received for
+it, estimates the words heard (:func:`gateway.providers.pipeline.words.estimate_words`: characters spread over
+the audio, a word counts once its start played) and reports that prefix as the item's final transcript, so the
+call's own transcript, and a resume that replays it, hold only what the caller heard.
+
 Errors: benign codes (a cancel or truncate that lost a race, a response.create while one is active) become
 :class:`ProviderNoticed`; ``session_expired`` and a second ``session.created`` (the server silently replaced the
 session: state lost) are fatal and end the connection with ``ProviderDisconnected(retryable=True)``.
@@ -22,6 +28,7 @@ session: state lost) are fatal and end the connection with ``ProviderDisconnecte
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -56,6 +63,7 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderConnectError
+from gateway.providers.pipeline.words import estimate_words, heard_prefix
 
 DEFAULT_URL = "wss://api.openai.com/v1/realtime"
 DEFAULT_MODEL = "gpt-realtime"
@@ -167,23 +175,61 @@ def history_item(item: HistoryItem) -> dict[str, Any]:
     return {"type": "message", "role": item.role, "content": [{"type": part_type, "text": item.text}]}
 
 
+class _SpokenItem:
+    """An assistant item's transcript and received audio, until a truncate may need them."""
+
+    __slots__ = ("audio_bytes", "text", "truncated_ms")
+
+    def __init__(self) -> None:
+        self.audio_bytes = 0
+        self.text = ""
+        self.truncated_ms: int | None = None
+
+
 class _Translator:
     """Server events -> provider events. Holds the little state the mapping needs."""
 
-    def __init__(self, session_id: str) -> None:
+    KEPT_ITEMS = 32  # recent assistant items a truncate may still point at
+
+    def __init__(self, session_id: str, *, bytes_per_ms: int = 48) -> None:
         self.session_id = session_id
         self.fatal_code = ""
+        self._bytes_per_ms = bytes_per_ms
+        self._items: OrderedDict[str, _SpokenItem] = OrderedDict()
+
+    def _item(self, item_id: str) -> _SpokenItem:
+        item = self._items.get(item_id)
+        if item is None:
+            item = self._items[item_id] = _SpokenItem()
+            while len(self._items) > self.KEPT_ITEMS:
+                self._items.popitem(last=False)
+        return item
+
+    def heard(self, item: _SpokenItem) -> str:
+        """The words of the item whose audio started before the truncate point (characters spread over audio)."""
+        assert item.truncated_ms is not None
+        duration = item.audio_bytes // self._bytes_per_ms
+        words = estimate_words(item.text, char_offset=0, start_ms=0, duration_ms=duration)
+        return heard_prefix(item.text, words, item.truncated_ms)
 
     def translate(self, message: Mapping[str, Any]) -> Sequence[ProviderEvent]:
         kind = message.get("type")
         if kind == "response.output_audio.delta":
+            pcm = pybase64.b64decode(message["delta"], validate=True)
+            self._item(message["item_id"]).audio_bytes += len(pcm)
             return (
                 AudioReceived(
                     response_id=message["response_id"],
                     item_id=message["item_id"],
                     content_index=int(message.get("content_index", 0)),
-                    pcm=pybase64.b64decode(message["delta"], validate=True),
+                    pcm=pcm,
                 ),
+            )
+        if kind == "conversation.item.truncated":
+            item = self._item(message["item_id"])
+            item.truncated_ms = int(message["audio_end_ms"])
+            return (
+                TranscriptReceived(role="assistant", item_id=message["item_id"], text=self.heard(item), final=True),
             )
         if kind == "response.output_audio.done":
             return (AudioDone(response_id=message["response_id"], item_id=message["item_id"]),)
@@ -196,11 +242,17 @@ class _Translator:
         if kind == "response.done":
             return (self._response_done(message["response"]),)
         if kind == "response.output_audio_transcript.delta":
+            item = self._item(message["item_id"])
+            item.text += message["delta"]
+            if item.truncated_ms is not None:
+                return ()  # the caller never heard it
             return (
                 TranscriptReceived(role="assistant", item_id=message["item_id"], text=message["delta"], final=False),
             )
         if kind == "response.output_audio_transcript.done":
-            text = message["transcript"]
+            item = self._item(message["item_id"])
+            item.text = message["transcript"]
+            text = item.text if item.truncated_ms is None else self.heard(item)
             return (TranscriptReceived(role="assistant", item_id=message["item_id"], text=text, final=True),)
         if kind == "conversation.item.input_audio_transcription.delta":
             text = message.get("delta") or ""
@@ -349,7 +401,7 @@ class OpenAIRealtimeModel:
         except BaseException:
             await ws.close()
             raise
-        translator = _Translator(session_id)
+        translator = _Translator(session_id, bytes_per_ms=48 if profile.audio_format == "pcm24k" else 8)
         link = ProviderLink(
             ws,
             name=f"openai-{session_id or 'session'}",

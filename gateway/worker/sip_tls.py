@@ -16,14 +16,14 @@ from gateway.transport.self_signed import ensure_self_signed
 from gateway.transport.tls import SipTlsConfig, TlsContexts
 
 if TYPE_CHECKING:
-    from gateway.worker.settings import WorkerSettings
+    from gateway.worker.settings import SipTlsSettings
 
 log = logging.getLogger(__name__)
 
 
-def _names(settings: WorkerSettings) -> tuple[str, ...]:
+def _names(hosts: tuple[str | None, ...]) -> tuple[str, ...]:
     names = ["localhost", "127.0.0.1"]
-    for host in (settings.advertised_host, settings.sip_host):
+    for host in hosts:
         if not host:
             continue
         try:
@@ -35,15 +35,18 @@ def _names(settings: WorkerSettings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def sip_tls_contexts(settings: WorkerSettings) -> TlsContexts | None:
-    """The TLS contexts of the worker's SIP transport; None when TLS is not among its transports. Raises
-    TlsConfigError (files unusable) or OSError (the self-signed pair cannot be written)."""
-    if "tls" not in settings.sip_transports:
+def sip_tls_contexts(
+    settings: SipTlsSettings, *, transports: tuple[str, ...], hosts: tuple[str | None, ...]
+) -> TlsContexts | None:
+    """The TLS contexts of the worker's SIP transport; None when TLS is not among its ``transports``. A
+    self-signed pair names ``hosts`` (the advertised and the SIP address). Raises TlsConfigError (files
+    unusable) or OSError (the self-signed pair cannot be written)."""
+    if "tls" not in transports:
         return None
     cert, key = settings.sip_tls_cert, settings.sip_tls_key
     if settings.sip_tls_self_signed:
         directory = settings.state_dir.expanduser() / "sip-tls"
-        pair = ensure_self_signed(directory, _names(settings))
+        pair = ensure_self_signed(directory, _names(hosts))
         log.warning(
             "SIP TLS: %s a SELF-SIGNED certificate for %s: %s (key %s), SHA-256 fingerprint %s. Peers must be given "
             "this certificate as their CA, or not verify; use GATEWAY_SIP_TLS_CERT/GATEWAY_SIP_TLS_KEY for trunks.",

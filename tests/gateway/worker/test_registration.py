@@ -23,7 +23,7 @@ from gateway.fleet import InProcessControlLink
 from gateway.observability import REGISTRY
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.worker.registration import instance_id, registration_config
-from gateway.worker.settings import WorkerSettings
+from gateway.worker.settings import TrunkSettings, WorkerSettings
 from gateway.worker.worker import MediaWorker
 from tests.gateway.control.conftest import AUTH, TOKEN, make_config
 from tests.gateway.sip.registrar import FakeRegistrar
@@ -113,7 +113,9 @@ def test_the_registrar_defaults_to_the_trunk_and_the_aor_to_the_trunk_user() -> 
     settings = WorkerSettings(
         trunk="sip.carrier.example:5080", trunk_user="gw", trunk_password="pw", trunk_register=True
     )
-    config = registration_config(settings)
+    config = registration_config(
+        settings.trunking, transports=settings.sip.sip_transports, worker_id=settings.worker_id
+    )
     assert config.registrar == "sip:sip.carrier.example:5080" and config.aor == "sip:gw@sip.carrier.example"
     assert (config.username, config.password, config.expires) == ("gw", "pw", 3600)
     assert config.instance_id == instance_id(settings.worker_id)
@@ -129,7 +131,9 @@ def test_the_aor_user_may_differ_from_the_digest_user_and_the_registrar_from_the
         trunk_register=True,
         trunk_register_expires_s=600,
     )
-    config = registration_config(settings)
+    config = registration_config(
+        settings.trunking, transports=settings.sip.sip_transports, worker_id=settings.worker_id
+    )
     assert (config.registrar, config.aor, config.username) == (
         "sip:reg.carrier.example;transport=tcp",
         "sip:+15550100@carrier.example",
@@ -140,9 +144,11 @@ def test_the_aor_user_may_differ_from_the_digest_user_and_the_registrar_from_the
 
 def test_the_password_is_secret() -> None:
     settings = WorkerSettings(trunk="t.example", trunk_user="gw", trunk_password="hunter2", trunk_register=True)
-    assert isinstance(settings.trunk_password, SecretStr)
+    assert isinstance(settings.trunking.trunk_password, SecretStr)
     assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.model_dump())
-    assert "hunter2" not in repr(registration_config(settings))
+    assert "hunter2" not in repr(
+        registration_config(settings.trunking, transports=settings.sip.sip_transports, worker_id=settings.worker_id)
+    )
 
 
 def test_each_worker_has_its_own_stable_instance_id() -> None:
@@ -194,7 +200,7 @@ async def test_the_worker_registers_lists_its_registration_and_removes_it_on_dra
     try:
         await until(lambda: worker.registration.client is not None and worker.registration.client.registered)
         [binding] = registrar.registrar.contacts("+15550100", asyncio.get_running_loop().time())
-        assert binding.uri == f"sip:gateway@127.0.0.1:{settings.sip_port}"
+        assert binding.uri == f"sip:gateway@127.0.0.1:{settings.sip.sip_port}"
         assert f'+sip.instance="<{instance_id("w-reg")}>"' in binding.contact
         assert metric("gateway_trunk_registered", worker="w-reg") == 1.0
         assert metric("gateway_trunk_register_total", worker="w-reg", outcome="registered") == before + 1
@@ -275,10 +281,11 @@ async def test_shutdown_removes_the_binding(registrar: UdpRegistrar) -> None:
     assert worker.registration.info().state == "unregistered"  # type: ignore[union-attr]
 
 
-def test_every_trunk_setting_has_a_readme_row() -> None:
+def test_every_trunk_setting_is_documented() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    names = [f"GATEWAY_{name.upper()}" for name in WorkerSettings.model_fields if name.startswith("trunk")]
+    root = Path(__file__).resolve().parents[3]
+    docs = (root / "README.md").read_text() + (root / "docs" / "operations.md").read_text()
+    names = [f"GATEWAY_{name.upper()}" for name in TrunkSettings.model_fields if name.startswith("trunk")]
     assert len(names) >= 9
-    assert [name for name in names if f"`{name}`" not in readme] == []
+    assert [name for name in names if f"`{name}`" not in docs] == []

@@ -10,22 +10,22 @@ from gateway.worker.settings import WorkerSettings
 
 
 def test_default_jitter_policy_is_the_jitter_buffers_own() -> None:
-    assert WorkerSettings().jitter_config == JitterConfig()
+    assert WorkerSettings().media.jitter_config == JitterConfig()
 
 
 def test_jitter_bounds_and_hold_shape_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_JITTER_MIN_DELAY_MS", "60")
     monkeypatch.setenv("GATEWAY_JITTER_MAX_DELAY_MS", "600")
     monkeypatch.setenv("GATEWAY_JITTER_HOLD_S", "0")
-    config = WorkerSettings().jitter_config
+    config = WorkerSettings().media.jitter_config
     assert (config.min_delay_ms, config.max_delay_ms, config.shrink_hold_frames) == (60, 600, 0)
     assert config.start_delay_ms == 60  # the start delay is kept inside the bounds
     assert config.horizon_ms == 1200  # a discontinuity is still told from the deepest buffer
-    assert WorkerSettings(jitter_max_delay_ms=600, jitter_hold_s=2.5).jitter_config.shrink_hold_frames == 125
+    assert WorkerSettings(jitter_max_delay_ms=600, jitter_hold_s=2.5).media.jitter_config.shrink_hold_frames == 125
 
 
 def test_a_low_ceiling_brings_the_start_delay_down_with_it() -> None:
-    assert WorkerSettings(jitter_max_delay_ms=30).jitter_config.start_delay_ms == 30
+    assert WorkerSettings(jitter_max_delay_ms=30).media.jitter_config.start_delay_ms == 30
 
 
 @pytest.mark.parametrize(
@@ -43,10 +43,10 @@ def test_a_jitter_setting_that_cannot_work_is_refused_at_start(bad: dict[str, fl
 
 
 def test_the_collector_pacing_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (WorkerSettings().gc_paced, WorkerSettings().gc_full_interval_s) == (True, 120.0)
+    assert (WorkerSettings().gc.gc_paced, WorkerSettings().gc.gc_full_interval_s) == (True, 120.0)
     monkeypatch.setenv("GATEWAY_GC_PACED", "false")
     monkeypatch.setenv("GATEWAY_GC_FULL_INTERVAL_S", "600")
-    assert (WorkerSettings().gc_paced, WorkerSettings().gc_full_interval_s) == (False, 600.0)
+    assert (WorkerSettings().gc.gc_paced, WorkerSettings().gc.gc_full_interval_s) == (False, 600.0)
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "never"])
@@ -59,10 +59,16 @@ def test_a_full_collection_interval_that_cannot_work_is_refused_with_its_reason(
 
 
 def test_a_quiet_callers_chunk_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (WorkerSettings().provider_quiet_chunk_ms, WorkerSettings().provider_quiet_after_ms) == (100, 1000)
+    assert (WorkerSettings().session.provider_quiet_chunk_ms, WorkerSettings().session.provider_quiet_after_ms) == (
+        100,
+        1000,
+    )
     monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_CHUNK_MS", "20")
     monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_AFTER_MS", "2000")
-    assert (WorkerSettings().provider_quiet_chunk_ms, WorkerSettings().provider_quiet_after_ms) == (20, 2000)
+    assert (WorkerSettings().session.provider_quiet_chunk_ms, WorkerSettings().session.provider_quiet_after_ms) == (
+        20,
+        2000,
+    )
     monkeypatch.setenv("GATEWAY_PROVIDER_QUIET_CHUNK_MS", "50")
     with pytest.raises(ValidationError, match="provider_quiet_chunk_ms"):
         WorkerSettings()
@@ -70,27 +76,27 @@ def test_a_quiet_callers_chunk_comes_from_the_environment(monkeypatch: pytest.Mo
 
 def test_a_call_takes_capacity_by_its_codec(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults = WorkerSettings()
-    assert (defaults.capacity, defaults.opus_call_cost, defaults.webrtc_call_cost) == (150, 8.0, 18.0)
-    assert defaults.g722_call_cost == 2.0
-    assert [defaults.call_cost(codec) for codec in ("PCMU", "PCMA", "opus", "G722")] == [1.0, 1.0, 8.0, 2.0]
+    assert (defaults.costs.capacity, defaults.costs.opus_call_cost, defaults.costs.webrtc_call_cost) == (150, 8.0, 18.0)
+    assert defaults.costs.g722_call_cost == 2.0
+    assert [defaults.costs.call_cost(codec) for codec in ("PCMU", "PCMA", "opus", "G722")] == [1.0, 1.0, 8.0, 2.0]
     assert defaults.offer_cost() == 8.2  # our offer lists Opus and (OSRTP) SRTP: the callee may pick both
     assert WorkerSettings(codecs=("PCMU", "PCMA"), srtp="off").offer_cost() == 1.0
     assert WorkerSettings(codecs=("G722", "PCMU"), srtp="off").offer_cost() == 2.0
     # SRTP adds srtp_call_cost to any codec; our offers count it unless SRTP is off.
-    assert defaults.srtp_call_cost == 0.2
-    assert [defaults.call_cost(codec, srtp=True) for codec in ("PCMU", "G722", "opus")] == [1.2, 2.2, 8.2]
+    assert defaults.costs.srtp_call_cost == 0.2
+    assert [defaults.costs.call_cost(codec, srtp=True) for codec in ("PCMU", "G722", "opus")] == [1.2, 2.2, 8.2]
     assert WorkerSettings(codecs=("PCMU",), srtp="required").offer_cost() == 1.2
     assert WorkerSettings(codecs=("PCMU",), srtp="off").offer_cost() == 1.0
     monkeypatch.setenv("GATEWAY_OPUS_CALL_COST", "5.5")
-    assert WorkerSettings().call_cost("opus") == 5.5
+    assert WorkerSettings().costs.call_cost("opus") == 5.5
     monkeypatch.setenv("GATEWAY_G722_CALL_COST", "2")
-    assert WorkerSettings().call_cost("G722") == 2.0
+    assert WorkerSettings().costs.call_cost("G722") == 2.0
 
 
 def test_codecs_default_to_wideband_first_and_take_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert WorkerSettings().codecs == ("G722", "PCMU", "PCMA", "opus")
+    assert WorkerSettings().media.codecs == ("G722", "PCMU", "PCMA", "opus")
     monkeypatch.setenv("GATEWAY_CODECS", "pcmu, g722")
-    assert WorkerSettings().codecs == ("PCMU", "G722")
+    assert WorkerSettings().media.codecs == ("PCMU", "G722")
     monkeypatch.setenv("GATEWAY_CODECS", "G729")
     with pytest.raises(ValidationError, match="G722, PCMU, PCMA, opus"):
         WorkerSettings()
@@ -105,7 +111,7 @@ def test_a_call_cost_below_a_g711_calls_or_absurd_is_refused(name: str, bad: flo
 
 @pytest.mark.parametrize("bad", [-0.1, 101])
 def test_an_srtp_call_cost_below_nothing_or_absurd_is_refused(bad: float) -> None:
-    assert WorkerSettings(srtp_call_cost=0).call_cost("PCMU", srtp=True) == 1.0  # 0: SRTP counted as free
+    assert WorkerSettings(srtp_call_cost=0).costs.call_cost("PCMU", srtp=True) == 1.0  # 0: SRTP counted as free
     with pytest.raises(ValidationError, match="srtp_call_cost"):
         WorkerSettings(srtp_call_cost=bad)
 
@@ -114,7 +120,7 @@ def test_the_opus_encode_ahead_budget_comes_from_the_environment_and_a_negative_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GATEWAY_OPUS_ENCODE_AHEAD_MS", "0")
-    assert WorkerSettings().opus_encode_ahead_ms == 0.0
+    assert WorkerSettings().media.opus_encode_ahead_ms == 0.0
     monkeypatch.setenv("GATEWAY_OPUS_ENCODE_AHEAD_MS", "-1")
     with pytest.raises(ValidationError, match="opus_encode_ahead_ms"):
         WorkerSettings()
@@ -125,12 +131,12 @@ def test_srtp_settings_from_the_environment_and_flags(monkeypatch: pytest.Monkey
 
     from gateway.commands.worker_args import add_worker_arguments, worker_settings
 
-    assert WorkerSettings().srtp == "optional"
-    assert WorkerSettings().srtp_suites == ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
+    assert WorkerSettings().media.srtp == "optional"
+    assert WorkerSettings().media.srtp_suites == ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
     monkeypatch.setenv("GATEWAY_SRTP", "Required")
     monkeypatch.setenv("GATEWAY_SRTP_SUITES", "aes_cm_128_hmac_sha1_32")
     settings = WorkerSettings()
-    assert (settings.srtp, settings.srtp_suites) == ("required", ("AES_CM_128_HMAC_SHA1_32",))
+    assert (settings.media.srtp, settings.media.srtp_suites) == ("required", ("AES_CM_128_HMAC_SHA1_32",))
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)
     flags = worker_settings(
@@ -141,8 +147,8 @@ def test_srtp_settings_from_the_environment_and_flags(monkeypatch: pytest.Monkey
             ]
         )
     )
-    assert (flags.srtp, flags.srtp_suites) == ("off", ("AES_CM_128_HMAC_SHA1_80",))
-    assert flags.call_cost("G722", srtp=True) == 2.0
+    assert (flags.media.srtp, flags.media.srtp_suites) == ("off", ("AES_CM_128_HMAC_SHA1_80",))
+    assert flags.costs.call_cost("G722", srtp=True) == 2.0
     for bad in ({"srtp": "maybe"}, {"srtp_suites": "AEAD_AES_256_GCM"}, {"srtp_suites": ""}):
         with pytest.raises(ValueError):
             WorkerSettings(**bad)  # type: ignore[arg-type]

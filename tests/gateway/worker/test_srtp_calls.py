@@ -37,7 +37,7 @@ async def worker(request: pytest.FixtureRequest) -> AsyncIterator[MediaWorker]:
 
 
 def _target(worker: MediaWorker) -> str:
-    return f"sip:agent@127.0.0.1:{worker.settings.sip_port}"
+    return f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}"
 
 
 def _sample(name: str, **labels: str) -> float:
@@ -214,7 +214,7 @@ async def test_an_outbound_call_offers_osrtp_and_uses_the_answers_key(worker: Me
         offered = await callee.wait_for(CallOffered)
         media = parse_sdp(offered.body).media[0]  # type: ignore[attr-defined]
         # Until the answer names codec and SRTP, the call takes the dearest it could be: Opus with SRTP.
-        assert worker.legs["c-out"].cost == worker.settings.opus_call_cost + worker.settings.srtp_call_cost
+        assert worker.legs["c-out"].cost == worker.settings.costs.opus_call_cost + worker.settings.costs.srtp_call_cost
         assert media.proto == "RTP/AVP"  # RFC 8643: a plain callee ignores the crypto lines
         assert [(p.tag, p.suite) for _, p in crypto_lines(media)] == [(1, SUITES[0]), (2, SUITES[1])]  # type: ignore[union-attr]
         call = callee.answer(offered, srtp_tag=2)  # type: ignore[arg-type]

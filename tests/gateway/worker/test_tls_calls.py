@@ -105,7 +105,7 @@ async def test_an_outbound_call_to_a_sips_target_goes_over_tls(worker: MediaWork
         await callee.stream(call, np.zeros(8000, np.int16), frames=15)
         leg = worker.legs["c-tls-out"]
         assert worker.snapshot_of(leg).transport == "tls"
-        worker.sip_calls.hang_up_leg(leg, "agent_ended")  # our BYE, over the connection we opened
+        leg.hang_up("agent_ended")  # our BYE, over the connection we opened
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
         assert best_correlation(sent, callee.heard(call)) > 0.9
         invite = next(r for r in callee.requests if r.method == "INVITE")
@@ -178,6 +178,6 @@ def test_tls_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("GATEWAY_SIP_TLS_CLIENT_CERTS", "Required")
     monkeypatch.setenv("GATEWAY_SIP_TLS_VERIFY_SERVER", "false")
     settings = WorkerSettings()
-    assert settings.sip_transports == ("udp", "tls") and settings.sip_tls_port == 5061
-    assert (settings.sip_tls_client_certs, settings.sip_tls_verify_server) == ("required", False)
-    assert settings.sip_tls_cert == tmp_path / "cert.pem"
+    assert settings.sip.sip_transports == ("udp", "tls") and settings.tls.sip_tls_port == 5061
+    assert (settings.tls.sip_tls_client_certs, settings.tls.sip_tls_verify_server) == ("required", False)
+    assert settings.tls.sip_tls_cert == tmp_path / "cert.pem"

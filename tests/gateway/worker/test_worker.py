@@ -14,8 +14,8 @@ from gateway.fleet.errors import CallNotFoundError
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.sip.events import CallEnded, OutboundCallAnswered, OutboundCallFailed
 from gateway.transport.rtp_socket import RtpDrain
-from gateway.worker.legs import CallLeg
 from gateway.worker.settings import WorkerSettings
+from gateway.worker.sip_leg import CallLeg
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.support.audio import align_and_correlate
@@ -70,10 +70,10 @@ async def _answered(peer: SipPeer, call) -> None:  # type: ignore[no-untyped-def
 @pytest.mark.parametrize("codec", ["PCMU", "PCMA"])
 async def test_a_call_echoes_the_callers_audio_and_releases_everything(worker: MediaWorker, codec: str) -> None:
     drain = worker.rtp_drain
-    assert (drain is not None) == (worker.settings.rtp_read_at_tick and RtpDrain.supported())
+    assert (drain is not None) == (worker.settings.media.rtp_read_at_tick and RtpDrain.supported())
     tasks_before = {t for t in asyncio.all_tasks() if not t.done()}
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=(codec,))
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=(codec,))
         await _answered(peer, call)
         assert call.codec == codec
         sent = speechlike(2.0)
@@ -121,11 +121,11 @@ def _assert_routed(worker: MediaWorker, leg: CallLeg) -> None:
 async def test_an_opus_call_echoes_right_whether_encoded_ahead_or_inline(worker: MediaWorker) -> None:
     """GATEWAY_OPUS_ENCODE_AHEAD_MS: 0 encodes every Opus call a tick ahead (from its first pause on), 20 never;
     the caller hears its speech back either way, one packet a tick, none lost."""
-    ahead = worker.settings.opus_encode_ahead_ms == 0
+    ahead = worker.settings.media.opus_encode_ahead_ms == 0
     labels = {"worker": worker.settings.worker_id, "to": "ahead"}
     moved_before = _sample("gateway_opus_encode_moves_total", **labels)
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("opus",))
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("opus",))
         await _answered(peer, call)
         assert call.codec == "opus"
         if ahead:  # the call moves in the agent's first pause: the echo agent's silence before the caller talks
@@ -150,7 +150,7 @@ async def test_an_opus_call_echoes_right_whether_encoded_ahead_or_inline(worker:
 
 async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) -> None:
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
         await _answered(peer, call)
         await peer.stream(call, np.zeros(8000, np.int16), frames=25)
         # one packet per 20 ms, silence included
@@ -162,7 +162,7 @@ async def test_rtp_keeps_flowing_while_the_agent_is_silent(worker: MediaWorker) 
 async def _calls_talking(worker: MediaWorker, *, calls: int, seconds: float) -> list[CallLeg]:
     """Answer ``calls`` calls, stream ``seconds`` of speech on each at once, hang up; the legs they had."""
     async with SipPeer() as peer:
-        placed = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}") for _ in range(calls)]
+        placed = [peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}") for _ in range(calls)]
         for call in placed:
             await _answered(peer, call)
         await asyncio.gather(*(peer.stream(call, speechlike(seconds)) for call in placed))
@@ -242,7 +242,7 @@ async def test_a_stall_past_the_clocks_catch_up_leaves_a_timestamp_gap_not_a_las
     import time
 
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",))
         await _answered(peer, call)
         streaming = asyncio.create_task(peer.stream(call, speechlike(3.0)))
         try:
@@ -273,7 +273,7 @@ async def test_no_common_codec_gets_488(worker: MediaWorker) -> None:
         b"m=audio 40000 RTP/AVP 18\r\na=rtpmap:18 G729/8000\r\n"
     )
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", body=body)
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", body=body)
         failed = await peer.wait_for(OutboundCallFailed, call=call.handle)
         assert failed.status == 488  # type: ignore[attr-defined]
     assert worker.ports.in_use == frozenset()
@@ -281,8 +281,8 @@ async def test_no_common_codec_gets_488(worker: MediaWorker) -> None:
 
 async def test_a_worker_admits_calls_by_what_their_codec_costs(worker: MediaWorker) -> None:
     # capacity 8 G.711 calls; an Opus call takes opus_call_cost = 8 of them: the whole worker.
-    assert (worker.settings.capacity, worker.settings.opus_call_cost) == (8, 8.0)
-    target = f"sip:agent@127.0.0.1:{worker.settings.sip_port}"
+    assert (worker.settings.costs.capacity, worker.settings.costs.opus_call_cost) == (8, 8.0)
+    target = f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}"
     async with SipPeer() as peer:
         opus = peer.invite(target, codecs=("opus",))
         await _answered(peer, opus)
@@ -313,14 +313,14 @@ async def test_a_worker_admits_calls_by_what_their_codec_costs(worker: MediaWork
 async def test_a_draining_worker_refuses_new_calls_with_503(worker: MediaWorker) -> None:
     await worker.drain(exit_when_empty=False)
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
         failed = await peer.wait_for(OutboundCallFailed, call=call.handle)
         assert failed.status == 503  # type: ignore[attr-defined]
 
 
 async def test_a_silent_caller_is_hung_up_after_the_rtp_timeout(worker: MediaWorker) -> None:
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
         await _answered(peer, call)
         await peer.stream(call, speechlike(0.2), frames=5)
         ended = await peer.wait_for(CallEnded, call=call.handle, within=5)
@@ -331,7 +331,7 @@ async def test_a_silent_caller_is_hung_up_after_the_rtp_timeout(worker: MediaWor
 
 async def test_ops_commands_reach_the_call(worker: MediaWorker) -> None:
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
         await _answered(peer, call)
         [leg_id] = list(worker.legs)
         await worker.send_dtmf(leg_id, "12")
@@ -407,7 +407,7 @@ async def test_drops_of_the_sip_and_media_cores_reach_the_metrics(worker: MediaW
     malformed_before = _sample("gateway_rtp_dropped_total", worker=w, reason="malformed_version")
     sip_before = _sample("gateway_sip_rejected_total", worker=w, reason="malformed_answered")
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}")
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}")
         await _answered(peer, call)
         assert call.remote_rtp is not None
         for _ in range(5):  # RTP version 1: counted and dropped
@@ -415,7 +415,7 @@ async def test_drops_of_the_sip_and_media_cores_reach_the_metrics(worker: MediaW
         junk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         junk.sendto(
             b"INVITE sip:x SIP/9.9\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKq\r\n\r\n",
-            ("127.0.0.1", worker.settings.sip_port),
+            ("127.0.0.1", worker.settings.sip.sip_port),
         )
         junk.close()
         await peer.stream(call, speechlike(0.4))
@@ -498,7 +498,7 @@ async def test_an_idle_worker_runs_the_due_full_collection_after_a_tick_not_cpyt
     import weakref
 
     assert worker.collector is not None and gc.get_threshold()[2] > 1_000_000
-    assert gc.get_threshold()[1] == worker.settings.gc_middle_after == 2  # shorter middle passes, more often
+    assert gc.get_threshold()[1] == worker.settings.gc.gc_middle_after == 2  # shorter middle passes, more often
 
     def paced_in_metrics() -> float:
         return _sample("gateway_gc_pause_seconds_count", generation="2", trigger="tick")
@@ -551,7 +551,7 @@ async def _assert_freed_by_reference_counting(worker: MediaWorker) -> None:
         # No paced pass either (docs/adr/0010-collector-paced-by-the-tick.md): reference counting alone.
         with worker.collector.held():
             async with SipPeer() as peer:
-                call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+                call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",))
                 await _answered(peer, call)
                 await peer.stream(call, speechlike(0.5))
                 [leg] = list(worker.legs.values())
@@ -631,7 +631,7 @@ async def test_gateway_added_delays_and_the_reply_round_trip_reach_the_metrics()
 @pytest.mark.parametrize("worker", [{"jitter_min_delay_ms": 100}], indirect=True)
 async def test_the_workers_jitter_settings_reach_every_callers_buffer(worker: MediaWorker) -> None:
     async with SipPeer() as peer:
-        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip_port}", codecs=("PCMU",))
+        call = peer.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",))
         await _answered(peer, call)
         await peer.stream(call, speechlike(0.4))
         [leg] = list(worker.legs.values())
@@ -653,7 +653,7 @@ async def test_the_workers_sessions_take_the_quiet_chunk_settings() -> None:
 async def test_walks_of_every_call_let_the_loop_in_between_calls(worker: MediaWorker) -> None:
     """The heartbeat's snapshots and the counters' export walk every call off the tick: with a zero slice the
     loop runs between any two calls (at the default, every half millisecond), and nothing is left out."""
-    target = f"sip:agent@127.0.0.1:{worker.settings.sip_port}"
+    target = f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}"
     async with SipPeer() as peer:
         calls = [peer.invite(target, codecs=("PCMU",)) for _ in range(3)]
         for call in calls:

@@ -1,0 +1,131 @@
+"""Building the local components for one call, from the environment and a route's component options.
+
+==================================  ============================================================  =============
+variable                            meaning                                                       default
+==================================  ============================================================  =============
+GATEWAY_PIPELINE_WHISPER_DIR        an operator's CTranslate2 Whisper directory (model.bin,        the packaged
+                                    config.json, tokenizer.json); loaded like the packaged one    tiny.en
+GATEWAY_PIPELINE_WHISPER_CONTEXT_S  audio context the encoder sees, seconds (30 = plain Whisper)  ``15``
+GATEWAY_PIPELINE_WHISPER_WORKERS    decodes at once per worker process (capped at the cores)      the cores
+GATEWAY_PIPELINE_WHISPER_THREADS    CPU threads inside one decode                                 ``1``
+GATEWAY_PIPELINE_ESPEAK_VOICE       espeak-ng voice when the profile names none                   ``en-us``
+GATEWAY_PIPELINE_ESPEAK_WPM         espeak-ng speaking rate, words per minute                     ``160``
+==================================  ============================================================  =============
+
+Route options (``[profile.pipeline.stt]`` and so on; the names each factory accepts are in :data:`OPTIONS`):
+``stt = "whisper"``: ``early_decode_ms``, ``preroll_ms``, ``vad_threshold``; ``vad = "silero"``: ``threshold``;
+``tts = "espeak"``: ``voice``, ``wpm``; ``llm = "rules"``: ``transfer_target``, ``greeting``.
+
+The Whisper model and the espeak-ng helper are shared by every call of the process: the first call loads them
+(off the event loop), later calls reuse them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.providers.errors import ProviderConfigError
+from gateway.providers.pipeline.local.espeak import EspeakConfig, EspeakEngine, EspeakTts
+from gateway.providers.pipeline.local.rules import RuleAgent, RuleAgentConfig
+from gateway.providers.pipeline.local.whisper import WhisperConfig
+
+Options = Mapping[str, Any]
+
+OPTIONS: Mapping[str, tuple[str, ...]] = {
+    "stt": ("early_decode_ms", "preroll_ms", "vad_threshold"),
+    "vad": ("threshold",),
+    "tts": ("voice", "wpm"),
+    "llm": ("transfer_target", "greeting"),
+}
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name, name.lower())
+
+
+class LocalSettings(BaseSettings):
+    """The local components' environment (names in the module docstring). Frozen after start-up."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    whisper_dir: Path | None = Field(default=None, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_DIR"))
+    whisper_context_s: float = Field(default=15.0, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_CONTEXT_S"))
+    whisper_workers: int = Field(default=0, ge=0, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_WORKERS"))
+    whisper_threads: int = Field(default=1, ge=1, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_THREADS"))
+    espeak_voice: str = Field(default="en-us", validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_VOICE"))
+    espeak_wpm: int = Field(default=160, validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_WPM"))
+
+    def whisper(self) -> WhisperConfig:
+        return WhisperConfig(
+            model_dir=self.whisper_dir,
+            context_s=self.whisper_context_s,
+            workers=self.whisper_workers,
+            threads=self.whisper_threads,
+        )
+
+
+def _number(options: Options, name: str, default: float) -> float:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProviderConfigError(f"pipeline option {name} must be a number, got {value!r}")
+    return float(value)
+
+
+async def create_stt(options: Options, settings: LocalSettings | None = None) -> Any:
+    """A :class:`~.stt.LocalWhisperStt` on the process's Whisper (loaded on first use, off the loop)."""
+    from gateway.providers.pipeline.local.stt import LocalWhisperStt
+    from gateway.providers.pipeline.local.vad import SileroVad
+    from gateway.providers.pipeline.local.whisper import shared_whisper
+
+    settings = settings or LocalSettings()
+    runtime = await shared_whisper(settings.whisper())
+    return LocalWhisperStt(
+        runtime,
+        SileroVad(threshold=_number(options, "vad_threshold", 0.5)),
+        early_decode_ms=int(_number(options, "early_decode_ms", 200)),
+        preroll_ms=int(_number(options, "preroll_ms", 300)),
+    )
+
+
+async def create_vad(options: Options, settings: LocalSettings | None = None) -> Any:
+    from gateway.providers.pipeline.local.vad import SileroVad
+
+    return SileroVad(threshold=_number(options, "threshold", 0.5))
+
+
+_engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EspeakEngine] = weakref.WeakKeyDictionary()
+
+
+def shared_espeak_engine() -> EspeakEngine:
+    """The event loop's espeak-ng helper (one per worker process)."""
+    loop = asyncio.get_running_loop()
+    engine = _engines.get(loop)
+    if engine is None:
+        engine = _engines[loop] = EspeakEngine()
+    return engine
+
+
+async def create_tts(options: Options, settings: LocalSettings | None = None) -> Any:
+    settings = settings or LocalSettings()
+    config = EspeakConfig(
+        voice=str(options.get("voice") or settings.espeak_voice),
+        wpm=int(_number(options, "wpm", settings.espeak_wpm)),
+    )
+    return EspeakTts(config, engine=shared_espeak_engine())
+
+
+async def create_rules(options: Options, settings: LocalSettings | None = None) -> Any:
+    defaults = RuleAgentConfig()
+    return RuleAgent(
+        RuleAgentConfig(
+            transfer_target=str(options.get("transfer_target") or ""),
+            greeting=str(options.get("greeting") or defaults.greeting),
+        )
+    )
