@@ -28,6 +28,7 @@ call's audio came back. ``--repeats`` runs each step several times; the table sh
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -50,10 +51,10 @@ from typing import Any
 import httpx
 import psutil
 
-from bench import census
+from bench import arguments, census
 from bench.processes import BenchProcess, cpus_named, free_port, pin, renice
 from gateway.compiled import ENV as ENV_COMPILED
-from gateway.loadtest.config import LoadConfig, TalkPattern
+from gateway.loadtest.config import CODECS, LoadConfig, TalkPattern
 from gateway.loadtest.multi import run as run_load_processes
 from gateway.loadtest.results import CallResult, Progress, RunResult, aggregate
 from gateway.loadtest.runner import LoadRunner
@@ -839,3 +840,145 @@ def _ratios(
         if calls in compiled and row["cpu_us_per_call_frame"] > 0:
             out.append((calls, float(row["cpu_us_per_call_frame"]), float(compiled[calls])))
     return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", help="comma-separated concurrency steps (default 50,100,200,300,400,600,800)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: steps 20,50, a 5 s window")
+    parser.add_argument("--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call")
+    parser.add_argument(
+        "--engine", choices=["batched", "percall"], default="batched", help="the worker's media design under test"
+    )
+    parser.add_argument(
+        "--provider", choices=["openai", "echo"], default="openai", help="openai = the fake server over websocket"
+    )
+    parser.add_argument("--chunk-ms", type=int, default=20, help="caller audio per provider message (20..100)")
+    parser.add_argument(
+        "--quiet-chunk-ms",
+        type=int,
+        default=100,
+        help="caller audio per provider message once the caller has been quiet for 1 s (= --chunk-ms: off)",
+    )
+    parser.add_argument(
+        "--provider-format",
+        choices=["pcm24k", "pcmu"],
+        default="pcm24k",
+        help="audio format toward the provider; pcmu = G.711 passthrough (the callers' codes as they came)",
+    )
+    parser.add_argument("--window", type=float, default=20.0, help="measurement window per step, seconds")
+    parser.add_argument("--ramp-cps", type=float, default=50.0, help="call rate while a step ramps up")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per step (medians are reported)")
+    parser.add_argument("--worker-core", type=int, default=0, help="CPU the worker is pinned to (-1: none)")
+    parser.add_argument(
+        "--load-core",
+        type=arguments.cpus,
+        default=(1,),
+        help="CPU or CPUs for the generator and the fake: 1, 1,2,3 or 2-5 (-1: none)",
+    )
+    parser.add_argument(
+        "--fakes", type=int, default=1, help="fake provider processes sharing one port (a larger host's load side)"
+    )
+    parser.add_argument(
+        "--load-workers", type=int, default=1, help="load generator processes (1: in the bench process itself)"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="FILE.prof: the worker under cProfile; FILE.perf: perf over each window into FILE.perf-CALLS.data "
+        "(sees into a --compiled worker); any other name: py-spy into FILE-CALLS.txt. "
+        "Read them with python -m bench._profile",
+    )
+    parser.add_argument(
+        "--gc-census",
+        action="store_true",
+        help="count what the worker's middle collector passes walk, by kind, and print it per step "
+        "(each census stalls the worker ~20 ms at 400 calls: judge overruns in runs without it)",
+    )
+    parser.add_argument(
+        "--scrape-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="GET the worker's /metrics this often through each window, as a Prometheus server would "
+        "(default: only the two scrapes that bound the window)",
+    )
+    parser.add_argument(
+        "--metrics-render",
+        choices=["exposition", "generate_latest"],
+        default="exposition",
+        help="how the worker renders /metrics: in slices, as gateway worker does (default), or in one stretch "
+        "with prometheus-client's generate_latest (the comparison)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write every row as JSON")
+    parser.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in worker, generator and fake")
+    parser.add_argument(
+        "--compiled", metavar="DIR", help="run the worker on the `gateway compile` build in DIR (GATEWAY_COMPILED)"
+    )
+    parser.add_argument(
+        "--against-source",
+        action="store_true",
+        help="with --compiled: also run the source worker, interleaved, and report the CPU ratio",
+    )
+    parser.add_argument(
+        "--srtp",
+        nargs="?",
+        const="AES_CM_128_HMAC_SHA1_80",
+        choices=["AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32"],
+        help="also run every step with the calls over SDES SRTP (this suite; default _80), interleaved with plain "
+        "RTP, and report the ratio of their CPU per call-frame",
+    )
+    parser.add_argument("--nice", type=int, default=0, help="niceness of the bench processes (negative: root only)")
+    parser.add_argument(
+        "--rtp-base",
+        type=int,
+        default=40000,
+        help="first UDP port of the load generator's RTP range (default 40000; move it off another bench's)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    steps = QUICK_STEPS if args.quick else DEFAULT_STEPS
+    if args.steps:
+        steps = tuple(int(part) for part in args.steps.split(",") if part.strip())
+    config = CallsBenchConfig(
+        steps=steps,
+        codec=CODECS[args.codec],
+        engine=args.engine,
+        provider=args.provider,
+        chunk_ms=args.chunk_ms,
+        quiet_chunk_ms=max(args.quiet_chunk_ms, args.chunk_ms),
+        provider_format=args.provider_format,
+        window_s=5.0 if args.quick else args.window,
+        ramp_cps=args.ramp_cps,
+        repeats=args.repeats,
+        worker_core=None if args.worker_core < 0 else args.worker_core,
+        load_core=args.load_core or None,
+        fakes=args.fakes,
+        load_workers=args.load_workers,
+        profile=args.profile,
+        uvloop=not args.no_uvloop,
+        nice=args.nice,
+        rtp_base=args.rtp_base,
+        compiled=args.compiled,
+        against_source=args.against_source,
+        srtp=args.srtp,
+        gc_census=args.gc_census,
+        scrape_every_s=args.scrape_every,
+        metrics_render=args.metrics_render,
+    )
+    if args.fakes < 1 or args.load_workers < 1:
+        raise SystemExit("gateway bench calls: --fakes and --load-workers must be at least 1")
+    if args.scrape_every < 0:
+        raise SystemExit("gateway bench calls: --scrape-every must be 0 (off) or a number of seconds")
+    if args.fakes > 1 and args.provider != "openai":
+        raise SystemExit("gateway bench calls: --fakes runs fake OpenAI servers; it needs --provider openai")
+    if args.load_workers > min(steps):
+        raise SystemExit(f"gateway bench calls: {args.load_workers} load workers for a step of {min(steps)} calls")
+    if args.against_source and not args.compiled:
+        raise SystemExit("gateway bench calls: --against-source needs --compiled DIR")
+    if args.against_source and args.srtp:
+        raise SystemExit("gateway bench calls: --srtp compares against plain RTP; leave out --against-source")
+    if args.engine == "percall" and args.compiled:
+        # Its engine subclasses TickEngine, and an interpreted class cannot subclass a compiled one.
+        raise SystemExit("gateway bench calls: --engine percall runs from source only; leave out --compiled")
+    return run(config, json_path=args.json)

@@ -34,6 +34,7 @@ are medians over ``--repeats``.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -53,11 +54,12 @@ from typing import Any
 
 import httpx
 
+from bench import arguments
 from bench import cluster_figures as figures
 from bench.kamailio import DEFAULT_CONFIG, Balancer, BalancerError, missing_tools
 from bench.processes import BenchProcess, cpus_named, free_port, pin
 from gateway.compiled import ENV as ENV_COMPILED
-from gateway.loadtest.config import LoadConfig
+from gateway.loadtest.config import CODECS, LoadConfig
 from gateway.loadtest.results import aggregate
 from gateway.loadtest.runner import LoadRunner
 
@@ -626,3 +628,60 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--calls",
+        type=arguments.sizes,
+        default=(50, 100, 200),
+        help="comma-separated sizes, calls in all (default 50,100,200)",
+    )
+    parser.add_argument("--cps", type=float, default=20.0, help="call rate of every phase (default 20)")
+    parser.add_argument("--window", type=float, default=10.0, help="measurement window per phase, seconds")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each placement per size (medians reported)")
+    parser.add_argument("--codec", choices=["pcmu", "pcma", "g722", "opus"], default="pcmu", help="codec of every call")
+    parser.add_argument(
+        "--worker-cores",
+        type=arguments.cpus,
+        default=(0,),
+        help="CPUs of the two workers: 0 (both on CPU 0), 2,3 (one each) ... (-1: not pinned)",
+    )
+    parser.add_argument(
+        "--load-cores",
+        type=arguments.cpus,
+        default=(1,),
+        help="CPUs of Kamailio, the control plane, the fake provider and the generator (-1: not pinned)",
+    )
+    parser.add_argument("--redis", action="store_true", help="a Redis-backed control plane (starts redis-server)")
+    parser.add_argument(
+        "--kamailio-config", metavar="FILE", help="Kamailio configuration (default: deploy/kamailio/dispatcher.cfg)"
+    )
+    parser.add_argument("--kamailio-children", type=int, default=2, help="Kamailio's SIP worker processes")
+    parser.add_argument(
+        "--compiled", metavar="DIR", help="run the workers on the `gateway compile` build in DIR (GATEWAY_COMPILED)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="write every run and the medians as JSON")
+    parser.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop in workers, generator, fake")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cluster_config = ClusterBenchConfig(
+            sizes=args.calls,
+            cps=args.cps,
+            window_s=args.window,
+            repeats=args.repeats,
+            codec=CODECS[args.codec],
+            worker_cores=args.worker_cores or None,
+            load_cores=args.load_cores or None,
+            redis=args.redis,
+            kamailio_config=Path(args.kamailio_config) if args.kamailio_config else DEFAULT_CONFIG,
+            kamailio_children=args.kamailio_children,
+            compiled=args.compiled,
+            uvloop=not args.no_uvloop,
+        )
+    except ValueError as exc:
+        print(f"gateway bench cluster: {exc}", file=sys.stderr)
+        return 2
+    return run(cluster_config, json_path=args.json)

@@ -26,6 +26,7 @@ deployment sizes calls per core and runs one media worker per core.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import json
@@ -740,3 +741,13 @@ def run(json_output: bool, repeats: int, quick: bool) -> int:
     else:
         _print_table(report)
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    parser.add_argument("--quick", action="store_true", help="fewer frames per measurement (for tests)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(json_output=args.json, repeats=args.repeats, quick=args.quick)

@@ -19,6 +19,7 @@ moves what follows by 20 ms, so each frame is compared at the best of 0-3 frames
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from dataclasses import asdict, dataclass
@@ -175,3 +176,16 @@ def run(*, seeds: int, loss_pct: float, seconds: float, json_output: bool) -> in
             )
     print("(medians over the seeds; SNR against the same packets decoded without loss)")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--seeds", type=int, default=5, help="loss patterns (medians are reported)")
+    parser.add_argument("--loss-pct", type=float, default=3.0, help="packets lost at random, percent")
+    parser.add_argument("--seconds", type=float, default=40.0, help="speech per stream")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.seeds < 1 or not 0 < args.loss_pct < 50 or args.seconds < 2:
+        raise SystemExit("gateway bench fec: --seeds >= 1, 0 < --loss-pct < 50 and --seconds >= 2")
+    return run(seeds=args.seeds, loss_pct=args.loss_pct, seconds=args.seconds, json_output=args.json)

@@ -21,6 +21,7 @@ which the tick and the session use for arrays that meet the frame contract by co
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import statistics
@@ -158,3 +159,15 @@ def run(*, json_output: bool, repeats: int, count: int) -> int:
             f"{row['ours']:>11} {median['ours']:>8.2f} {row['ratio']:>6.2f}x"
         )
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    parser.add_argument("--count", type=int, default=20000, help="messages per timing")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.count < 1:
+        raise SystemExit("gateway bench frames: --repeats and --count must be at least 1")
+    return run(json_output=args.json, repeats=args.repeats, count=args.count)

@@ -21,6 +21,7 @@ timing (that is the worker's work), and HTTP is left out (``gateway bench cluste
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import uvloop
 
+from bench import arguments
 from bench._snapshots import live_sip_snapshot
 from bench.processes import BenchProcess, free_port
 from gateway.control.config import GatewayConfig, parse_config
@@ -288,3 +290,21 @@ def run(
         "what the plane sent Redis per heartbeat (a pipeline or a script run counts one)"
     )
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--calls",
+        type=arguments.sizes,
+        default=(50, 100, 200, 400),
+        help="comma-separated sizes (default 50,100,200,400)",
+    )
+    parser.add_argument("--heartbeats", type=int, default=20, help="timed heartbeats per run (default 20)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each path per size (medians reported)")
+    parser.add_argument("--json", metavar="FILE", help="write every run as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.heartbeats < 1 or args.repeats < 1 or min(args.calls) < 1:
+        raise SystemExit("gateway bench heartbeat: --calls, --heartbeats and --repeats must be at least 1")
+    return run(sizes=args.calls, heartbeats=args.heartbeats, repeats=args.repeats, json_path=args.json)

@@ -15,6 +15,7 @@ machine. CPU time of the process; a shared machine's other load inflates every c
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -185,3 +186,15 @@ def run(*, repeats: int, count: int, json_output: bool) -> int:
         interpreted = "-" if case.interpreted_constructor is None else ("yes" if case.interpreted_constructor else "no")
         print(f"{case.label:46s} {case.ns_per_packet:10.1f} {record} {ratio}  {interpreted}")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    parser.add_argument("--count", type=int, default=200_000, help="packets per timing")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.count < 1000:
+        raise SystemExit("gateway bench records: --repeats >= 1 and --count >= 1000")
+    return run(repeats=args.repeats, count=args.count, json_output=args.json)

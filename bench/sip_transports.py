@@ -11,6 +11,7 @@ decrypted.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -154,3 +155,15 @@ def run(*, repeats: int, count: int, json_output: bool) -> int:
     print(f"TLS handshake, both sides in memory:        {figures.handshake_ms:6.2f} ms")
     print(f"TLS record of 1,000 octets, out and in:     {figures.record_us:6.1f} µs")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions (median is reported)")
+    parser.add_argument("--count", type=int, default=400, help="round trips per transport per repetition")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.count < 10:
+        raise SystemExit("gateway bench sip-transports: --repeats >= 1 and --count >= 10")
+    return run(repeats=args.repeats, count=args.count, json_output=args.json)

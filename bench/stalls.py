@@ -21,6 +21,7 @@ between two of its runs: the longest stretch the loop was held. Also reported: i
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -255,3 +256,15 @@ def run(*, renders: int = 200, calls: int = 400, json_output: bool = False) -> i
                 f"CPU {ours['cpu_ms_median'] / theirs['cpu_ms_median']:.2f}x (medians)"
             )
     return 0 if all(report["same"].values()) else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--renders", type=int, default=200, help="times each piece of work runs each way")
+    parser.add_argument("--calls", type=int, default=400, help="calls in the heartbeat")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.renders < 1 or args.calls < 1:
+        raise SystemExit("gateway bench stalls: --renders and --calls must be at least 1")
+    return run(renders=args.renders, calls=args.calls, json_output=args.json)

@@ -18,6 +18,7 @@ that tolerates jitter-buffer slips). ``GATEWAY_WEBRTC_CALL_COST`` is the ratio o
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -39,6 +40,7 @@ import numpy.typing as npt
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from bench import arguments
 from bench.processes import BenchProcess, cpus_named, free_port, pin
 from gateway.loadtest.analysis import blockwise_match, echo_correlation
 from gateway.loadtest.audio import source_audio
@@ -363,3 +365,47 @@ def run(config: WebRtcBenchConfig, *, json_path: str | None = None) -> int:
         print(f"audio not right in every call: {', '.join(wrong)}", file=sys.stderr)
         return 1
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=8, help="concurrent browser calls")
+    parser.add_argument("--g711-calls", type=int, default=100, help="concurrent PCMU calls to compare with (0: none)")
+    parser.add_argument("--window", type=float, default=10.0, help="measurement window, seconds")
+    parser.add_argument("--repeats", type=int, default=3, help="runs (medians are reported)")
+    parser.add_argument(
+        "--encoder",
+        choices=["both", "gateway", "aiortc"],
+        default="gateway",
+        help="who encodes the agent's Opus: the gateway's track, aiortc's sender, or both interleaved",
+    )
+    parser.add_argument(
+        "--decoder",
+        choices=["both", "gateway", "aiortc"],
+        default="both",
+        help="who decodes the caller's Opus: the gateway on its loop, aiortc's decoder thread, or both interleaved",
+    )
+    parser.add_argument("--worker-core", type=int, default=0, help="CPU `gateway run` is pinned to (-1: none)")
+    parser.add_argument(
+        "--load-core",
+        type=arguments.cpus,
+        default=(1,),
+        help="CPU or CPUs for the browsers and the loadtest: 1, 1,2,3 or 2-5 (-1: none)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write every run as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        webrtc_config = WebRtcBenchConfig(
+            calls=args.calls,
+            g711_calls=args.g711_calls,
+            window_s=args.window,
+            repeats=args.repeats,
+            encoders=("gateway", "aiortc") if args.encoder == "both" else (args.encoder,),
+            decoders=("gateway", "aiortc") if args.decoder == "both" else (args.decoder,),
+            worker_core=None if args.worker_core < 0 else args.worker_core,
+            load_core=args.load_core or None,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"gateway bench webrtc: {exc}") from None
+    return run(webrtc_config, json_path=args.json)
