@@ -23,6 +23,15 @@ from dataclasses import dataclass
 BASE = "f0ca9f56af96fcef8d6d37f2173bd34d5eda7beb"
 BASE_COMMIT_TIME = 1796605058
 MAX_SUBJECT = 72
+# Commits that landed on main, inside merged branches, before the check first ran on a merge: history is not
+# rewritten for them (their branches were already merged), so they are named here and let through.
+GRANDFATHERED = frozenset(
+    {
+        "43bb3ca73d",  # "Docs: lab entry for the pipeline provider's latency, overlap, CPU, barge-in"
+        "7684a67e78",  # "Pipeline: bound the OpenAI transcription backlog; keep-alive only live contexts"
+        "2a60260c55",  # "Pipeline local: the STT's registry name is whisper, as the pipeline docs say"
+    }
+)
 # An area (a word or a path, such as "Docs", "SIP", "gateway/worker", "CI") then ": " and a summary; git's own
 # revert subjects are let through.
 SUBJECT = re.compile(r"^(?:[A-Za-z0-9][\w./+,-]*(?: [\w./+,-]+){0,3}): \S|^Revert \"")
@@ -78,7 +87,7 @@ def check(repo: str, base: str = BASE, rev: str = "HEAD", base_time: int = BASE_
     return [
         Offence(sha=sha, subject=subject, reason="; ".join(found))
         for sha, subject in commits
-        if (found := problems_of(subject))
+        if sha[:10] not in GRANDFATHERED and (found := problems_of(subject))
     ]
 
 
