@@ -18,8 +18,7 @@ _ROOT = Path(__file__).resolve().parent
 #: test modules or directories (relative to tests/) that run in the serial tier although they use no real peer
 SERIAL = (
     "e2e/",
-    "bench/",  # the benchmarks' process tests (tests/bench once the bench leaves gateway/)
-    "gateway/bench/",
+    "bench/",  # the benchmarks' process tests
     "gateway/worker/",  # real calls through a worker at its 20 ms clock, the echo correlated
     "gateway/transport/test_clock.py",
     "gateway/transport/test_webrtc.py",
