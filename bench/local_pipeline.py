@@ -282,7 +282,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "turns": len(turns),
         "endpoint_ms": args.endpoint_ms,
         "talk": args.talk,
-        "whisper": {"context_s": config.context_s, "pool": config.pool_size, "threads": config.threads},
+        "whisper": {"context_s": config.context_s, "pool": config.pool_size, "threads": config.decode_threads},
         "latency_s": {
             "p50": statistics.median(latencies),
             "p95": _percentile(latencies, 0.95),
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--talk", type=float, default=0.4, help="share of the call the caller talks")
     parser.add_argument("--context-s", type=float, default=15.0)
     parser.add_argument("--workers", type=int, default=0, help="decode pool size (0: the cores)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads inside one decode")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads inside one decode")
     parser.add_argument("--detail", action="store_true", help="every turn's text and times")
     parser.add_argument("--wer", action="store_true", help="word error rate and decode CPU, no calls")
     parser.add_argument("--context-s-list", type=float, nargs="+", default=[10.0, 15.0, 30.0], help="with --wer")

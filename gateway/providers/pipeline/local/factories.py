@@ -7,7 +7,7 @@ GATEWAY_PIPELINE_WHISPER_DIR        an operator's CTranslate2 Whisper directory 
                                     config.json, tokenizer.json); loaded like the packaged one    tiny.en
 GATEWAY_PIPELINE_WHISPER_CONTEXT_S  audio context the encoder sees, seconds (30 = plain Whisper)  ``15``
 GATEWAY_PIPELINE_WHISPER_WORKERS    decodes at once per worker process (capped at the cores)      the cores
-GATEWAY_PIPELINE_WHISPER_THREADS    CPU threads inside one decode                                 ``1``
+GATEWAY_PIPELINE_WHISPER_THREADS    CPU threads inside one decode (capped at the cores)           ``2``
 GATEWAY_PIPELINE_ESPEAK_VOICE       espeak-ng voice when the profile names none                   ``en-us``
 GATEWAY_PIPELINE_ESPEAK_WPM         espeak-ng speaking rate, words per minute                     ``160``
 ==================================  ============================================================  =============
@@ -58,7 +58,7 @@ class LocalSettings(BaseSettings):
     whisper_dir: Path | None = Field(default=None, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_DIR"))
     whisper_context_s: float = Field(default=15.0, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_CONTEXT_S"))
     whisper_workers: int = Field(default=0, ge=0, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_WORKERS"))
-    whisper_threads: int = Field(default=1, ge=1, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_THREADS"))
+    whisper_threads: int = Field(default=2, ge=1, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_THREADS"))
     espeak_voice: str = Field(default="en-us", validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_VOICE"))
     espeak_wpm: int = Field(default=160, validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_WPM"))
 
