@@ -27,9 +27,11 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python deploy/check_commit_subjects.py   # subjects since the rule: 'Area: summary', <= 72
 
+# The suite in two tiers (tests/run_suite.py): most tests over two processes, then peers and load tests alone.
 test: setup peers lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m tests.run_suite
 
 bench: setup
 	$(BIN)/gateway bench codecs

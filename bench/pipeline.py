@@ -189,6 +189,8 @@ class Caller:
         self.last_speech_at: float | None = None
         self.waiting = False
         self.latencies: list[float] = []
+        self.internal: list[float] = []  # inside the pipeline: its last speech window -> its first reply audio
+        self.model = model
         self.agent_frames = 0
         self.frames_after_barge_in = 0
 
@@ -205,6 +207,10 @@ class Caller:
             if self.waiting and self.last_speech_at is not None:
                 self.latencies.append((now - self.last_speech_at) * 1000.0 - ENDPOINT_MS)
                 self.waiting = False
+                live = [s for s in self.model.sessions if not s.closed]
+                pipeline = live[-1] if live else None
+                if pipeline is not None and pipeline.first_audio_at and pipeline.last_speech_at:
+                    self.internal.append((pipeline.first_audio_at - pipeline.last_speech_at) * 1000.0 - ENDPOINT_MS)
         self.frame += 1
         self.position += 1
 
@@ -257,6 +263,7 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
         "sequential_would_be_ms": scripted + tokens * args.token_ms,
         "added_ms": _percentiles(caller.latencies),
         "added_beyond_scripted_ms": _percentiles([v - scripted for v in caller.latencies]),
+        "inside_pipeline_beyond_scripted_ms": _percentiles([v - scripted for v in caller.internal]),
     }
 
 

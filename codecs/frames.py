@@ -90,10 +90,9 @@ def unchecked_frame(index: int, pcm: Pcm, g711: bytes | None = None, g711_law: G
     """``Frame(index=..., pcm=..., g711=..., g711_law=...)`` without the checks of ``__post_init__``.
 
     For producers whose arrays meet the contract by construction: a row of an ``int16[n, 480]`` batch (the
-    media tick), a 960-byte slice read as ``<i2`` (the playout). It costs about a third of the checked
-    constructor (0.5 against 1.6 µs on the development machine, where every call makes one or two frames
-    per 20 ms). The result is an ordinary, frozen ``Frame``; anything built from outside input goes through
-    ``Frame(...)``.
+    media tick), a 960-byte slice read as ``<i2`` (the playout), where every call makes one or two frames per
+    20 ms and the checks were a measurable share (docs/performance/2026-12-01-frames-unchecked.md). The result is
+    an ordinary, frozen ``Frame``; anything built from outside input goes through ``Frame(...)``.
     """
     frame: Frame = _new(Frame)
     _set_index(frame, index)

@@ -133,8 +133,8 @@ def _pick_blocks(in_frame: int, out_frame: int, up: int, down: int, history: int
     # Split a frame's outputs into blocks that each start on a whole input sample. More blocks waste fewer
     # multiplies on the zeros of the banded frame matrix; fewer blocks make larger, BLAS-friendlier
     # matmuls. Measured on x86-64 (AVX2, OpenBLAS's Haswell kernels): at least half the history in new
-    # inputs per block, and a block width that is a multiple of 8 outputs (10 or 30 outputs cost 10-20 %
-    # more than 16, 24 or 48, presumably edge register tiles; see docs/adr/0003-exact-batched-resampling.md).
+    # inputs per block, and a block width that is a multiple of 8 outputs, presumably OpenBLAS's register
+    # tiles (the figures: docs/adr/0003-exact-batched-resampling.md).
     period_out = up // math.gcd(up, down)  # outputs per whole-input step
     best, best_tiled = 1, 0
     for blocks in range(1, out_frame + 1):
@@ -202,7 +202,8 @@ def _windows(d: FilterDesign, buf: npt.NDArray[np.float64]) -> npt.NDArray[np.fl
 
     The window of output block b is the column slice ``buf[:, b*block_in : b*block_in + window]``; stacked
     as (blocks, n, window), each slice is a plain BLAS operand (row stride >= window), so numpy runs one
-    gemm per block with no window copy. (Built with the ndarray constructor: as_strided costs ~8 µs.)
+    gemm per block with no window copy. (Built with the ndarray constructor: ``as_strided`` costs more than the
+    products it feeds at small N; docs/performance/2026-12-07-figures-from-comments.md.)
     """
     n, width = buf.shape
     item = buf.itemsize
@@ -344,14 +345,14 @@ class BatchResampler:
         self._free: list[int] = list(range(capacity - 1, -1, -1))  # pop() hands out low rows first
         self._scratch = np.empty((_ROW_CHUNK, d.history + d.in_frame), dtype=np.float64)
         # Orientation of the products. windows @ block gives (rows, block_out), the output's own layout;
-        # block.T @ windows.T gives (block_out, rows), which OpenBLAS runs 15-25 % faster for these shapes
-        # (the calls become its long dimension) but leaves the result time-major, and transposing it into
-        # the (N, out_frame) output costs about three plain copies. That pays where the output frame is
+        # block.T @ windows.T gives (block_out, rows), which OpenBLAS runs faster for these shapes (the calls
+        # become its long dimension; ADR 0003) but leaves the result time-major, and transposing it into the
+        # (N, out_frame) output costs a few plain copies. That pays where the output frame is
         # the short side (downsampling), not where it is three times the input (8k -> 24k).
         self._by_time = d.out_frame < d.in_frame
         self._matrix = np.ascontiguousarray(d.block.T) if self._by_time else d.block
-        # The products' results, (count, out_frame) or (out_frame, count), contiguous for every count (a
-        # column slice of an (out_frame, 256) buffer measured 10 % slower to round and copy).
+        # The products' results, (count, out_frame) or (out_frame, count), contiguous for every count: a column
+        # slice of a wider buffer was slower to round and copy (docs/performance/2026-12-07-figures-from-comments.md).
         self._acc = np.empty(_ROW_CHUNK * d.out_frame, dtype=np.float64)
         # The windows of the scratch rows, as the products read them, built once (a view costs about as
         # much per tick as a few hundred multiplies).

@@ -9,8 +9,8 @@ __version__ = "0.1.0"
 import os as _os
 
 # The media tick runs small matrix products every 20 ms; a multithreaded BLAS turns each into a thread
-# hand-off that costs far more than the arithmetic (about 30x, measured under load). This only takes
-# effect when numpy has not been imported yet, which is the case for every `gateway` process entry point.
+# hand-off that costs far more than the arithmetic (docs/performance/2026-11-30-what-was-optimized.md). This only
+# takes effect when numpy has not been imported yet, which is the case for every `gateway` process entry point.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     _os.environ.setdefault(_var, "1")
 

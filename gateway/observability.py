@@ -6,9 +6,8 @@ Names follow Prometheus conventions: ``_total`` counters, ``_seconds`` histogram
 
 :func:`exposition` is how ``GET /metrics`` renders the registry in a process that carries calls: the text of
 ``generate_latest``, made one metric family at a time, with the event loop let in at least every half
-millisecond. ``generate_latest`` holds the loop for the whole registry (3.7 ms for the 338 samples of
-``gateway bench stalls``'s loaded registry; a slice holds it 0.9 ms), long enough that a scrape landing just
-before a deadline makes a busy worker's media tick late.
+millisecond. ``generate_latest`` holds the loop for the whole registry, long enough that a scrape landing just
+before a deadline makes a busy worker's media tick late (docs/performance/2026-12-03-ops-slices.md).
 """
 
 from __future__ import annotations

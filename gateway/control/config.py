@@ -22,7 +22,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.fleet.models import ComponentModel, PipelineModel, ProfileModel, ToolModel, TurnDetectionModel, WebhookSpec
+from gateway.fleet.models import (
+    BotModel,
+    ComponentModel,
+    PipelineModel,
+    ProfileModel,
+    ToolModel,
+    TurnDetectionModel,
+    WebhookSpec,
+)
 
 DEFAULT_SOURCE = "<built-in config>"
 
@@ -129,6 +137,8 @@ class ProfileConfig(_Section):
     max_duration_s: float = Field(default=3600.0, gt=0.0, le=86_400.0)
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineConfig | None = None
+    # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
+    bot: BotModel | None = None
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -162,6 +172,7 @@ class ProfileConfig(_Section):
             max_duration_s=self.max_duration_s,
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
+            bot=self.bot,
         )
 
 

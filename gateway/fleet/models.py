@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.providers.base import AgentProfile, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
+from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
 CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
@@ -332,6 +332,17 @@ class PipelineModel(_Model):
         )
 
 
+class BotModel(_Model):
+    """The bot of a ``websocket`` profile (:class:`gateway.providers.base.BotSpec`); secrets stay in settings."""
+
+    url: str = Field(default="", pattern=r"^(wss?://.+)?$", max_length=2048, repr=False)
+    audio: Literal["", "mulaw", "l16_16k", "l16_24k"] = ""
+    parameters: dict[str, str] = Field(default_factory=dict, description="Added to start.customParameters")
+
+    def to_spec(self) -> BotSpec:
+        return BotSpec(url=self.url, audio=self.audio, parameters=dict(self.parameters))
+
+
 class ProfileModel(_Model):
     """The wire form of :class:`gateway.providers.base.AgentProfile`, plus where webhook tools run."""
 
@@ -346,6 +357,7 @@ class ProfileModel(_Model):
     max_duration_s: float = Field(default=3600.0, gt=0.0)
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
+    bot: BotModel | None = None
 
     def to_agent_profile(self) -> AgentProfile:
         td = self.turn_detection
@@ -366,6 +378,7 @@ class ProfileModel(_Model):
             max_duration_s=self.max_duration_s,
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
+            bot=self.bot.to_spec() if self.bot is not None else None,
         )
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:

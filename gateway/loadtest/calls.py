@@ -22,18 +22,9 @@ from typing import Literal
 
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.events import CallEnded, CallHandle, OutboundCallAnswered, OutboundCallFailed, SipEvent
-from gateway.sip.sdes import CryptoAttribute, KeyParam, SrtpNegotiated, SrtpRefused, read_answer, secure_offer
-from gateway.sip.sdp import (
-    RTP_PROFILES,
-    SRTP_PROFILES,
-    LocalMedia,
-    NegotiatedMedia,
-    NoCommonCodec,
-    SdpError,
-    build_offer,
-    negotiate,
-    parse_sdp,
-)
+from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, Refused
+from gateway.sip.sdes import SrtpNegotiated
+from gateway.sip.sdp import NegotiatedMedia
 
 CallPhase = Literal["inviting", "up", "ending", "done"]
 Outcome = Literal["completed", "failed", "timeout", "dropped", "bad_answer", "interrupted", "pending"]
@@ -56,14 +47,21 @@ class LoadCall:
     outcome: Outcome = "pending"
     reason: str = ""
     ended_by: str = ""
-    negotiated: NegotiatedMedia | None = None
-    offered_crypto: tuple[CryptoAttribute, ...] = field(default=(), repr=False)
-    srtp: SrtpNegotiated | None = field(default=None, repr=False)  # the SDES keys, when the call is SRTP
+    sdp: OfferAnswer | None = field(default=None, repr=False)  # our offer, then what its answer agreed
     media: object = field(default=None, repr=False)
 
     @property
     def setup_s(self) -> float | None:
         return None if self.answered_at is None else self.answered_at - self.invited_at
+
+    @property
+    def negotiated(self) -> NegotiatedMedia | None:
+        return self.sdp.media if self.sdp is not None else None
+
+    @property
+    def srtp(self) -> SrtpNegotiated | None:
+        """The SDES keys, when the call is SRTP."""
+        return self.sdp.srtp if self.sdp is not None else None
 
 
 class LoadCalls:
@@ -94,6 +92,12 @@ class LoadCalls:
         self.request_user = request_user
         self.srtp = srtp  # SDES suite each call offers (RTP/SAVP); None: plain RTP
         self._key_source = key_source
+        # one codec (plus telephone-event) and, with SRTP, one a=crypto line of that suite on RTP/SAVP
+        self._policy = (
+            MediaPolicy(codecs=(codec,), srtp="off")
+            if srtp is None
+            else MediaPolicy(codecs=(codec,), srtp="required", suites=(srtp,))
+        )
         self._on_answered = on_answered
         self._on_ended = on_ended
         self._rng = rng or random.Random()
@@ -117,17 +121,14 @@ class LoadCalls:
 
     def place(self, index: int, *, rtp_host: str, rtp_port: int, now: float) -> LoadCall:
         """Send the INVITE of call ``index`` whose RTP is received on ``rtp_host:rtp_port``."""
-        offer = build_offer(
-            local_address=rtp_host,
-            local_port=rtp_port,
+        sdp = OfferAnswer(
+            self._policy,
             session_id=self._rng.getrandbits(31),
-            session_version=1,
-            preferences=(self.codec,),
+            key_source=self._key_source,
+            address=rtp_host,
+            port=rtp_port,
         )
-        offered: tuple[CryptoAttribute, ...] = ()
-        if self.srtp is not None:
-            offered = (CryptoAttribute(tag=1, suite=self.srtp, keys=(KeyParam(key_salt=self._key_source(30)),)),)
-            offer = secure_offer(offer, "required", offered)
+        offer = sdp.offer()
         handle = self.endpoint.invite(
             self.request_uri(),
             now,
@@ -135,7 +136,7 @@ class LoadCalls:
             body=offer.to_bytes(),
         )
         call = LoadCall(index=index, handle=handle, rtp_host=rtp_host, rtp_port=rtp_port, invited_at=now)
-        call.offered_crypto = offered
+        call.sdp = sdp
         self.calls[handle] = call
         heapq.heappush(self._timers, (now + self.setup_timeout_s, 0, handle))
         return call
@@ -165,15 +166,11 @@ class LoadCalls:
     def _answered(self, call: LoadCall, event: OutboundCallAnswered, now: float) -> None:
         call.status = 200
         call.answered_at = now
-        try:
-            answer = parse_sdp(event.body)
-            profiles = RTP_PROFILES | SRTP_PROFILES
-            call.negotiated = negotiate(answer, local=LocalMedia(), preferences=(self.codec,), profiles=profiles)
-            if self.srtp is not None:
-                call.srtp = read_answer(answer, call.negotiated, call.offered_crypto, "required")
-        except (SdpError, NoCommonCodec, SrtpRefused) as exc:
+        assert call.sdp is not None
+        result = call.sdp.take_answer(event.body)
+        if isinstance(result, Refused):
             call.outcome = "bad_answer"
-            call.reason = str(exc)
+            call.reason = result.reason
             self.hang_up(call, now)
             return
         call.phase = "up"

@@ -135,9 +135,9 @@ class LoadRunner:
             self._plan(v)  # encode before the clock starts: the load must not wait for it
         freeze_startup_heap()  # a full GC pass over the start-up heap would stall every call's RTP at once
         # No collector pass while the calls run, either: in a benchmark running one generator after another in
-        # this process, passes of 21-60 ms fell inside the runs (one of generation 1 took 42 ms at 100 calls),
-        # each a stalled clock and a burst of RTP on every call. A run is bounded (hard_deadline_s); reference
-        # counting frees what it can meanwhile and the cycles are collected once the run is over (ADR 0006).
+        # this process, passes of several ticks fell inside the runs (ADR 0006, addendum), each a stalled clock
+        # and a burst of RTP on every call. A run is bounded (hard_deadline_s); reference counting frees what it
+        # can meanwhile and the cycles are collected once the run is over.
         collecting = gc.isenabled()
         gc.collect()  # what earlier runs in this process left behind: collected now, not during this run
         kind = socket.SOCK_DGRAM if config.transport == "udp" else socket.SOCK_STREAM

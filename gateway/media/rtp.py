@@ -4,8 +4,8 @@ Parsing runs in ``datagram_received`` for every packet, so it is one ``struct.un
 integer checks, and returns a :class:`RtpPacket`: a plain class with ``__slots__``, which the compiled build
 (ADR 0008) makes a native class, built without a call into the interpreter. A ``NamedTuple`` is built through
 its generated (interpreted) ``__new__``, and a frozen dataclass through the interpreted ``__init__`` that
-``dataclasses`` writes for it; compiled with mypyc, a parse that returned either cost 0.3-0.45 µs and 1.2-2 µs
-more per packet than one that returns this class (docs/performance/2026-12-03-compiled-records.md).
+``dataclasses`` writes for it; compiled with mypyc, a parse that returned either cost more per packet than one
+that returns this class (docs/performance/2026-12-03-compiled-records.md).
 
 Validity checks follow RFC 3550 §5.1 and A.1: version must be 2; the CSRC list, the header extension
 (§5.3.1: 16-bit profile, 16-bit length in 32-bit words) and the padding (§5.1: the last octet counts the

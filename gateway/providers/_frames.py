@@ -2,8 +2,8 @@
 
 A client must mask every frame it sends with a fresh key from a strong source of entropy (RFC 6455 section
 5.3). ``websockets`` draws each key with ``secrets.token_bytes(4)``: one ``getrandom`` system call per frame,
-and a ``Frame`` object and a ``BytesIO`` per message besides. At 50 messages per call per second that was
-3 % of a worker's CPU for the system call alone (docs/adr/0009-provider-text-frames.md).
+and a ``Frame`` object and a ``BytesIO`` per message besides: at 50 messages per call per second the system call
+alone showed in a worker's profile (docs/adr/0009-provider-text-frames.md).
 
 :class:`TextFrames` builds the same bytes with keys taken from a block of ``os.urandom`` drawn once per
 :data:`KEYS_PER_DRAW` frames, the header packed with :mod:`struct` and the payload masked by the library's

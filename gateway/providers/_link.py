@@ -41,6 +41,8 @@ from gateway.providers.errors import ProviderClosedError, ProviderConnectError
 log = logging.getLogger(__name__)
 
 Translate = Callable[[Mapping[str, Any]], Sequence[ProviderEvent]]
+# A whole message (text or binary) -> events, for adapters whose protocol core parses the raw frames itself.
+Parse = Callable[[str | bytes], Sequence[ProviderEvent]]
 Disconnected = Callable[[int | None, str], ProviderDisconnected]
 
 # Close codes after which a new connection may continue the call: normal end, going away (OpenAI session
@@ -129,13 +131,17 @@ class ProviderLink:
         ws: ClientConnection,
         *,
         name: str,
-        translate: Translate,
+        translate: Translate | None = None,
+        parse: Parse | None = None,
         disconnected: Disconnected,
         queue_size: int = 256,
     ) -> None:
+        if (translate is None) == (parse is None):
+            raise ValueError("give exactly one of translate and parse")
         self._ws = ws
         self._name = name
         self._translate = translate
+        self._parse = parse
         self._disconnected = disconnected
         self._queue: asyncio.Queue[ProviderEvent] = asyncio.Queue(maxsize=queue_size)
         self._send_lock = asyncio.Lock()
@@ -160,13 +166,17 @@ class ProviderLink:
 
     async def send(self, message: Mapping[str, Any]) -> None:
         """Serialize and write one JSON message; raises ProviderClosedError once the connection is gone."""
+        await self.send_texts((orjson.dumps(message),))
+
+    async def send_texts(self, messages: Sequence[bytes]) -> None:
+        """Write already serialized text messages in order, under one hold of the send lock."""
         if not self.is_open:
             raise ProviderClosedError(f"{self._name}: connection is closed")
-        data = orjson.dumps(message)
         self._sends += 1
         try:
             async with self._send_lock:
-                await self._ws.send(data, text=True)
+                for data in messages:
+                    await self._ws.send(data, text=True)
         except ConnectionClosed as exc:
             code = exc.rcvd.code if exc.rcvd is not None else None
             closed = ProviderClosedError(
@@ -202,6 +212,22 @@ class ProviderLink:
                 self._ws.send_data()
             else:
                 self._transport.write(self._frames.frame(data))
+        except OSError as exc:  # the socket failed under us; the receive task reports the disconnect
+            failed = ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True)
+            raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+        return True
+
+    def send_texts_nowait(self, messages: Sequence[bytes]) -> bool:
+        """:meth:`send_nowait` for several messages: all of them now, or none (False: use :meth:`send_texts`)."""
+        if not self.writable():
+            return False
+        try:
+            for data in messages:
+                if self._library_frames:
+                    self._protocol.send_text(data)
+                    self._ws.send_data()
+                else:
+                    self._transport.write(self._frames.frame(data))
         except OSError as exc:  # the socket failed under us; the receive task reports the disconnect
             failed = ProviderClosedError(f"{self._name}: write failed ({exc})", retryable=True)
             raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
@@ -254,12 +280,15 @@ class ProviderLink:
             self._deliver_last(final)
 
     def _events_of(self, raw: str | bytes) -> Sequence[ProviderEvent]:
+        if self._parse is not None:
+            return self._parse(raw)
         try:
             message = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return (ProviderErrored(code="malformed_json", message="provider sent malformed JSON", fatal=False),)
         if not isinstance(message, dict):
             return (ProviderErrored(code="malformed_message", message="expected a JSON object", fatal=False),)
+        assert self._translate is not None
         try:
             return self._translate(message)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -15,7 +15,7 @@ Error tree (see also :mod:`gateway.providers.errors`)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -78,6 +78,20 @@ class PipelineSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BotSpec:
+    """Where a ``websocket`` profile's bot listens and what it is told (docs/operations.md, "Websocket provider").
+
+    Empty ``url`` and ``audio`` take the worker's settings (``GATEWAY_BOT_URL``, ``GATEWAY_BOT_AUDIO``). Secrets
+    (tokens, auth headers) come from settings only, never from a profile.
+    """
+
+    url: str = ""
+    audio: Literal["", "mulaw", "l16_16k", "l16_24k"] = ""
+    # Added to the stream's start.customParameters (the call's own from_number/to_number/... win).
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentProfile:
     """What the agent on a route is: provider, model, voice, instructions, tools, greeting, limits."""
 
@@ -96,6 +110,11 @@ class AgentProfile:
     resume_note: str = RESUME_NOTE
     # The components of the ``pipeline`` provider (None: the provider's defaults from the environment).
     pipeline: PipelineSpec | None = None
+    # The bot of a ``websocket`` profile (None: the worker's settings).
+    bot: BotSpec | None = None
+    # What the call is, set per call by the worker: from_number, to_number, call_id, direction, route. Adapters
+    # that can tell their peer (the websocket provider's customParameters) pass it on.
+    call_context: Mapping[str, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------ history
@@ -167,6 +186,24 @@ class AudioReceived(ProviderEvent):
     item_id: str
     content_index: int = 0
     pcm: bytes
+
+
+#: ``(marker, cleared)``: see :class:`AudioMarked`.
+MarkerReached = Callable[[str, bool], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AudioMarked(ProviderEvent):
+    """A point in the agent's audio, after every :class:`AudioReceived` before it.
+
+    The session calls ``reached(marker, cleared)`` exactly once: ``cleared`` False in the media tick that takes
+    the last frame holding audio from before the marker (at once when nothing is queued), ``cleared`` True when a
+    barge-in drops that audio unplayed. A marker is forgotten, never called, when the playout is emptied because
+    the connection goes away (resume). Called synchronously on the event loop: it must not block.
+    """
+
+    marker: str
+    reached: MarkerReached
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,6 +355,14 @@ class RealtimeSession(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class KeypadSession(Protocol):
+    """A session that takes caller DTMF as keypresses (the websocket provider's ``dtmf`` message) instead of the
+    text item every other provider gets."""
+
+    async def send_dtmf(self, digit: str) -> None: ...
 
 
 @runtime_checkable

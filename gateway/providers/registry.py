@@ -1,7 +1,7 @@
 """Build a :class:`~gateway.providers.base.RealtimeModel` by name from the environment.
 
-``create_model("echo" | "openai" | "gemini" | "pipeline", settings)``. :class:`ProviderSettings` reads the
-environment once and is frozen; each field's description is its documentation (the table in docs/operations.md
+``create_model("echo" | "openai" | "gemini" | "pipeline" | "websocket", settings)``. :class:`ProviderSettings`
+reads the environment once and is frozen; each field's description is its documentation (the table in docs/operations.md
 is generated from it). A key is not required when the URL points at a loopback address (the local fake server, tests).
 """
 
@@ -15,8 +15,10 @@ from gateway.providers._link import is_loopback_url
 from gateway.providers.base import ComponentSpec, PipelineSpec, RealtimeModel
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.providers.errors import ProviderConfigError
+from gateway.providers.media_stream.protocol import WireAudio
+from gateway.providers.media_stream.session import BotConfig, WebsocketBotModel
 
-PROVIDERS = ("echo", "openai", "gemini", "pipeline")
+PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
 
 
 def _env(name: str) -> AliasChoices:
@@ -31,7 +33,10 @@ class ProviderSettings(BaseSettings):
     provider: str = Field(
         default="echo",
         validation_alias=_env("GATEWAY_PROVIDER"),
-        description="Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini` or `pipeline`.",
+        description=(
+            "Provider of the profiles that name none (`default`): `echo`, `openai`, `gemini`, `pipeline` "
+            "or `websocket`."
+        ),
     )
     openai_api_key: str = Field(
         default="",
@@ -149,6 +154,50 @@ class ProviderSettings(BaseSettings):
             "(fakes, self-hosted)."
         ),
     )
+    bot_url: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_BOT_URL"),
+        repr=False,
+        description="The `websocket` provider's bot (ws:// or wss://; a profile's `bot.url` wins). May carry a "
+        "token in its path, so it is never logged whole.",
+    )
+    bot_audio: WireAudio = Field(
+        default="mulaw",
+        validation_alias=_env("GATEWAY_BOT_AUDIO"),
+        description="Audio on the bot's wire: `mulaw` (8 kHz, Twilio's), `l16_16k` or `l16_24k` (PCM16 LE).",
+    )
+    bot_token: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_BOT_TOKEN"),
+        repr=False,
+        description="Sent to the bot as `Authorization: Bearer <token>` (secret).",
+    )
+    bot_headers: dict[str, str] = Field(
+        default_factory=dict,
+        validation_alias=_env("GATEWAY_BOT_HEADERS"),
+        repr=False,
+        json_schema_extra={"doc_default": "{}"},
+        description="Extra headers of the bot's websocket upgrade, a JSON object (secret).",
+    )
+    bot_twilio_auth_token: str = Field(
+        default="",
+        validation_alias=_env("GATEWAY_BOT_TWILIO_AUTH_TOKEN"),
+        repr=False,
+        description="When set, the upgrade carries `X-Twilio-Signature` signed with it, for bots that check.",
+    )
+    bot_account_sid: str = Field(
+        default="AC" + "0" * 32,
+        pattern=r"^AC[0-9a-fA-F]{32}$",
+        validation_alias=_env("GATEWAY_BOT_ACCOUNT_SID"),
+        description="The `accountSid` the bot is sent in `start` and `stop`.",
+    )
+    bot_max_queued_s: float = Field(
+        default=60.0,
+        gt=0.0,
+        le=3600.0,
+        validation_alias=_env("GATEWAY_BOT_MAX_QUEUED_S"),
+        description="How far ahead of the caller a bot's audio may be; beyond it, its audio is refused and counted.",
+    )
 
 
 def create_model(name: str | None = None, settings: ProviderSettings | None = None) -> RealtimeModel:
@@ -178,6 +227,20 @@ def create_model(name: str | None = None, settings: ProviderSettings | None = No
         )
     if name == "pipeline":
         return _pipeline(settings)
+    if name == "websocket":
+        if settings.bot_url and not settings.bot_url.startswith(("ws://", "wss://")):
+            raise ProviderConfigError("websocket: GATEWAY_BOT_URL must start with ws:// or wss://")
+        return WebsocketBotModel(
+            BotConfig(
+                url=settings.bot_url,
+                audio=settings.bot_audio,
+                token=settings.bot_token,
+                headers=settings.bot_headers,
+                twilio_auth_token=settings.bot_twilio_auth_token,
+                account_sid=settings.bot_account_sid,
+                max_queued_s=settings.bot_max_queued_s,
+            )
+        )
     raise ProviderConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
 
 

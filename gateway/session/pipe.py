@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.providers.base import RealtimeSession
+from gateway.providers.base import KeypadSession, RealtimeSession
 from telcodecs.frames import Frame
 from telcodecs.g711 import alaw_is_quiet, pcm_is_quiet, ulaw_is_quiet
 
@@ -302,6 +302,11 @@ class ProviderPipe:
 
 async def send_text(session: RealtimeSession, *, text: str, role: Literal["user", "system"]) -> None:
     await session.send_text(text, role=role)
+
+
+async def send_dtmf(session: RealtimeSession, *, digit: str) -> None:
+    if isinstance(session, KeypadSession):
+        await session.send_dtmf(digit)
 
 
 async def create_response(session: RealtimeSession, *, instructions: str | None) -> None:

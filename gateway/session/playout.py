@@ -11,6 +11,12 @@ own 8 kHz G.711 codes (160 bytes a frame, padded with the law's silence code), k
 caller can be sent them unchanged. Accounting is in 24 kHz samples either way: one code is three samples, so a
 whole frame of codes is 960 samples (20 ms), the same as a frame of PCM.
 
+Markers (:class:`~gateway.providers.base.AudioMarked`) sit between deltas: a marker is due in the tick that takes
+the last frame holding audio delivered before it (a part-frame still carried counts as the next frame), and
+:meth:`PlayoutBuffer.take_markers` hands the due ones to the session, which calls them back. A barge-in hands the
+pending ones over as cleared; emptying the playout for any other reason (a prompt, a connection going away)
+forgets them.
+
 Queued audio is kept as it came: one run per delta (its bytes, its item, how many whole frames it holds), and
 a frame becomes an object only when the tick takes it. A queue of one object per 20 ms frame would be walked by
 every collector pass it outlives: at 400 calls those frames were half of what the middle passes walked
@@ -25,6 +31,7 @@ from typing import final
 
 import numpy as np
 
+from gateway.providers.base import AudioMarked
 from gateway.session.events import InterruptedItem
 from telcodecs.frames import FRAME_BYTES, FRAME_SAMPLES, G711_FRAME_BYTES, SAMPLE_RATE, G711Law, Pcm
 from telcodecs.g711 import ALAW_SILENCE, ULAW_SILENCE
@@ -108,6 +115,11 @@ class PlayoutBuffer:
         self._items: dict[_Key, ItemAudio] = {}
         self._last: ItemAudio | None = None
         self._dropped: deque[str] = deque(maxlen=_DROPPED_MEMORY)
+        self._appended = 0  # frames ever queued (since the last clear), the position markers are placed at
+        self._taken = 0  # ... and frames taken by the tick
+        self._markers: deque[tuple[int, AudioMarked]] = deque()  # (position, marker), positions non-decreasing
+        self._due: list[AudioMarked] = []  # reached, not yet taken by the session
+        self._cleared: list[AudioMarked] = []  # dropped by a barge-in, not yet taken by the session
 
     @property
     def playing(self) -> bool:
@@ -122,6 +134,26 @@ class PlayoutBuffer:
     @property
     def queued_frames(self) -> int:
         return self._queued
+
+    @property
+    def markers_due(self) -> bool:
+        """Markers reached or cleared wait for :meth:`take_markers`."""
+        return bool(self._due or self._cleared)
+
+    def mark(self, marker: AudioMarked) -> None:
+        """Place ``marker`` after all audio queued so far; due at once when nothing is queued or carried."""
+        last = self._last
+        position = self._appended + (1 if last is not None and last.carry else 0)
+        if position <= self._taken:
+            self._due.append(marker)
+        else:
+            self._markers.append((position, marker))
+
+    def take_markers(self) -> tuple[list[AudioMarked], list[AudioMarked]]:
+        """The markers reached (audio sent) and cleared (audio dropped by a barge-in) since the last call."""
+        due, cleared = self._due, self._cleared
+        self._due, self._cleared = [], []
+        return due, cleared
 
     def is_dropped(self, response_id: str) -> bool:
         return response_id in self._dropped
@@ -167,6 +199,7 @@ class PlayoutBuffer:
         if whole:
             self._runs.append(_Run(data, item, whole))
             self._queued += whole
+            self._appended += whole
         item.carry = data[whole * size :]
         item.queued_frames += whole
         return True
@@ -212,6 +245,10 @@ class PlayoutBuffer:
         self._queued -= 1
         item.queued_frames -= 1
         self._forget_if_played(item)
+        self._taken += 1
+        markers = self._markers
+        while markers and markers[0][0] <= self._taken:
+            self._due.append(markers.popleft()[1])
         return audio, item
 
     def interrupt(self, *, also_drop: str | None = None) -> list[InterruptedItem]:
@@ -232,6 +269,8 @@ class PlayoutBuffer:
         ]
         for response_id in {i.response_id for i in interrupted} | ({also_drop} if also_drop else set()):
             self.drop_response(response_id)
+        self._cleared.extend(marker for _, marker in self._markers)
+        self._markers.clear()
         self.clear()
         return interrupted
 
@@ -240,10 +279,13 @@ class PlayoutBuffer:
             self._dropped.append(response_id)
 
     def clear(self) -> None:
+        """Empty the playout; pending markers are forgotten (see the module docstring)."""
         self._runs.clear()
         self._queued = 0
         self._items.clear()
         self._last = None
+        self._markers.clear()
+        self._appended = self._taken = 0
 
     def add_prompt(self, pcm: bytes) -> None:
         """Queue local audio (an apology prompt) outside any provider item."""
@@ -262,6 +304,7 @@ class PlayoutBuffer:
             samples = len(carry) * _SAMPLES_PER_CODE
         self._runs.append(_Run(padded, item, 1, samples))
         self._queued += 1
+        self._appended += 1
         item.queued_frames += 1
         item.carry = b""
 

@@ -30,8 +30,10 @@ from gateway.media.tick import G711Frame
 from gateway.providers.base import (
     AgentProfile,
     AudioDone,
+    AudioMarked,
     AudioReceived,
     ConnectionExpiring,
+    KeypadSession,
     ProviderDisconnected,
     ProviderErrored,
     ProviderEvent,
@@ -79,6 +81,7 @@ from gateway.session.pipe import (
     cancel_response,
     create_response,
     delete_item,
+    send_dtmf,
     send_text,
     truncate_item,
 )
@@ -357,6 +360,8 @@ class CallSession:
                 self._tools.on_idle()
             return None
         self._counts["frames_out"] += 1
+        if self._turns.playout.markers_due:
+            self._report_markers()
         # The playout's frames are 960-byte slices read as int16 and the playback's are whole resampled frames:
         # the frame contract holds by construction, so they skip the checks.
         if not isinstance(audio, G711Codes):
@@ -386,10 +391,13 @@ class CallSession:
             self._transcript.message("user", text)
             link = self._pipe.usable()
             if state is CallState.ACTIVE and link is not None:
-                send = partial(send_text, text=text, role="user")
-                self._pipe.enqueue(SendOp(name="dtmf", send=send, epoch=link.epoch))
-                if self._config.dtmf_requests_response:
-                    self._request_response()
+                if isinstance(link.session, KeypadSession):  # a keypress, as such (the websocket provider)
+                    self._pipe.enqueue(SendOp(name="dtmf", send=partial(send_dtmf, digit=digit), epoch=link.epoch))
+                else:
+                    send = partial(send_text, text=text, role="user")
+                    self._pipe.enqueue(SendOp(name="dtmf", send=send, epoch=link.epoch))
+                    if self._config.dtmf_requests_response:
+                        self._request_response()
         self._record(DtmfReceived(digit=digit, duration_ms=duration_ms, forwarded=forwarded))
 
     # ------------------------------------------------------------------------------- provider events
@@ -419,6 +427,10 @@ class CallSession:
             turns.audio(event, law=None if self._g711 is None else self._g711.law)  # codes stay codes
         elif isinstance(event, AudioDone):
             turns.audio_done(event)
+        elif isinstance(event, AudioMarked):
+            turns.playout.mark(event)
+            if turns.playout.markers_due:
+                self._report_markers()
         elif isinstance(event, SpeechStarted):
             self._caller_started("speech_started", item_id=event.item_id)
         elif isinstance(event, SpeechStopped):
@@ -471,6 +483,8 @@ class CallSession:
         if self._state is not CallState.ACTIVE or link is None:
             return
         interruption = self._turns.interrupt()
+        if self._turns.playout.markers_due:
+            self._report_markers()
         if interruption is None:
             return
         self._counts["barge_ins"] += 1
@@ -499,6 +513,20 @@ class CallSession:
             BargedIn(trigger=trigger, response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
         )
         self._tasks.pulse()
+
+    def _report_markers(self) -> None:
+        """Call back the provider's markers whose audio was sent (cleared False) or dropped by a barge-in."""
+        due, cleared = self._turns.playout.take_markers()
+        for marker in due:
+            self._marker_reached(marker, cleared=False)
+        for marker in cleared:
+            self._marker_reached(marker, cleared=True)
+
+    def _marker_reached(self, marker: AudioMarked, *, cleared: bool) -> None:
+        try:
+            marker.reached(marker.marker, cleared)
+        except Exception as exc:
+            self._error("provider marker callback", exc)
 
     # ---------------------------------------------------------------------------- resume / rotation
 

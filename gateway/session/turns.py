@@ -130,8 +130,9 @@ class Turns:
         return Interruption(response_id=response, items=items)
 
     def silence_agent(self) -> None:
-        """Stop all agent audio without a barge-in (the connection is going away)."""
+        """Stop all agent audio without a barge-in (the connection is going away; its markers are forgotten)."""
         self.playout.interrupt(also_drop=self.active_response)
+        self.playout.take_markers()
         self._was_playing = False
 
     def play_prompt(self, pcm: bytes) -> None:

@@ -21,8 +21,8 @@ Audio paths:
   calls ``pull_frame`` exactly once per 20 ms of media time, upsamples 24k -> 48k and encodes the Opus packet
   itself (:class:`OutboundAudio`), which aiortc only packs into RTP. Handed a raw frame, aiortc's sender
   measures its level and encodes it in a thread-pool job per packet, with its own encoder: stereo at
-  96 kbit/s and libopus' top complexity, for a mono voice. A browser call cost the worker 1.8 ms of CPU per
-  20 ms that way, and 1.5 ms encoded here (docs/performance/2026-12-02-browser-calls.md).
+  96 kbit/s and libopus' top complexity, for a mono voice: encoding here costs the worker less
+  (docs/performance/2026-12-02-browser-calls.md).
 
 ICE host candidates: aioice binds one socket per interface address and never uses 127.0.0.1. A gateway bound
 to loopback (the default of ``gateway run``) must offer 127.0.0.1 or a browser on the same machine cannot

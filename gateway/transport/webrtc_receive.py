@@ -3,11 +3,10 @@
 aiortc's ``RTCRtpReceiver`` puts each audio packet (after SRTP, RTCP statistics and depayloading) into its
 ``JitterBuffer``, which hands out a frame only once four more are buffered (80 ms), and only in unbroken
 order: after one lost packet it waits until 16 packets are queued behind the hole, then goes on from there
-with them all still queued, so the caller's audio reaches the agent about 280 ms late for the rest of the
-call. Each frame then goes through a ``queue.Queue`` to a decoder thread per receiver, which decodes with PyAV
-and posts every decoded frame back to the loop (``run_coroutine_threadsafe``) for a task of ours to read. In
-a profile of 8 browser calls the thread hand-offs were about a third of the worker's samples
-(docs/adr/0011-browser-audio-decoded-on-the-loop.md).
+with them all still queued, so the caller's audio reaches the agent late for the rest of the call. Each frame
+then goes through a ``queue.Queue`` to a decoder thread per receiver, which decodes with PyAV and posts every
+decoded frame back to the loop (``run_coroutine_threadsafe``) for a task of ours to read; in a profile the thread
+hand-offs outweighed the decoding (docs/adr/0011-browser-audio-decoded-on-the-loop.md).
 
 :class:`OpusReceiveSink` takes the place of both, installed before the connection starts (:func:`install`):
 

@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from gateway.worker.legs import LegRegistry, LegState
 
 if TYPE_CHECKING:
+    from gateway.session.config import SessionConfig
     from gateway.session.session import CallSession
-    from gateway.worker.worker import MediaWorker
+    from gateway.worker.settings import DrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,29 +37,49 @@ DRAIN_DEADLINE = "drain_deadline"
 # Beyond the goodbye itself (the session's goodbye timeout) and the session's close: calls still up after that
 # are hung up without waiting for their sessions.
 _GOODBYE_SLACK_S = 10.0
+_UP = (LegState.ACTIVE, LegState.HELD)  # a call whose agent can say the goodbye
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
 class WorkerDrain:
-    """The drain of one worker: its deadline task and the exit-when-empty check."""
+    """The drain of one worker: whether it is draining, its deadline task and the exit-when-empty check.
 
-    def __init__(self, worker: MediaWorker) -> None:
-        self._worker = worker
+    Built with the worker's registry of legs, its drain settings, the sessions' config (for the goodbye's
+    timeout), a way to spawn an owned task, and ``stop_taking_calls``, which the composition root wires to what
+    turns calls away (503 to INVITEs and OPTIONS, the trunk registration removed, a heartbeat now)."""
+
+    def __init__(
+        self,
+        legs: LegRegistry,
+        *,
+        settings: DrainSettings,
+        session_config: SessionConfig,
+        spawn: Spawn,
+        stop_taking_calls: Callable[[], None],
+        worker_id: str,
+    ) -> None:
+        self._legs = legs
+        self._settings = settings
+        self._session_config = session_config
+        self._spawn = spawn
+        self._stop_taking_calls = stop_taking_calls
+        self._worker_id = worker_id
+        self.draining = False
+        self.exit_when_empty = False
+        self.exited = asyncio.Event()  # set once a worker draining to exit carries no call
         self.deadline: float | None = None  # loop time after which live calls are ended
         self._deadline_task: asyncio.Task[None] | None = None
 
     def begin(self, *, exit_when_empty: bool, deadline_s: float | None) -> None:
         """Stop taking calls; end the remaining ones ``deadline_s`` from now (None: let them run)."""
-        worker = self._worker
-        first = not worker.draining
+        first = not self.draining
         if first:
             until = "their end" if deadline_s is None else f"{deadline_s:g} s"
-            log.info("worker %s: draining; live calls may run for %s", worker.id, until)
-        worker.draining = True
-        worker.endpoint.set_accepting_calls(False)
-        if first:
-            worker.registration.begin_unregister("drain")  # the trunk's registrar stops offering calls here
-            worker.heartbeat_soon()
-        worker.exit_when_empty = worker.exit_when_empty or exit_when_empty
+            log.info("worker %s: draining; live calls may run for %s", self._worker_id, until)
+            self.draining = True
+            self._stop_taking_calls()
+        self.exit_when_empty = self.exit_when_empty or exit_when_empty
         if deadline_s is not None:
             loop = asyncio.get_running_loop()
             at = loop.time() + deadline_s
@@ -63,14 +87,13 @@ class WorkerDrain:
                 self.deadline = at
                 if self._deadline_task is not None:
                     self._deadline_task.cancel()
-                self._deadline_task = worker.spawn(self._end_at(at), name=f"worker-{worker.id}-drain-deadline")
+                self._deadline_task = self._spawn(self._end_at(at), f"worker-{self._worker_id}-drain-deadline")
         self.check_empty()
 
     def check_empty(self) -> None:
         """Called when a call ends: a worker draining to exit sets ``exited`` once it carries nothing."""
-        worker = self._worker
-        if worker.draining and worker.exit_when_empty and worker.live_calls() == 0:
-            worker.exited.set()
+        if self.draining and self.exit_when_empty and self._legs.live_count() == 0:
+            self.exited.set()
 
     def seconds_left(self) -> float | None:
         if self.deadline is None:
@@ -84,28 +107,19 @@ class WorkerDrain:
 
     async def end_remaining(self) -> None:
         """End every live call politely (see the module docstring); returns when they are gone or given up."""
-        worker = self._worker
-        message = worker.settings.drain.drain_goodbye
+        message = self._settings.drain_goodbye
         sessions: list[CallSession] = []
-        for leg in list(worker.legs.values()):
-            if not leg.live:
-                continue
-            if leg.session is not None and leg.state == "active":
+        for leg in self._legs.live():
+            if leg.session is not None and leg.state in _UP:
                 sessions.append(leg.session)
             else:
-                worker.sip_calls.hang_up_leg(leg, DRAIN_DEADLINE)
-        for browser in list(worker.webrtc.legs.values()):
-            if not browser.live:
-                continue
-            if browser.session is not None and browser.state == "active":
-                sessions.append(browser.session)
-            else:
-                worker.webrtc.hang_up_leg(browser, DRAIN_DEADLINE)
-        if not sessions and worker.live_calls() == 0:
+                leg.hang_up(DRAIN_DEADLINE)
+        if not sessions and self._legs.live_count() == 0:
             return
-        log.info("worker %s: drain deadline reached, ending %d calls with a goodbye", worker.id, len(sessions))
+        log.info("worker %s: drain deadline reached, ending %d calls with a goodbye", self._worker_id, len(sessions))
         goodbyes = [asyncio.ensure_future(session.end_with_goodbye(DRAIN_DEADLINE, message)) for session in sessions]
-        timeout = worker.session_config.goodbye_timeout_s + worker.session_config.close_timeout_s + _GOODBYE_SLACK_S
+        config = self._session_config
+        timeout = config.goodbye_timeout_s + config.close_timeout_s + _GOODBYE_SLACK_S
         try:
             if goodbyes:
                 done, pending = await asyncio.wait(goodbyes, timeout=timeout)
@@ -113,13 +127,9 @@ class WorkerDrain:
                     task.cancel()
                 for task in done:
                     if not task.cancelled() and task.exception() is not None:
-                        log.warning("worker %s: a goodbye failed: %s", worker.id, task.exception())
+                        log.warning("worker %s: a goodbye failed: %s", self._worker_id, task.exception())
                 if pending:
                     await asyncio.wait(pending)
         finally:
-            for leg in list(worker.legs.values()):
-                if leg.live:
-                    worker.sip_calls.hang_up_leg(leg, DRAIN_DEADLINE)
-            for browser in list(worker.webrtc.legs.values()):
-                if browser.live:
-                    worker.webrtc.hang_up_leg(browser, DRAIN_DEADLINE)
+            for leg in self._legs.live():
+                leg.hang_up(DRAIN_DEADLINE)

@@ -1,122 +1,157 @@
-"""One call as the worker sees it: its SIP leg, RTP sockets, media state and session, and its call control.
+"""Call legs, SIP and browser alike: one state table, one way to begin the end, one registry.
 
-:class:`CallLeg` is plain bookkeeping; :class:`SipCallControl` is how a session acts on its call (hang up,
-blind transfer with REFER/NOTIFY, RFC 4733 DTMF to the caller) through the worker that owns the SIP
-endpoint and the media tick.
+Rules (one table, checked on every change; anything else is a bug and raises :class:`LegStateError`)::
+
+    ADMITTED -> RINGING    outbound: our INVITE is out; browser: the offer is answered, ICE and DTLS to come
+    ADMITTED -> ACTIVE     inbound SIP: the 200 OK is out (the session was made before it)
+    ADMITTED -> ENDING     refused (488, 503, admission), cancelled or hung up while admission ran
+    RINGING  -> ACTIVE     outbound: the callee answered; browser: the connection is up
+    RINGING  -> ENDING     no answer, failure, cancelled
+    ACTIVE   -> HELD       a re-INVITE or UPDATE put the call on hold (a=sendonly or inactive)
+    HELD     -> ACTIVE     a later one took it off hold
+    ACTIVE   -> ENDING     either side hung up, the session ended, RTP stopped, a drain deadline, transfer
+    HELD     -> ENDING     as from ACTIVE
+    ENDING   -> ENDED      the session is closed, media and ports released, the control plane told
+
+A leg is *live* until ENDED. The end begins once (:func:`begin_end`): the first reason wins and the state
+moves to ENDING exactly once, so the kind's ``end`` (``SipCalls.end``, ``WebRtcCalls.end``) says goodbye on
+the wire in one place. The control plane's commands reach a leg through the :class:`LegRegistry`, whatever
+its kind: ``legs.find(call_id).hang_up(reason)``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import time
-import weakref
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterator, Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from gateway.fleet.models import ProfileModel
-from gateway.media.call import MediaStats
-from gateway.media.errors import LocalMediaError
-from gateway.session.control import TransferOutcome
-from gateway.session.session import CallSession
-from gateway.sip.events import CallHandle
-from gateway.sip.offer_answer import OfferAnswer
-from gateway.sip.sdp import NegotiatedMedia
-from gateway.transport.rtp_socket import RtpEndpoint
+from gateway.fleet.errors import CallNotFoundError
 
 if TYPE_CHECKING:
-    from gateway.worker.sip_calls import SipCalls
+    from gateway.fleet.models import CallSnapshot
+    from gateway.session.session import CallSession
 
-LegState = Literal["admitted", "ringing", "active", "ending", "ended"]
-
-LEVEL_EVERY_TICKS = 25  # one caller level sample per 0.5 s for the dashboard sparkline
-# Calls take turns: each leg is sampled on its own tick of every LEVEL_EVERY_TICKS, so no tick samples them all
-# (at 200 calls, sampling every call on one tick made that tick 8 ms longer, and it overran).
-_level_phases = itertools.cycle(range(LEVEL_EVERY_TICKS))
+LegKind = Literal["sip", "webrtc"]
 
 
-@dataclass(eq=False)
-class CallLeg:
+class LegState(StrEnum):
+    """A leg's state; its value is the fleet's name for it (a StrEnum: ``leg.state == "active"`` reads as it says)."""
+
+    ADMITTED = "admitted"
+    RINGING = "ringing"
+    ACTIVE = "active"
+    HELD = "held"
+    ENDING = "ending"
+    ENDED = "ended"
+
+
+TRANSITIONS: dict[LegState, frozenset[LegState]] = {
+    LegState.ADMITTED: frozenset({LegState.RINGING, LegState.ACTIVE, LegState.ENDING}),
+    LegState.RINGING: frozenset({LegState.ACTIVE, LegState.ENDING}),
+    LegState.ACTIVE: frozenset({LegState.HELD, LegState.ENDING}),
+    LegState.HELD: frozenset({LegState.ACTIVE, LegState.ENDING}),
+    LegState.ENDING: frozenset({LegState.ENDED}),
+    LegState.ENDED: frozenset(),
+}
+
+#: What the fleet's snapshots call each state (a held call is up: the control plane shows it active).
+SNAPSHOT_STATE: dict[LegState, str] = {state: state.value for state in LegState} | {LegState.HELD: "active"}
+
+
+class LegStateError(RuntimeError):
+    """A leg was moved along a transition the table does not have: a bug in the worker, never the peer's."""
+
+
+class Leg(Protocol):
+    """A call as the worker's commands and reports see it, SIP or browser."""
+
     id: str
-    sip: CallHandle | None
-    direction: Literal["inbound", "outbound"]
-    from_uri: str
-    to_uri: str
-    source: str = ""
-    transport: str = ""  # the SIP transport of its INVITE: udp, tcp or tls
-    route: str = ""
-    profile: ProfileModel | None = None
-    provider: str = ""  # the provider actually used (profiles may say "default")
-    state: LegState = "admitted"
-    rtp: RtpEndpoint | None = None
-    sdp: OfferAnswer | None = None  # the call's offer/answer: codec, direction, SRTP keys, our o= line
-    session: CallSession | None = None
-    media_added: bool = False
-    last_media: MediaStats | None = None
-    started_wall: float = field(default_factory=time.time)
-    started_mono: float = field(default_factory=time.monotonic)
-    answered_wall: float | None = None
-    ended_wall: float | None = None
-    end_reason: str = ""
-    task: asyncio.Task[None] | None = None
-    transfer: asyncio.Future[TransferOutcome] | None = None
-    transfer_seen_progress: bool = False
-    answered: asyncio.Future[bool] | None = None  # outbound: resolved on answer / failure
-    levels: deque[float] = field(default_factory=lambda: deque(maxlen=120))
-    last_level: float | None = None
-    level_phase: int = field(default_factory=lambda: next(_level_phases))  # tick_no % LEVEL_EVERY_TICKS to sample on
-    tick_count: int = 0
-    cost: float = 1.0  # of the worker's capacity: 1 for G.711 (WorkerSettings.call_cost)
+    kind: LegKind
+    state: LegState
+    end_reason: str
+    cost: float  # of the worker's capacity, in G.711 calls (gateway/worker/settings.py, CapacitySettings)
 
     @property
-    def live(self) -> bool:
-        return self.state != "ended"
+    def session(self) -> CallSession | None: ...
 
     @property
-    def negotiated(self) -> NegotiatedMedia | None:
-        """The call's audio as offer/answer left it; None until it is negotiated."""
-        return self.sdp.media if self.sdp is not None else None
+    def live(self) -> bool: ...
+
+    async def snapshot(self) -> CallSnapshot: ...
+
+    def hang_up(self, reason: str) -> None:
+        """End the call from our side (the first reason given is the one recorded)."""
+        ...
+
+    def send_dtmf(self, digits: str) -> None:
+        """Play digits to the caller; CommandRejectedError or LocalMediaError when the call cannot."""
+        ...
+
+    def transfer(self, target: str) -> None:
+        """Start a blind transfer (the call ends here once the far end takes it); CommandRejectedError when this
+        kind of call cannot be transferred."""
+        ...
 
 
-class SipCallControl:
-    """The session's CallControl, implemented over the worker's SIP endpoint and media tick (via SipCalls).
+class _Stateful(Protocol):
+    id: str
+    state: LegState
+    end_reason: str
 
-    It holds its leg weakly: the leg owns the session, which owns this control, and a strong reference back
-    would make every ended call a reference cycle that only a full GC pass frees (docs/adr/0006-gc-freeze.md).
-    """
 
-    def __init__(self, calls: SipCalls, leg: CallLeg, *, transfer_timeout_s: float = 30.0) -> None:
-        self._calls = calls
-        self._leg_ref = weakref.ref(leg)
-        self._transfer_timeout_s = transfer_timeout_s
+def move(leg: _Stateful, to: LegState) -> None:
+    """Move ``leg`` to ``to``; LegStateError unless the table has that transition."""
+    if to not in TRANSITIONS[leg.state]:
+        raise LegStateError(f"call {leg.id}: {leg.state.value} -> {to.value} is not allowed")
+    leg.state = to
 
-    async def hang_up(self, reason: str) -> None:
-        leg = self._leg_ref()
-        if leg is not None:  # a leg that is gone has ended already
-            self._calls.hang_up_leg(leg, reason)
 
-    async def send_dtmf(self, digits: str) -> None:
-        leg = self._leg_ref()
-        if leg is None:
-            raise LocalMediaError("the call has ended")
-        self._calls.send_dtmf_leg(leg, digits)
+def begin_end(leg: _Stateful, reason: str) -> bool:
+    """Record ``reason`` unless one was recorded before (the first wins) and move the leg to ENDING; True only the
+    first time, when the caller says goodbye on the wire and wakes the call's task."""
+    if not leg.end_reason:
+        leg.end_reason = reason
+    if leg.state in (LegState.ENDING, LegState.ENDED):
+        return False
+    move(leg, LegState.ENDING)
+    return True
 
-    async def transfer(self, target: str) -> TransferOutcome:
-        leg = self._leg_ref()
-        if leg is None or not leg.live or leg.sip is None:
-            return TransferOutcome(status="failed", detail="call is not up")
-        if leg.transfer is not None and not leg.transfer.done():
-            return TransferOutcome(status="refused", detail="a transfer is already in progress")
-        loop = asyncio.get_running_loop()
-        leg.transfer = loop.create_future()
-        leg.transfer_seen_progress = False
-        try:
-            self._calls.refer_leg(leg, target)
-        except Exception as exc:  # e.g. a target that is not a SIP URI or number
-            leg.transfer = None
-            return TransferOutcome(status="refused", detail=str(exc))
-        try:
-            return await asyncio.wait_for(asyncio.shield(leg.transfer), timeout=self._transfer_timeout_s)
-        except TimeoutError:
-            return TransferOutcome(status="failed", detail="no final NOTIFY before the timeout")
+
+class LegRegistry(Mapping[str, "Leg"]):
+    """Every leg of one worker by call id, SIP and browser: what the commands, heartbeats and drains walk."""
+
+    def __init__(self) -> None:
+        self._legs: dict[str, Leg] = {}
+
+    def __getitem__(self, call_id: str) -> Leg:
+        return self._legs[call_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._legs)
+
+    def __len__(self) -> int:
+        return len(self._legs)
+
+    def add(self, leg: Leg) -> None:
+        self._legs[leg.id] = leg
+
+    def remove(self, leg: Leg) -> None:
+        if self._legs.get(leg.id) is leg:
+            del self._legs[leg.id]
+
+    def find(self, call_id: str) -> Leg:
+        """The live leg ``call_id``; CallNotFoundError when there is none (unknown, or ended)."""
+        leg = self._legs.get(call_id)
+        if leg is None or not leg.live:
+            raise CallNotFoundError(call_id)
+        return leg
+
+    def live(self, kind: LegKind | None = None) -> list[Leg]:
+        return [leg for leg in self._legs.values() if leg.live and (kind is None or leg.kind == kind)]
+
+    def live_count(self, kind: LegKind | None = None) -> int:
+        return sum(1 for leg in self._legs.values() if leg.live and (kind is None or leg.kind == kind))
+
+    def capacity_used(self) -> float:
+        """What the live legs take of the worker's capacity."""
+        return sum(leg.cost for leg in self._legs.values() if leg.live)

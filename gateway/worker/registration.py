@@ -5,7 +5,7 @@ RFC 5626 ``+sip.instance`` made from its worker id, so each worker's contact is 
 replaces its old binding) for the AOR at the registrar, which then forks or picks among the workers' contacts.
 The protocol is gateway/sip/registration.py's, run on the worker's endpoint; this module owns the rest:
 
-* `check_registration_settings` and `registration_config`: the settings (validated at start-up, with messages
+* `registration_config` (in gateway/worker/settings.py): the settings (validated at start-up, with messages
   naming the ``GATEWAY_*`` variables) as a `RegistrationConfig`;
 * `TrunkRegistration`, held by the worker: starts the client with the worker, turns its events into log lines
   and metrics (``gateway_trunk_registered``, ``gateway_trunk_register_total{outcome}``), gives the heartbeat
@@ -21,20 +21,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from gateway.fleet.models import TrunkRegistration as TrunkRegistrationModel
 from gateway.fleet.models import TrunkRegistrationState
 from gateway.observability import TRUNK_REGISTER_TOTAL, TRUNK_REGISTERED
-from gateway.sip.errors import RemoteProtocolError, SipConfigError
 from gateway.sip.events import SipEvent, TrunkRegistered, TrunkRegistrationFailed, TrunkUnregistered
-from gateway.sip.registration import RegistrationClient, RegistrationConfig, RegistrationTiming, RegState
-from gateway.sip.uri import parse_uri
+from gateway.sip.registration import RegistrationClient, RegistrationConfig, RegState
+from gateway.worker.ports import SipSignalling
+from gateway.worker.trunk_config import instance_id, registration_config
 
-if TYPE_CHECKING:
-    from gateway.worker.settings import TrunkSettings
-    from gateway.worker.worker import MediaWorker
+__all__ = ["REGISTRATION_EVENTS", "TrunkRegistration", "instance_id", "registration_config"]
 
 log = logging.getLogger(__name__)
 
@@ -51,87 +48,29 @@ _STATES: dict[RegState, TrunkRegistrationState] = {
 }
 
 
-def instance_id(worker_id: str) -> str:
-    """The worker's RFC 5626 instance id: a name-based UUID of its id, the same across restarts."""
-    return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'voice-gateway:worker:{worker_id}')}"
-
-
-def _registrar(settings: TrunkSettings) -> str:
-    if settings.trunk_registrar:
-        return settings.trunk_registrar.strip()
-    if not settings.trunk:
-        raise ValueError("GATEWAY_TRUNK_REGISTER=true needs GATEWAY_TRUNK_REGISTRAR or GATEWAY_TRUNK")
-    trunk = settings.trunk.strip()
-    return trunk if trunk.startswith(("sip:", "sips:")) else f"sip:{trunk}"
-
-
-def registration_config(settings: TrunkSettings, *, transports: tuple[str, ...], worker_id: str) -> RegistrationConfig:
-    """The registration the trunk settings ask for, of the worker ``worker_id`` listening on ``transports``;
-    ValueError (naming the variables) when they do not add up."""
-    registrar = _registrar(settings)
-    try:
-        registrar_host = parse_uri(registrar).host
-    except RemoteProtocolError as exc:
-        raise ValueError(f"GATEWAY_TRUNK_REGISTRAR {registrar!r} is not a SIP URI: {exc.reason}") from exc
-    aor = settings.trunk_aor.strip() if settings.trunk_aor else None
-    if aor is None:
-        if not settings.trunk_user:
-            raise ValueError(
-                "GATEWAY_TRUNK_REGISTER=true needs GATEWAY_TRUNK_AOR or GATEWAY_TRUNK_USER (the AOR's user)"
-            )
-        aor = f"sip:{settings.trunk_user}@{registrar_host}"
-    password = settings.trunk_password.get_secret_value() if settings.trunk_password is not None else None
-    if password is not None and not settings.trunk_user:
-        raise ValueError("GATEWAY_TRUNK_PASSWORD needs GATEWAY_TRUNK_USER (the digest username)")
-    if settings.trunk_register_retry_min_s > settings.trunk_register_retry_max_s:
-        raise ValueError("GATEWAY_TRUNK_REGISTER_RETRY_MIN_S must not exceed GATEWAY_TRUNK_REGISTER_RETRY_MAX_S")
-    try:
-        config = RegistrationConfig(
-            registrar=registrar,
-            aor=aor,
-            username=settings.trunk_user if password is not None else None,
-            password=password,
-            expires=settings.trunk_register_expires_s,
-            instance_id=instance_id(worker_id),
-            timing=RegistrationTiming(
-                retry_min_s=settings.trunk_register_retry_min_s,
-                retry_max_s=settings.trunk_register_retry_max_s,
-                retry_after_max_s=max(3600.0, settings.trunk_register_retry_max_s),
-            ),
-        )
-    except SipConfigError as exc:
-        raise ValueError(f"trunk registration: {exc}") from exc
-    transport = config.registrar_uri.transport
-    if settings.sip_outbound_proxy is not None:  # the REGISTERs go to the proxy, over its transport
-        if config.registrar_uri.secure and not parse_uri(settings.sip_outbound_proxy).secure:
-            raise ValueError(
-                f"GATEWAY_TRUNK_REGISTRAR {registrar!r} needs TLS on every hop and GATEWAY_SIP_OUTBOUND_PROXY "
-                f"{settings.sip_outbound_proxy!r} is not sips: or transport=tls"
-            )
-    elif transport not in transports:
-        raise ValueError(
-            f"GATEWAY_TRUNK_REGISTRAR {registrar!r} asks for {transport}, which GATEWAY_SIP_TRANSPORTS "
-            f"({','.join(transports)}) does not listen on"
-        )
-    return config
-
-
 class TrunkRegistration:
-    """The registration of one worker (a no-op unless ``settings.trunk_register``)."""
+    """The registration of one worker (a no-op when ``config`` is None), built with the SIP signalling port, the
+    registration the settings ask for, and ``on_change``: called on every outcome (the heartbeat carries it)."""
 
-    def __init__(self, worker: MediaWorker) -> None:
-        self._worker = worker
-        settings = worker.settings
-        self.config = (
-            registration_config(settings.trunking, transports=settings.sip.sip_transports, worker_id=settings.worker_id)
-            if settings.trunking.trunk_register
-            else None
-        )
+    def __init__(
+        self,
+        signalling: SipSignalling,
+        config: RegistrationConfig | None,
+        *,
+        worker_id: str,
+        unregister_timeout_s: float,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._signalling = signalling
+        self._worker_id = worker_id
+        self._unregister_timeout_s = unregister_timeout_s
+        self._on_change = on_change
+        self.config = config
         self.client: RegistrationClient | None = None
         self._ended = asyncio.Event()
-        self._registered = TRUNK_REGISTERED.labels(worker.id)
+        self._registered = TRUNK_REGISTERED.labels(worker_id)
         self._outcomes = {
-            outcome: TRUNK_REGISTER_TOTAL.labels(worker.id, outcome)
+            outcome: TRUNK_REGISTER_TOTAL.labels(worker_id, outcome)
             for outcome in (
                 "registered",
                 "refreshed",
@@ -150,12 +89,10 @@ class TrunkRegistration:
         """Send the first REGISTER (the worker's SIP transport is up)."""
         if self.config is None or self.client is not None:
             return
-        worker = self._worker
-        self.client = worker.endpoint.registrations.add(self.config, worker.sip.now())
-        worker.sip.pump()
+        self.client = self._signalling.register(self.config)
         log.info(
             "worker %s: registering %s for %s at %s (auth user %s)",
-            worker.id,
+            self._worker_id,
             self.client.contact,
             self.config.aor,
             self.config.registrar,
@@ -167,13 +104,9 @@ class TrunkRegistration:
         client = self.client
         if client is None or client.state is RegState.STOPPED:
             return
-        worker = self._worker
         if client.state not in (RegState.STOPPING, RegState.UNREGISTERING):
-            log.info("worker %s: removing its contact from %s (%s)", worker.id, client.config.registrar, reason)
-        worker.endpoint.registrations.stop(
-            client, worker.sip.now(), within=worker.settings.trunking.trunk_unregister_timeout_s
-        )
-        worker.sip.pump()
+            log.info("worker %s: removing its contact from %s (%s)", self._worker_id, client.config.registrar, reason)
+        self._signalling.unregister(client, within=self._unregister_timeout_s)
 
     async def unregister(self, reason: str) -> None:
         """Remove our binding and wait for the outcome, at most the unregister timeout (plus a little)."""
@@ -181,11 +114,9 @@ class TrunkRegistration:
             return
         self.begin_unregister(reason)
         try:
-            await asyncio.wait_for(
-                self._ended.wait(), timeout=self._worker.settings.trunking.trunk_unregister_timeout_s + 1.0
-            )
+            await asyncio.wait_for(self._ended.wait(), timeout=self._unregister_timeout_s + 1.0)
         except TimeoutError:  # the core gives up by itself first; this only guards against a stalled loop
-            log.warning("worker %s: the removal of its trunk registration did not finish in time", self._worker.id)
+            log.warning("worker %s: the removal of its trunk registration did not finish in time", self._worker_id)
 
     def on_events(self, events: list[SipEvent]) -> None:
         for event in events:
@@ -195,7 +126,7 @@ class TrunkRegistration:
                 self._on_failed(event)
             elif isinstance(event, TrunkUnregistered):
                 self._on_unregistered(event)
-        self._worker.heartbeat_soon()
+        self._on_change()
 
     def info(self) -> TrunkRegistrationModel | None:
         """The snapshot for the heartbeat (times on the worker's wall clock)."""
@@ -203,7 +134,7 @@ class TrunkRegistration:
         if client is None:
             return None
         status = client.status()
-        offset = time.time() - self._worker.sip.now()
+        offset = time.time() - self._signalling.now()
         return TrunkRegistrationModel(
             state=_STATES[status.state],
             registrar=status.registrar,
@@ -218,7 +149,7 @@ class TrunkRegistration:
         )
 
     def _on_registered(self, event: TrunkRegistered) -> None:
-        worker_id = self._worker.id
+        worker_id = self._worker_id
         self._registered.set(1)
         if not event.contact_listed:
             self._outcomes["contact_missing"].inc()
@@ -252,7 +183,7 @@ class TrunkRegistration:
         self._outcomes[event.outcome].inc()
         log.warning(
             "worker %s: registration failed (%d): %s; attempt %d failed, next in %.1f s",
-            self._worker.id,
+            self._worker_id,
             event.status,
             event.reason,
             event.failures,
@@ -264,7 +195,7 @@ class TrunkRegistration:
         self._ended.set()
         if event.ok:
             self._outcomes["unregistered"].inc()
-            log.info("worker %s: trunk registration removed (%s)", self._worker.id, event.reason)
+            log.info("worker %s: trunk registration removed (%s)", self._worker_id, event.reason)
         else:
             self._outcomes["unregister_failed"].inc()
-            log.warning("worker %s: removing the trunk registration failed: %s", self._worker.id, event.reason)
+            log.warning("worker %s: removing the trunk registration failed: %s", self._worker_id, event.reason)

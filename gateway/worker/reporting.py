@@ -87,10 +87,7 @@ def level_fields(last_level: float | None, levels: Iterable[float]) -> dict[str,
 def transcript_of(session: CallSession | None) -> list[TranscriptLine]:
     if session is None:
         return []
-    return [
-        TranscriptLine(role=entry.role, text=entry.text)  # type: ignore[arg-type]
-        for entry in session.transcript[-TRANSCRIPT_TAIL:]
-    ]
+    return [TranscriptLine(role=entry.role, text=entry.text) for entry in session.transcript[-TRANSCRIPT_TAIL:]]
 
 
 def call_state(leg_state: str, session: CallSession | None) -> str:

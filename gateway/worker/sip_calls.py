@@ -5,8 +5,9 @@ an RTP port pair -> media state in the tick engine -> a CallSession (created bef
 caller frames while it connects) -> 200 OK. Outbound (``originate``): INVITE with our offer, through the
 trunk for bare numbers -> media and session on the 2xx. Mid-call: re-INVITE/UPDATE (hold, unhold, refresh),
 INFO DTMF, REFER with NOTIFY tracking for the transfer tool. Every way a call can end — either side hangs
-up, the session ends it, RTP stops, the ops API asks, the worker shuts down — meets in :meth:`SipCalls._finish`,
-which is idempotent and releases everything the call held.
+up, the session ends it, RTP stops, the ops API asks, the worker shuts down — goes through :meth:`SipCalls.end`
+(the state table and the one goodbye on the wire: gateway/worker/legs.py) and :meth:`SipCalls._finish`, which
+releases everything the call held.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import os
 import random
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING
 
 from gateway.compiled import caused
 from gateway.fleet.models import (
@@ -41,10 +41,9 @@ from gateway.observability import (
     CALLS_TOTAL,
     SIP_CALLS_TOTAL,
 )
-from gateway.providers.base import RealtimeModel
 from gateway.session.config import WebhookToolConfig
 from gateway.session.session import CallSession
-from gateway.sip.errors import LocalProtocolError, RemoteProtocolError
+from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import (
     CallCancelled,
     CallEnded,
@@ -63,38 +62,19 @@ from gateway.sip.headers import reason_value
 from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
-from gateway.transport.rtp_socket import RtpEndpoint
 from gateway.worker.counters import call_figures, latency_observer
-from gateway.worker.legs import CallLeg, SipCallControl
+from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
+from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
+from gateway.worker.routes import TickRoute
+from gateway.worker.sip_leg import CallLeg, SipCallControl
 
 log = logging.getLogger(__name__)
 
-ModelFactory = Callable[[str], RealtimeModel]
-_RTP_CHECK_EVERY_TICKS = 50  # inactivity and RTCP bookkeeping once a second
-
 
 if TYPE_CHECKING:
-    from gateway.worker.settings import MediaSettings
-    from gateway.worker.worker import MediaWorker
-
-
-@final
-class TickRoute:
-    """Where the tick hands one SIP call's frames and packets: its session and RTP sockets, read once per call
-    and direction every tick. :class:`CallLeg` is not compiled (its controls hold it weakly, ADR 0006), so each
-    of its attributes costs the compiled tick a dictionary lookup; these are fields of a compiled class.
-
-    Made when the call's media starts, with the leg's RTP sockets (which stay the leg's until its media is
-    released, when the route goes); the session joins it when it is made, which may be later."""
-
-    __slots__ = ("leg", "level_phase", "rtp", "session")
-
-    def __init__(self, leg: CallLeg, rtp: RtpEndpoint) -> None:
-        self.leg = leg
-        self.rtp = rtp
-        self.session: CallSession | None = leg.session
-        self.level_phase = leg.level_phase
+    from gateway.sip.auth import ClientCredentials
+    from gateway.worker.settings import CapacitySettings, MediaSettings, SipListenSettings, TrunkSettings
 
 
 def _offer_answer(settings: MediaSettings) -> OfferAnswer:
@@ -113,10 +93,32 @@ def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
 
 
 class SipCalls:
-    """The SIP legs of one :class:`~gateway.worker.worker.MediaWorker` (which owns the shared machinery)."""
+    """The SIP legs of one worker, built with the ports they use: the call host (tasks, models, admission, the
+    control-plane link), SIP signalling, the media plant, the registry of legs and their settings' slices."""
 
-    def __init__(self, worker: MediaWorker) -> None:
-        self._worker = worker
+    def __init__(
+        self,
+        host: CallHost,
+        signalling: SipSignalling,
+        plant: MediaPlant,
+        legs: LegRegistry,
+        *,
+        sip: SipListenSettings,
+        media: MediaSettings,
+        costs: CapacitySettings,
+        trunk: TrunkSettings,
+        trunk_credentials: ClientCredentials | None = None,
+    ) -> None:
+        self._host = host
+        self._signalling = signalling
+        self._plant = plant
+        self._legs = legs
+        self._sip_settings = sip
+        self._media_settings = media
+        self._costs = costs
+        self._trunk_settings = trunk
+        self._trunk_credentials = trunk_credentials
+        self.closing = False  # the worker is shutting down: no new calls
         self.by_handle: dict[CallHandle, CallLeg] = {}
         # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
         self.rtp_in_done = 0
@@ -136,9 +138,9 @@ class SipCalls:
                 reason = "caller_hangup" if event.by == "remote" else (leg.end_reason or event.reason)
                 if event.status is not None and event.by == "remote":
                     reason = f"sip_{event.status}"
-                self._begin_finish(leg, reason)
+                self.end(leg, reason)
             elif isinstance(event, CallCancelled):
-                self._begin_finish(leg, "caller_cancelled")
+                self.end(leg, "caller_cancelled")
             elif isinstance(event, DtmfInfoReceived):
                 if leg.session is not None:
                     leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
@@ -146,16 +148,16 @@ class SipCalls:
                 self._reinvite(leg, event)
             elif isinstance(event, TransferProgressed):
                 leg.transfer_seen_progress = True
-                if event.final and leg.transfer is not None and not leg.transfer.done():
+                if event.final and leg.referral is not None and not leg.referral.done():
                     from gateway.session.control import TransferOutcome
 
-                    leg.transfer.set_result(TransferOutcome(status="accepted", sip_status=event.status))
+                    leg.referral.set_result(TransferOutcome(status="accepted", sip_status=event.status))
             elif isinstance(event, TransferFailed):
-                if leg.transfer is not None and not leg.transfer.done():
+                if leg.referral is not None and not leg.referral.done():
                     from gateway.session.control import TransferOutcome
 
                     status = "failed" if leg.transfer_seen_progress else "refused"
-                    leg.transfer.set_result(
+                    leg.referral.set_result(
                         TransferOutcome(status=status, sip_status=event.status, detail=event.reason)  # type: ignore[arg-type]
                     )
             elif isinstance(event, OutboundCallAnswered):
@@ -167,7 +169,7 @@ class SipCalls:
                     log.warning("call %s to %s failed: %s", leg.id, leg.to_uri, event.reason)
                 if leg.answered is not None and not leg.answered.done():
                     leg.answered.set_result(False)
-                self._begin_finish(leg, leg.end_reason)
+                self.end(leg, leg.end_reason)
 
     def _offered(self, event: CallOffered) -> None:
         leg = CallLeg(
@@ -178,11 +180,12 @@ class SipCalls:
             to_uri=event.to_uri,
             source=f"{event.source[0]}:{event.source[1]}",
             transport=event.transport,
+            owner=self,
         )
-        SIP_CALLS_TOTAL.labels(self._worker.id, event.transport, "inbound").inc()
-        self._worker.legs[leg.id] = leg
+        SIP_CALLS_TOTAL.labels(self._host.id, event.transport, "inbound").inc()
+        self._legs.add(leg)
         self.by_handle[event.call] = leg
-        leg.task = self._worker.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
+        leg.task = self._host.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
 
     def _reject(
         self, leg: CallLeg, status: int, reason: str, *, end_reason: str, retry_after: int | None = None
@@ -194,26 +197,25 @@ class SipCalls:
         if leg.sip is None:
             return
         headers = (("Retry-After", str(retry_after)),) if retry_after else ()
-        with contextlib.suppress(RemoteProtocolError, Exception):
-            self._worker.endpoint.reject(leg.sip, self._worker.sip.now(), status=status, reason=reason, headers=headers)
-        self._worker.sip.pump()
+        with contextlib.suppress(LocalProtocolError):  # no longer offered: cancelled meanwhile (answered 487)
+            self._signalling.reject(leg.sip, status, reason, headers=headers)
 
     async def _admit(self, leg: CallLeg, *, called: str, caller: str) -> AdmissionDecision:
-        if self._worker.draining or self._worker.closing:
+        if self._host.draining or self.closing:
             return AdmissionDecision(
                 accepted=False, status=503, code="draining", reason="worker draining", retry_after_s=5
             )
-        if self._worker.over_capacity():
+        if self._host.over_capacity():
             return AdmissionDecision(
                 accepted=False, status=503, code="over_capacity", reason="worker full", retry_after_s=5
             )
-        if self._worker.link is None:
+        if self._host.link is None:
             return AdmissionDecision(
                 accepted=True,
                 call_id=leg.id,
-                worker=self._worker.id,
+                worker=self._host.id,
                 route="default",
-                profile=self._worker.default_profile,
+                profile=self._host.default_profile,
             )
         request = AdmissionRequest(
             called=called,
@@ -221,12 +223,12 @@ class SipCalls:
             source=leg.source,
             kind="sip",
             direction=leg.direction,
-            worker=self._worker.id,
+            worker=self._host.id,
             call_id=leg.id,
             cost=leg.cost,
         )
         try:
-            return await self._worker.link.admit(request)
+            return await self._host.link.admit(request)
         except Exception as exc:
             log.warning("admission for %s failed: %s", leg.id, exc)
             return AdmissionDecision(
@@ -240,7 +242,7 @@ class SipCalls:
             if not self._negotiate_offer(leg, event.body):
                 return
             decision = await self._admit(leg, called=user_part(event.to_uri), caller=user_part(event.from_uri))
-            if leg.state != "admitted":  # cancelled or hung up while the control plane decided
+            if leg.state is not LegState.ADMITTED:  # cancelled or hung up while the control plane decided
                 return
             if not decision.accepted:
                 status = {403: 403, 404: 404}.get(decision.status, 503)
@@ -252,20 +254,19 @@ class SipCalls:
                     end_reason=rejected,
                     retry_after=decision.retry_after_s,
                 )
-                self._begin_finish(leg, rejected)
+                self.end(leg, rejected)
                 return
             leg.route = decision.route
-            leg.profile = decision.profile or self._worker.default_profile
+            leg.profile = decision.profile or self._host.default_profile
             if not self._prepare_media(leg):
                 return
             assert leg.sip is not None and leg.sdp is not None and leg.sdp.local is not None
             self._make_session(leg)  # holds caller frames from the first one on, while it connects
-            self._worker.endpoint.answer(leg.sip, self._worker.sip.now(), body=leg.sdp.local.to_bytes())
-            self._worker.sip.pump()
-            leg.state = "active"
+            self._signalling.answer(leg.sip, leg.sdp.local.to_bytes())
+            move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
-            CALL_SETUP_SECONDS.labels(self._worker.id).observe(time.monotonic() - leg.started_mono)
-            ACTIVE_CALLS.labels(self._worker.id).inc()
+            CALL_SETUP_SECONDS.labels(self._host.id).observe(time.monotonic() - leg.started_mono)
+            ACTIVE_CALLS.labels(self._host.id).inc()
             log.info(
                 "call %s answered: %s -> %s (%s, route %s)",
                 leg.id,
@@ -280,7 +281,7 @@ class SipCalls:
             raise
         except Exception:
             log.exception("call %s failed", leg.id)
-            self.hang_up_leg(leg, "internal_error")
+            self.end(leg, "internal_error")
         finally:
             await self._finish(leg, leg.end_reason or "ended")
 
@@ -288,31 +289,30 @@ class SipCalls:
         """Pick the codec of the INVITE's offer and set what the call takes of the capacity; False when it was
         refused (488, the reason naming the problem). An INVITE without an offer takes what the dearest codec of
         ours costs (the caller picks from our offer in its ACK)."""
-        settings = self._worker.settings
-        leg.sdp = _offer_answer(settings.media)
+        leg.sdp = _offer_answer(self._media_settings)
         if not offer_body:
-            leg.cost = settings.offer_cost()
+            leg.cost = self._costs.offer_cost(self._media_settings)
             return True
         result = leg.sdp.answer(offer_body)
         if isinstance(result, Refused):
             self._reject(leg, result.status, result.reason, end_reason=result.code)
-            self._begin_finish(leg, result.code)
+            self.end(leg, result.code)
             log.info("call %s: offer refused: %s", leg.id, result.reason)
             return False
-        leg.cost = settings.costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
+        leg.cost = self._costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
         """Open RTP and answer the negotiated offer (or make our offer for a late-offer INVITE)."""
         try:
-            rtp = self._worker.ports.allocate()
+            rtp = self._plant.ports.allocate()
         except PortsExhaustedError:
             self._reject(leg, 503, "no media ports", end_reason="no_media_ports", retry_after=5)
-            self._begin_finish(leg, "no_media_ports")
+            self.end(leg, "no_media_ports")
             return False
         leg.rtp = rtp
         assert leg.sdp is not None
-        leg.sdp.bind(address=self._worker.settings.sip.advertised_host or rtp.host, port=rtp.port)
+        leg.sdp.bind(address=self._sip_settings.advertised_host or rtp.host, port=rtp.port)
         if leg.sdp.media is None:
             leg.sdp.offer()
             return True  # media starts when the ACK brings the answer
@@ -323,7 +323,7 @@ class SipCalls:
         assert leg.sdp is not None and leg.rtp is not None
         negotiated, srtp = leg.sdp.media, leg.sdp.srtp
         assert negotiated is not None
-        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
+        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -339,19 +339,19 @@ class SipCalls:
             telephone_event_pt=negotiated.telephone_event_payload_type,
             channels=channels,
             direction=negotiated.direction,
-            latch_any_source=not self._worker.settings.media.rtp_strict_source,
-            jitter=self._worker.settings.media.jitter_config,
+            latch_any_source=not self._media_settings.rtp_strict_source,
+            jitter=self._media_settings.jitter_config,
             srtp=_srtp_config(srtp),
         )
-        now = self._worker.clock_now()
-        self._worker.engine.add_call(config, now=now)
+        now = self._plant.now()
+        self._plant.engine.add_call(config, now=now)
         leg.media_added = True
-        self._worker.routes[leg.id] = TickRoute(leg, leg.rtp)
-        engine = self._worker.engine
+        self._plant.routes[leg.id] = TickRoute(leg, leg.rtp)
+        engine = self._plant.engine
         call_id = leg.id
         loop = asyncio.get_running_loop()
         on_rtcp = lambda data, addr: engine.rtcp_received(call_id, data, addr, loop.time())  # noqa: E731
-        drain = self._worker.rtp_drain
+        drain = self._plant.rtp_drain
         if drain is not None:  # read by the tick, with the kernel's arrival times (ADR 0007)
             leg.rtp.start_drained(drain, functools.partial(engine.packet_received, call_id), on_rtcp)
         else:
@@ -361,36 +361,45 @@ class SipCalls:
         if leg.sdp is None or leg.sdp.state is not OfferAnswerState.OFFERED or not event.body:
             return
         if not self._take_answer(leg, event.body):  # a late offer: the ACK carries the caller's answer to ours
-            self.hang_up_leg(leg, "bad_sdp")
+            self.end(leg, "bad_sdp")
 
     def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
         """A re-INVITE or UPDATE: hold, resume, rekey, a new address or a refresh; or, without a body, our
         re-offer. A refused re-offer leaves the call as it was."""
         assert leg.sip is not None
-        now = self._worker.sip.now()
         sdp = leg.sdp
-        if leg.rtp is None or sdp is None or sdp.state not in (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED):
-            self._worker.endpoint.reject_reinvite(leg.sip, now, status=488)
+        taking = (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
+        if leg.rtp is None or sdp is None or sdp.state not in taking:
+            self._signalling.reject_reinvite(leg.sip, 488)
             return
         if not event.body:
-            self._worker.endpoint.answer_reinvite(leg.sip, now, body=sdp.offer().to_bytes())
+            self._signalling.answer_reinvite(leg.sip, sdp.offer().to_bytes())
             return
         result = sdp.update(event.body)
         if isinstance(result, Refused):
             log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
-            self._worker.endpoint.reject_reinvite(leg.sip, now, status=result.status, reason=result.reason)
+            self._signalling.reject_reinvite(leg.sip, result.status, result.reason)
             return
         negotiated = result.media
         if leg.media_added:
-            self._worker.engine.set_direction(leg.id, negotiated.direction)
+            self._plant.engine.set_direction(leg.id, negotiated.direction)
             if not negotiated.on_hold:
-                self._worker.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
+                self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
             config = _srtp_config(result.srtp)
             if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
-                self._worker.engine.set_srtp(leg.id, config)
-        leg.cost = self._worker.settings.costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
+                self._plant.engine.set_srtp(leg.id, config)
+        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
+        self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
         assert sdp.local is not None
-        self._worker.endpoint.answer_reinvite(leg.sip, now, body=sdp.local.to_bytes())
+        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
+
+    @staticmethod
+    def _hold_state(leg: CallLeg, *, held: bool) -> None:
+        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off."""
+        if held and leg.state is LegState.ACTIVE:
+            move(leg, LegState.HELD)
+        elif not held and leg.state is LegState.HELD:
+            move(leg, LegState.ACTIVE)
 
     def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
         """The remote's answer to our offer, then the call's media; False when it cannot be used."""
@@ -408,9 +417,9 @@ class SipCalls:
 
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
-        profile_model = leg.profile or self._worker.default_profile
-        profile = profile_model.to_agent_profile()
-        config = self._worker.session_config
+        profile_model = leg.profile or self._host.default_profile
+        profile = replace(profile_model.to_agent_profile(), call_context=_call_context(leg))
+        config = self._host.session_config
         webhooks = tuple(
             WebhookToolConfig(
                 name=tool.name,
@@ -425,18 +434,18 @@ class SipCalls:
         )
         if webhooks:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
-        model = self._worker.model_for(profile.provider)
+        model = self._host.model_for(profile.provider)
         leg.provider = model.name
         session = CallSession(
             call_id=leg.id,
             profile=profile,
             model=model,
-            control=SipCallControl(self, leg),
+            control=SipCallControl(leg),
             config=config,
-            on_latency=latency_observer(self._worker.id, model.name),
+            on_latency=latency_observer(self._host.id, model.name),
         )
         leg.session = session
-        route = self._worker.routes.get(leg.id)
+        route = self._plant.routes.get(leg.id)
         if route is not None:  # media started before the session was made
             route.session = session
         return session
@@ -448,67 +457,54 @@ class SipCalls:
         except Exception as exc:
             log.warning("call %s: session failed to start: %s", leg.id, exc)
             leg.end_reason = leg.end_reason or "provider_unavailable"
-            self.hang_up_leg(leg, leg.end_reason)
+            self.end(leg, leg.end_reason)
             return
         reason = await session.wait_ended()
         if leg.live and leg.sip is not None:
-            self.hang_up_leg(leg, leg.end_reason or reason or "agent_ended")
+            self.end(leg, leg.end_reason or reason or "agent_ended")
 
-    def hang_up_leg(self, leg: CallLeg, reason: str) -> None:
-        """End a call from our side (BYE / CANCEL / 480 as the state requires). Idempotent."""
-        if not leg.end_reason:
-            leg.end_reason = reason
-        if leg.sip is not None:
-            with contextlib.suppress(Exception):
-                # RFC 3326: the BYE says why we end the call, for the far end's logs.
-                self._worker.endpoint.hang_up(
-                    leg.sip, self._worker.sip.now(), reason=reason, headers=(("Reason", reason_value(reason)),)
-                )
-            self._worker.sip.pump()
-        self._begin_finish(leg, reason)
-
-    def _begin_finish(self, leg: CallLeg, reason: str) -> None:
-        if not leg.end_reason:
-            leg.end_reason = reason
-        if leg.state in ("ending", "ended"):
+    def end(self, leg: CallLeg, reason: str) -> None:
+        """The one way a SIP call ends, whoever ends it (either side, the session, the ops API, a drain, RTP
+        silence, a shutdown). The first reason is the one recorded and the state moves to ENDING once; the
+        goodbye on the wire (BYE, CANCEL or 480 as the dialog's state requires, nothing when the far end ended
+        it) is sent here and nowhere else; then the call's task is woken to finish it (:meth:`_finish`)."""
+        if not begin_end(leg, reason):
             return
-        leg.state = "ending"
-        if leg.task is None or leg.task.done():
-            leg.task = self._worker.spawn(self._finish(leg, reason), name=f"call-{leg.id}-finish")
-        elif leg.task is asyncio.current_task():
+        if leg.sip is not None:
+            # RFC 3326: the BYE says why we end the call, for the far end's logs.
+            self._signalling.hang_up(leg.sip, leg.end_reason, headers=(("Reason", reason_value(leg.end_reason)),))
+        task = leg.task
+        if task is None or task.done():
+            leg.task = self._host.spawn(self._finish(leg, leg.end_reason), name=f"call-{leg.id}-finish")
+        elif task is asyncio.current_task():
             return  # the call's own task finishes the call on its way out
         elif leg.session is not None:
             # the call's own task is waiting on its session: closing the session wakes it
-            self._worker.spawn(leg.session.aclose(leg.end_reason), name=f"call-{leg.id}-close")
+            self._host.spawn(leg.session.aclose(leg.end_reason), name=f"call-{leg.id}-close")
         else:
-            leg.task.cancel()
+            task.cancel()
 
     async def _finish(self, leg: CallLeg, reason: str) -> None:
-        if leg.state == "ended":
+        """Release what the call held, once its task is done with it: session, media, ports, the record."""
+        if leg.state is LegState.ENDED:
             return
-        if not leg.end_reason:
-            leg.end_reason = reason
-        leg.state = "ending"
+        self.end(leg, reason)  # a task that ended the call by itself (cancelled at shutdown) says goodbye here
         if leg.session is not None:
             try:
                 await leg.session.aclose(leg.end_reason)
-            except Exception:
+            except Exception:  # a session must not keep its call from being released
                 log.exception("call %s: session close failed", leg.id)
-        if leg.sip is not None:
-            with contextlib.suppress(Exception):
-                self._worker.endpoint.hang_up(leg.sip, self._worker.sip.now(), reason=leg.end_reason)
-            self._worker.sip.pump()
         was_active = leg.answered_wall is not None
         self.release_media(leg)
-        leg.state = "ended"
+        move(leg, LegState.ENDED)
         leg.ended_wall = time.time()
-        if leg.transfer is not None and not leg.transfer.done():
-            leg.transfer.cancel()
+        if leg.referral is not None and not leg.referral.done():
+            leg.referral.cancel()
         if leg.answered is not None and not leg.answered.done():
             leg.answered.set_result(False)
         if was_active:
-            ACTIVE_CALLS.labels(self._worker.id).dec()
-        CALLS_TOTAL.labels(self._worker.id, leg.end_reason).inc()
+            ACTIVE_CALLS.labels(self._host.id).dec()
+        CALLS_TOTAL.labels(self._host.id, leg.end_reason).inc()
         media = leg.last_media
         if media is None:
             log.info("call %s ended: %s", leg.id, leg.end_reason)
@@ -530,60 +526,62 @@ class SipCalls:
                 media.target_delay_ms,
             )
         if leg.route:  # refused before admission: the control plane holds nothing for it, so say nothing
-            with contextlib.suppress(Exception):
-                await self._report("call.ended", leg)
-        self._worker.legs.pop(leg.id, None)
+            await self._report("call.ended", leg)
+        self._legs.remove(leg)
         if leg.sip is not None:
             self.by_handle.pop(leg.sip, None)
-        self._worker.drainer.check_empty()
+        self._host.call_ended()
 
     def release_media(self, leg: CallLeg) -> None:
         """The leg's media and RTP ports go back; its last figures are kept on the leg and counted."""
         figures = None
         if leg.media_added:
             # the ended call keeps its figures
-            media = leg.last_media = self._worker.engine.stats(leg.id, self._worker.clock_now())
+            media = leg.last_media = self._plant.engine.stats(leg.id, self._plant.now())
             gaps = leg.session.agent_audio_gaps if leg.session is not None else 0
             figures = call_figures(leg.id, media, agent_audio_gaps=gaps)
             leg.media_added = False
-            self._worker.routes.pop(leg.id, None)
-            bye = self._worker.engine.remove_call(leg.id)
+            self._plant.routes.pop(leg.id, None)
+            bye = self._plant.engine.remove_call(leg.id)
             if leg.rtp is not None:
                 for _, destination, data in bye:
                     leg.rtp.send_rtcp(data, destination)
         if leg.rtp is not None:
             self.rtp_in_done += leg.rtp.stats.received
             self.rtp_out_done += leg.rtp.stats.sent
-            self._worker.ports.release(leg.rtp)
+            self._plant.ports.release(leg.rtp)
             leg.rtp = None
-        self._worker.counters.call_ended(leg.id, figures)
+        self._host.counters.call_ended(leg.id, figures)
 
     def send_dtmf_leg(self, leg: CallLeg, digits: str) -> None:
         if not leg.media_added:
             raise LocalMediaError("the call has no media yet")
-        self._worker.engine.send_dtmf(leg.id, digits)
+        self._plant.engine.send_dtmf(leg.id, digits)
 
     def refer_leg(self, leg: CallLeg, target: str) -> None:
         assert leg.sip is not None
         uri = target
         if not target.startswith(("sip:", "sips:", "tel:")):
-            host = leg.source.rsplit(":", 1)[0] if leg.source else self._worker.settings.sip.sip_host
+            host = leg.source.rsplit(":", 1)[0] if leg.source else self._sip_settings.sip_host
             uri = f"sip:{target}@{host}"
-        self._worker.endpoint.refer(leg.sip, self._worker.sip.now(), target_uri=uri)
-        self._worker.sip.pump()
+        self._signalling.refer(leg.sip, uri)
 
-    async def transfer_and_end(self, leg: CallLeg, control: SipCallControl, target: str) -> None:
+    def start_transfer(self, leg: CallLeg, target: str) -> None:
+        """The ops API's blind transfer: runs in the background (:meth:`transfer_and_end`)."""
+        self._host.spawn(self.transfer_and_end(leg, target), name=f"call-{leg.id}-transfer")
+
+    async def transfer_and_end(self, leg: CallLeg, target: str) -> None:
         """Blind transfer (REFER); the call ends here once the far end accepted it."""
-        outcome = await control.transfer(target)
+        outcome = await SipCallControl(leg).transfer(target)
         log.info("call %s: transfer to %s %s", leg.id, target, outcome.status)
         if outcome.status == "accepted":
-            self.hang_up_leg(leg, "transferred")
+            self.end(leg, "transferred")
 
     def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
         if not self._take_answer(leg, event.body):
             if leg.answered is not None and not leg.answered.done():
                 leg.answered.set_result(False)
-            self.hang_up_leg(leg, "bad_sdp")
+            self.end(leg, "bad_sdp")
             return
         if leg.answered is not None and not leg.answered.done():
             leg.answered.set_result(True)
@@ -595,13 +593,13 @@ class SipCalls:
             try:
                 answered = await asyncio.wait_for(asyncio.shield(leg.answered), timeout=ring_timeout_s)
             except TimeoutError:
-                self.hang_up_leg(leg, "no_answer")
+                self.end(leg, "no_answer")
                 return
-            if not answered or not leg.live:
+            if not answered or leg.state is not LegState.RINGING:
                 return
-            leg.state = "active"
+            move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
-            ACTIVE_CALLS.labels(self._worker.id).inc()
+            ACTIVE_CALLS.labels(self._host.id).inc()
             await self._report("call.updated", leg)
             await self._run_session(leg)
         finally:
@@ -616,7 +614,7 @@ class SipCalls:
         return leg.sdp.srtp if leg.sdp is not None else None
 
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot:
-        media = self._worker.engine.stats(leg.id, self._worker.clock_now()) if leg.media_added else leg.last_media
+        media = self._plant.engine.stats(leg.id, self._plant.now()) if leg.media_added else leg.last_media
         stats: dict[str, object] = {}
         if media is not None:
             stats = media_fields(
@@ -644,8 +642,8 @@ class SipCalls:
             to=user_part(leg.to_uri),
             route=leg.route,
             provider=leg.provider or (leg.profile.provider if leg.profile is not None else ""),
-            state=leg.state,
-            worker=self._worker.id,
+            state=SNAPSHOT_STATE[leg.state],
+            worker=self._host.id,
             codec=self._codec(leg),
             cost=leg.cost,
             started=leg.started_wall,
@@ -659,11 +657,11 @@ class SipCalls:
         )
 
     async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
-        if self._worker.link is None:
+        if self._host.link is None:
             return
         try:
-            await self._worker.link.report(
-                [WorkerEvent(type=kind, worker=self._worker.id, time=time.time(), call=self.snapshot_of(leg))]
+            await self._host.link.report(
+                [WorkerEvent(type=kind, worker=self._host.id, time=time.time(), call=self.snapshot_of(leg))]
             )
         except Exception as exc:
             log.warning("report %s for %s failed: %s", kind, leg.id, exc)
@@ -672,15 +670,15 @@ class SipCalls:
         """Place an outbound call to ``request.to`` with our offer; returns the call id at once."""
         from gateway.fleet.errors import CommandRejectedError
 
-        if self._worker.draining or self._worker.closing:
+        if self._host.draining or self.closing:
             raise CommandRejectedError("worker is draining")
         to_uri = request.to
         if not to_uri.startswith(("sip:", "sips:", "tel:")):
-            if self._worker.settings.trunking.trunk is None:
+            if self._trunk_settings.trunk is None:
                 raise CommandRejectedError(
                     f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
                 )
-            to_uri = f"sip:{request.to}@{self._worker.settings.trunking.trunk}"
+            to_uri = f"sip:{request.to}@{self._trunk_settings.trunk}"
         leg = CallLeg(
             id=admission.call_id or f"c-{secrets.token_hex(6)}",
             sip=None,
@@ -688,35 +686,43 @@ class SipCalls:
             from_uri=request.caller_id,
             to_uri=request.to,
             route=admission.route,
-            profile=admission.profile or self._worker.default_profile,
-            cost=self._worker.settings.offer_cost(),  # until the answer names the codec
+            profile=admission.profile or self._host.default_profile,
+            owner=self,
+            cost=self._costs.offer_cost(self._media_settings),  # until the answer names the codec
         )
-        rtp = self._worker.ports.allocate()
+        rtp = self._plant.ports.allocate()
         leg.rtp = rtp
-        leg.sdp = _offer_answer(self._worker.settings.media)
-        leg.sdp.bind(address=self._worker.settings.sip.advertised_host or rtp.host, port=rtp.port)
+        leg.sdp = _offer_answer(self._media_settings)
+        leg.sdp.bind(address=self._sip_settings.advertised_host or rtp.host, port=rtp.port)
         offer = leg.sdp.offer()
         caller = request.caller_id or "gateway"
-        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._worker.settings.sip.public_host}"
+        from_uri = caller if caller.startswith("sip:") else f"sip:{caller}@{self._sip_settings.public_host}"
         leg.from_uri, leg.to_uri = from_uri, to_uri
         leg.answered = asyncio.get_running_loop().create_future()
         try:
-            leg.sip = self._worker.endpoint.invite(
-                to_uri,
-                self._worker.sip.now(),
-                from_uri=from_uri,
-                body=offer.to_bytes(),
-                credentials=self._worker.trunk_credentials,
+            leg.sip = self._signalling.invite(
+                to_uri, from_uri=from_uri, body=offer.to_bytes(), credentials=self._trunk_credentials
             )
         except LocalProtocolError as exc:  # a bad URI, or sips: without TLS enabled here
-            self._worker.ports.release(rtp)
+            self._plant.ports.release(rtp)
             leg.rtp = None
             raise caused(CommandRejectedError(str(exc)), exc)  # noqa: B904
-        leg.transport = self._worker.endpoint.transport_of(leg.sip) or ""
-        SIP_CALLS_TOTAL.labels(self._worker.id, leg.transport, "outbound").inc()
-        self._worker.legs[leg.id] = leg
+        leg.transport = self._signalling.transport_of(leg.sip)
+        SIP_CALLS_TOTAL.labels(self._host.id, leg.transport, "outbound").inc()
+        self._legs.add(leg)
         self.by_handle[leg.sip] = leg
-        leg.state = "ringing"
-        self._worker.sip.pump()
-        leg.task = self._worker.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
+        move(leg, LegState.RINGING)
+        leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
         return leg.id
+
+
+def _call_context(leg: CallLeg) -> dict[str, str]:
+    """What a provider may tell its peer about the call (the websocket provider's customParameters)."""
+    return {
+        "from_number": user_part(leg.from_uri),
+        "to_number": user_part(leg.to_uri),
+        "call_id": leg.id,
+        "direction": leg.direction,
+        "route": leg.route,
+        "transport": "sip",
+    }

@@ -8,8 +8,9 @@ and behave exactly as for SIP. Keypad digits and hang-up arrive as JSON on the p
 Life of a call: ``answer()`` (from ``POST /v1/webrtc/offer``) checks the local limits, asks the control plane
 to admit it (``kind="webrtc"``), answers the offer, and starts the call's task, which runs the session until
 the peer closes (page hang-up, DTLS close, ICE failure, no caller audio), the session ends (agent hang-up,
-max duration, provider unavailable) or the ops API hangs up. Every path meets in :meth:`WebRtcCalls._finish`,
-which is idempotent, closes the session and the peer connection and reports ``call.ended``.
+max duration, provider unavailable) or the ops API hangs up. Every path goes through :meth:`WebRtcCalls.end`
+(the state table of gateway/worker/legs.py; the page is told once) and :meth:`WebRtcCalls._finish`, which closes
+the session and the peer connection and reports ``call.ended``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import secrets
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gateway.fleet.errors import CallNotFoundError, CommandRejectedError
+from gateway.fleet.errors import CommandRejectedError
 from gateway.fleet.models import (
     DTMF_DIGITS,
     AdmissionRequest,
@@ -35,10 +36,7 @@ from gateway.fleet.models import (
     ProfileModel,
     WorkerEvent,
 )
-from gateway.fleet.protocols import ControlLink
 from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
-from gateway.providers.base import RealtimeModel
-from gateway.session.config import SessionConfig
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.tasks import TaskSet
@@ -52,9 +50,11 @@ from gateway.transport.webrtc import (
     check_offer,
     parse_ice_servers,
 )
-from gateway.worker.counters import CallFigures, CounterExporter, latency_observer, session_figures
+from gateway.worker.counters import CallFigures, latency_observer, session_figures
+from gateway.worker.legs import SNAPSHOT_STATE, LegKind, LegRegistry, LegState, begin_end, move
+from gateway.worker.ports import CallHost
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields
-from gateway.worker.settings import WorkerSettings
+from gateway.worker.settings import CapacitySettings
 from telcodecs.frames import Frame, dbfs
 
 log = logging.getLogger(__name__)
@@ -62,29 +62,7 @@ log = logging.getLogger(__name__)
 _DEFAULT_PROFILE = ProfileModel(name="echo", provider="echo")
 _LEVEL_EVERY_FRAMES = 25  # one caller level sample per 0.5 s for the dashboard sparkline
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
-
-WebRtcState = Literal["admitted", "ringing", "active", "ending", "ended"]
-
-
-class WebRtcWorker(Protocol):
-    """What browser calls use of the worker that hosts them (:class:`gateway.worker.worker.MediaWorker`)."""
-
-    id: str
-    settings: WorkerSettings
-    link: ControlLink | None
-    session_config: SessionConfig
-    draining: bool
-    counters: CounterExporter  # a browser call's agent-audio gaps, exported when it ends
-
-    def model_for(self, provider: str) -> RealtimeModel: ...
-
-    def over_capacity(self) -> bool:
-        """Whether the worker's live calls (this one included) take more than its capacity."""
-        ...
-
-    def call_ended(self) -> None:
-        """A call is gone (a draining worker may now exit)."""
-        ...
+_CARRYING = (LegState.RINGING, LegState.ACTIVE)  # the states in which a browser call's audio flows
 
 
 class WebRtcSettings(BaseSettings):
@@ -159,13 +137,15 @@ class WebRtcSettings(BaseSettings):
 
 @dataclass(eq=False)
 class WebRtcLeg:
-    """One browser call as the worker sees it."""
+    """One browser call as the worker sees it: the browser kind of :class:`gateway.worker.legs.Leg`."""
 
     id: str
     client: str
+    owner: WebRtcCalls
+    kind: LegKind = "webrtc"
     route: str = ""
     profile: ProfileModel | None = None
-    state: WebRtcState = "admitted"
+    state: LegState = LegState.ADMITTED
     peer: WebRtcPeer | None = None
     session: CallSession | None = None
     started_wall: float = field(default_factory=time.time)
@@ -181,11 +161,24 @@ class WebRtcLeg:
     frames_in: int = 0
     dtmf_in: int = 0
     page_told: bool = False  # the page got {"type": "ended"}
-    cost: float = 1.0  # of the worker's capacity: WorkerSettings.webrtc_call_cost
+    finishing: bool = False  # _finish has begun releasing it
+    cost: float = 1.0  # of the worker's capacity: CapacitySettings.webrtc_call_cost
 
     @property
     def live(self) -> bool:
-        return self.state != "ended"
+        return self.state is not LegState.ENDED
+
+    async def snapshot(self) -> CallSnapshot:
+        return await self.owner.snapshot_of(self)
+
+    def hang_up(self, reason: str) -> None:
+        self.owner.end(self, reason)
+
+    def send_dtmf(self, digits: str) -> None:
+        self.owner.send_dtmf_leg(self, digits)
+
+    def transfer(self, target: str) -> None:
+        raise CommandRejectedError("a browser call cannot be transferred")
 
     def receive_fields(self) -> dict[str, int]:
         """What the gateway's own receive path did to the caller's audio (nothing when aiortc decodes it)."""
@@ -208,33 +201,42 @@ class WebRtcCallControl:
     It holds its leg weakly (the leg owns the session, which owns this control): see SipCallControl.
     """
 
-    def __init__(self, calls: WebRtcCalls, leg: WebRtcLeg) -> None:
-        self._calls = calls
+    def __init__(self, leg: WebRtcLeg) -> None:
         self._leg_ref = weakref.ref(leg)
 
     async def hang_up(self, reason: str) -> None:
         leg = self._leg_ref()
         if leg is not None:  # a leg that is gone has ended already
-            self._calls.hang_up_leg(leg, reason)
+            leg.hang_up(reason)
 
     async def send_dtmf(self, digits: str) -> None:
         leg = self._leg_ref()
         if leg is None:
             raise CommandRejectedError("the call has ended")
-        self._calls.send_dtmf_leg(leg, digits)
+        leg.send_dtmf(digits)
 
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
 
 
 class WebRtcCalls:
-    """The worker's browser calls. ``answer()`` takes an offer; the rest mirrors the worker's commands."""
+    """The worker's browser calls, built with the call host port, their own settings, what a browser call costs,
+    and the worker's registry of legs (where the commands find them). ``answer()`` takes an offer."""
 
-    def __init__(self, worker: WebRtcWorker, settings: WebRtcSettings | None = None) -> None:
-        self._worker = worker
+    def __init__(
+        self,
+        host: CallHost,
+        settings: WebRtcSettings | None = None,
+        *,
+        legs: LegRegistry | None = None,
+        costs: CapacitySettings | None = None,
+        media_host: str = "127.0.0.1",
+    ) -> None:
+        self._worker = host
         self.settings = settings or WebRtcSettings()
-        self.config = self.settings.peer_config(worker.settings.media_host)
-        self.legs: dict[str, WebRtcLeg] = {}
+        self.config = self.settings.peer_config(media_host)
+        self.legs = legs if legs is not None else LegRegistry()
+        self._cost = (costs or CapacitySettings()).webrtc_call_cost
         self._tasks = TaskSet("webrtc")
         self._closing = False
 
@@ -242,14 +244,14 @@ class WebRtcCalls:
 
     @property
     def live_count(self) -> int:
-        return sum(1 for leg in self.legs.values() if leg.live)
+        return self.legs.live_count("webrtc")
 
-    @property
-    def capacity_used(self) -> float:
-        return sum(leg.cost for leg in self.legs.values() if leg.live)
+    def _own_legs(self) -> list[WebRtcLeg]:
+        return [leg for leg in self.legs.values() if isinstance(leg, WebRtcLeg)]
 
-    def owns(self, call_id: str) -> bool:
-        return call_id in self.legs
+    def figures(self) -> list[CallFigures]:
+        """The running totals of the browser calls that have a session, for the worker's counters."""
+        return [figures for leg in self._own_legs() if (figures := leg.figures()) is not None]
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
         return self._tasks.spawn(coro, name)
@@ -269,8 +271,8 @@ class WebRtcCalls:
                 retry_after_s=5,
             )
         check_offer(sdp)
-        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, cost=worker.settings.costs.webrtc_call_cost)
-        self.legs[leg.id] = leg  # counts against the limit from now on
+        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, owner=self, cost=self._cost)
+        self.legs.add(leg)  # counts against the limit from now on
         try:
             await self._admit(leg, route=route, public=public)
             leg.peer = WebRtcPeer(
@@ -292,7 +294,8 @@ class WebRtcCalls:
             admitted = bool(leg.route)
             await self._finish(leg, reason if admitted else f"rejected_{reason}", report=admitted)
             raise
-        leg.state = "ringing"
+        if leg.state is LegState.ADMITTED:  # (a hang-up meanwhile left it ending: its task finishes it at once)
+            move(leg, LegState.RINGING)
         leg.task = self._spawn(self._run(leg), name=f"call-{leg.id}")
         await self._report("call.started", leg)
         log.info("browser call %s from %s: answered (route %s)", leg.id, client or "?", leg.route)
@@ -339,12 +342,12 @@ class WebRtcCalls:
             leg.last_level = max(dbfs(frame.pcm), -100.0)
             leg.levels.append(leg.last_level)
         session = leg.session
-        if session is not None and leg.state in ("ringing", "active"):
+        if session is not None and leg.state in _CARRYING:
             session.push_inbound(frame)
 
     def _agent_frame(self, leg: WebRtcLeg) -> Frame | None:
         session = leg.session
-        if session is None or leg.state not in ("ringing", "active"):
+        if session is None or leg.state not in _CARRYING:
             return None
         return session.pull_outbound()
 
@@ -361,19 +364,21 @@ class WebRtcCalls:
             if leg.session is not None:
                 leg.session.dtmf_received(digit.upper(), duration_ms=duration_ms)
         elif kind == "hangup":
-            self.hang_up_leg(leg, "caller_hangup")
+            self.end(leg, "caller_hangup")
 
     # ------------------------------------------------------------------------------------ the call
 
     def _new_session(self, leg: WebRtcLeg) -> CallSession:
         worker = self._worker
         profile = (leg.profile or _DEFAULT_PROFILE).to_agent_profile()
+        context = {"call_id": leg.id, "direction": "inbound", "route": leg.route, "transport": "webrtc"}
+        profile = replace(profile, call_context=context)
         model = worker.model_for(profile.provider)
         return CallSession(
             call_id=leg.id,
             profile=profile,
             model=model,
-            control=WebRtcCallControl(self, leg),
+            control=WebRtcCallControl(leg),
             config=worker.session_config,
             on_latency=latency_observer(worker.id, model.name),
         )
@@ -423,9 +428,9 @@ class WebRtcCalls:
         return "ended"
 
     def _connected(self, leg: WebRtcLeg) -> None:
-        if leg.state != "ringing":
+        if leg.state is not LegState.RINGING:
             return
-        leg.state = "active"
+        move(leg, LegState.ACTIVE)
         leg.answered_wall = time.time()
         worker_label = self._worker.id
         CALL_SETUP_SECONDS.labels(worker_label).observe(time.monotonic() - leg.started_mono)
@@ -435,10 +440,11 @@ class WebRtcCalls:
 
     # -------------------------------------------------------------------------------------- ending
 
-    def hang_up_leg(self, leg: WebRtcLeg, reason: str) -> None:
-        """End a browser call from our side. Idempotent."""
-        if not leg.end_reason:
-            leg.end_reason = reason
+    def end(self, leg: WebRtcLeg, reason: str) -> None:
+        """The one way a browser call ends, whoever ends it. The first reason is the one recorded, the state moves
+        to ENDING once, the page is told once; then the call's task is woken to finish it (:meth:`_finish`)."""
+        if not begin_end(leg, reason):
+            return
         self._tell_page_ended(leg)
         leg.stop.set()
         if leg.session is not None and leg.task is not None and not leg.task.done():
@@ -449,12 +455,12 @@ class WebRtcCalls:
             leg.page_told = leg.peer.send_message({"type": "ended", "reason": leg.end_reason})
 
     async def _finish(self, leg: WebRtcLeg, reason: str, *, report: bool = True) -> None:
-        if leg.state in ("ending", "ended"):
+        """Release what the call held, once: the session, the peer connection, the record."""
+        if leg.state is LegState.ENDED or leg.finishing:
             return
-        was_active = leg.state == "active"
-        leg.state = "ending"
-        if not leg.end_reason:
-            leg.end_reason = reason
+        leg.finishing = True
+        self.end(leg, reason)
+        was_active = leg.answered_wall is not None
         if leg.session is not None:
             try:
                 await leg.session.aclose(leg.end_reason)
@@ -464,7 +470,7 @@ class WebRtcCalls:
             leg.last_stats = await leg.peer.stats()
             self._tell_page_ended(leg)
             await leg.peer.aclose()
-        leg.state = "ended"
+        move(leg, LegState.ENDED)
         leg.ended_wall = time.time()
         worker_label = self._worker.id
         if was_active:
@@ -474,45 +480,29 @@ class WebRtcCalls:
         self._worker.counters.call_ended(leg.id, leg.figures())
         if report:
             await self._report("call.ended", leg)
-        self.legs.pop(leg.id, None)
+        self.legs.remove(leg)
         self._worker.call_ended()
 
     async def aclose(self, reason: str = "shutdown") -> None:
         """End every browser call and wait (bounded) for them; then cancel what is left."""
         self._closing = True
-        for leg in list(self.legs.values()):
-            self.hang_up_leg(leg, reason)
-        pending = [leg.task for leg in self.legs.values() if leg.task is not None]
+        for leg in self._own_legs():
+            self.end(leg, reason)
+        pending = [leg.task for leg in self._own_legs() if leg.task is not None]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
         await self._tasks.aclose()
 
     # ------------------------------------------------------------------------------------ commands
 
-    def _leg(self, call_id: str) -> WebRtcLeg:
-        leg = self.legs.get(call_id)
-        if leg is None or not leg.live:
-            raise CallNotFoundError(call_id)
-        return leg
-
-    async def hang_up(self, call_id: str, reason: str) -> None:
-        self.hang_up_leg(self._leg(call_id), reason)
-
-    async def transfer(self, call_id: str, target: str) -> None:
-        self._leg(call_id)
-        raise CommandRejectedError("a browser call cannot be transferred")
-
     def send_dtmf_leg(self, leg: WebRtcLeg, digits: str) -> None:
         if leg.peer is None or not leg.peer.send_message({"type": "dtmf", "digits": digits}):
             raise CommandRejectedError("the browser's control channel is not open")
 
-    async def send_dtmf(self, call_id: str, digits: str) -> None:
-        self.send_dtmf_leg(self._leg(call_id), digits)
-
     # ----------------------------------------------------------------------------------- reporting
 
     async def snapshot_of(self, leg: WebRtcLeg) -> CallSnapshot:
-        if leg.peer is not None and leg.live and leg.state != "ending":
+        if leg.peer is not None and leg.state in _CARRYING:
             leg.last_stats = await leg.peer.stats()
         media = leg.last_stats
         received = leg.receive_fields()
@@ -537,7 +527,7 @@ class WebRtcCalls:
             to=leg.route,
             route=leg.route,
             provider=leg.profile.provider if leg.profile is not None else "",
-            state=leg.state,
+            state=SNAPSHOT_STATE[leg.state],
             worker=self._worker.id,
             codec="opus",
             cost=leg.cost,
@@ -550,7 +540,7 @@ class WebRtcCalls:
         )
 
     async def snapshot(self) -> list[CallSnapshot]:
-        return [await self.snapshot_of(leg) for leg in list(self.legs.values())]
+        return [await self.snapshot_of(leg) for leg in self._own_legs()]
 
     async def _report(self, kind: str, leg: WebRtcLeg) -> None:
         link = self._worker.link

@@ -1,9 +1,10 @@
-"""The media worker: one process part that carries calls — SIP signalling, RTP, the 20 ms tick, sessions.
+"""The media worker: the composition root of one worker's parts, and the driver of its 20 ms tick.
 
-:class:`MediaWorker` owns the shared pieces (the SIP endpoint and its transport, the RTP port pool, the tick
-engine and its clock, the control-plane link, heartbeats and metrics) and implements the control plane's
-commands. The life of each SIP call is :class:`gateway.worker.sip_calls.SipCalls`'; browser calls are
-:class:`gateway.worker.webrtc.WebRtcCalls`'.
+:func:`gateway.worker.assemble.assemble_worker` builds the parts (SIP calls, browser calls, drain, trunk
+registration, the SIP transport and the media plant), each with only the ports it uses; :class:`MediaWorker`
+is their :class:`~gateway.worker.ports.CallHost`, runs the tick, heartbeats the control plane, exports the
+counters, and answers the control plane's commands through the one registry of legs
+(``legs.find(call_id).hang_up(reason)``, whatever the call's kind).
 
 The tick (``_on_tick``) runs at absolute deadlines from :class:`~gateway.transport.clock.MediaClock`:
 one outbound frame from each session, batched DSP in the tick engine and RTP out first, so every call's
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
-import secrets
 import time
 from collections.abc import Callable, Coroutine
 from time import perf_counter
@@ -35,7 +34,7 @@ from gateway.fleet.models import (
     WorkerInfo,
 )
 from gateway.fleet.protocols import ControlLink
-from gateway.heap import CollectorPolicy, PacedCollector, freeze_startup_heap
+from gateway.heap import freeze_startup_heap
 from gateway.media.ahead import OpusAheadPolicy
 from gateway.media.tick import OutboundFrame, TickEngine
 from gateway.observability import (
@@ -53,22 +52,16 @@ from gateway.observability import (
 from gateway.providers.base import RealtimeModel
 from gateway.session.config import SessionConfig
 from gateway.sip.auth import ClientCredentials
-from gateway.sip.config import RateLimit, SessionTimerConfig, SipConfig
-from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.events import SipEvent
+from gateway.sip.config import SipConfig
 from gateway.slices import SLICE_S, Slices
 from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
-from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
-from gateway.transport.sip_transport import SipTransport
+from gateway.worker.assemble import assemble_worker
 from gateway.worker.counters import CounterExporter, live_call_figures
-from gateway.worker.drain import WorkerDrain
-from gateway.worker.legs import LEVEL_EVERY_TICKS, CallLeg, SipCallControl
-from gateway.worker.registration import REGISTRATION_EVENTS, TrunkRegistration
+from gateway.worker.legs import LegState
 from gateway.worker.settings import WorkerSettings
-from gateway.worker.sip_calls import SipCalls, TickRoute
-from gateway.worker.sip_tls import sip_tls_contexts
-from gateway.worker.webrtc import WebRtcCalls
+from gateway.worker.sip_leg import LEVEL_EVERY_TICKS, CallLeg
+from gateway.worker.webrtc import WebRtcSettings
 from telcodecs.frames import dbfs
 
 log = logging.getLogger(__name__)
@@ -105,6 +98,7 @@ class MediaWorker:
         heartbeat_s: float = 1.0,
         trunk_credentials: ClientCredentials | None = None,
         default_profile: ProfileModel | None = None,
+        webrtc_settings: WebRtcSettings | None = None,
     ) -> None:
         self.settings = settings
         self.id = settings.worker_id
@@ -115,105 +109,63 @@ class MediaWorker:
         self._models: dict[str, RealtimeModel] = {}
         self.link = link
         self.session_config = session_config or settings.session.session_config()
-        self.sip_config = sip_config or self._sip_config(settings)
-        self.endpoint = SipEndpoint(self.sip_config)
-        self.sip_calls = SipCalls(self)
+        self.counters = CounterExporter(settings.worker_id)
+        self._tasks = TaskSet(f"worker {settings.worker_id}")
+        self.closing = False
         # Raises TlsConfigError (unusable certificate files) or OSError (a self-signed pair cannot be written).
-        self.sip_tls = sip_tls_contexts(
-            settings.tls,
-            transports=settings.sip.sip_transports,
-            hosts=(settings.sip.advertised_host, settings.sip.sip_host),
+        parts = assemble_worker(
+            settings,
+            self,
+            sip=sip_config,
+            trunk_credentials=trunk_credentials,
+            webrtc_settings=webrtc_settings,
+            observe_gc=_observe_gc_pass,
         )
-        self.sip = SipTransport(
-            self.endpoint,
-            host=settings.sip.sip_host,
-            port=settings.sip.sip_port,
-            transports=settings.sip.sip_transports,
-            on_events=self._on_sip_events,
-            tls=self.sip_tls,
-            tls_port=settings.tls.sip_tls_port,
-        )
-        first, last = settings.media.rtp_port_bounds
-        self.ports = RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last))
-        self.engine = TickEngine(wall_clock_offset=time.time() - time.monotonic())
+        self.parts = parts
+        self.endpoint = parts.signalling.endpoint
+        self.sip = parts.transport
+        self.sip_tls = parts.sip_tls
+        self.plant = parts.plant
+        self.ports = parts.plant.ports
         # With rtp_read_at_tick: every call's RTP socket, read at the start of each tick (ADR 0007); None: read per
         # readiness callback (ADR 0002).
-        self.rtp_drain = RtpDrain() if settings.media.rtp_read_at_tick and RtpDrain.supported() else None
-        self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured, on_skipped=self._on_ticks_skipped)
+        self.rtp_drain = parts.plant.rtp_drain
+        self.routes = parts.plant.routes  # every call whose media is in the engine (kept by SipCalls)
+        self.legs = parts.legs  # every call, SIP and browser
+        self.sip_calls = parts.sip_calls
+        self.webrtc = parts.webrtc  # browser callers (gateway/worker/webrtc.py)
+        self.drainer = parts.drain
+        self.registration = parts.registration  # with GATEWAY_TRUNK_REGISTER (gateway/worker/registration.py)
         # Full collector passes, run after a tick when no call is live or rarely (ADR 0010); None: CPython's own.
-        self.collector = (
-            PacedCollector(
-                CollectorPolicy(
-                    full_after=gc.get_threshold()[2],
-                    full_interval_s=settings.gc.gc_full_interval_s,
-                    middle_after=settings.gc.gc_middle_after,
-                ),
-                observe=_observe_gc_pass,
-            )
-            if settings.gc.gc_paced
-            else None
-        )
-        self.legs: dict[str, CallLeg] = {}
-        self.routes: dict[str, TickRoute] = {}  # every call whose media is in the engine (kept by SipCalls)
-        self._tasks = TaskSet(f"worker {settings.worker_id}")
+        self.collector = parts.collector
+        self.exited = parts.drain.exited  # set once a worker draining to exit carries no call
+        self.clock = MediaClock(self._on_tick, on_measured=self._on_tick_measured, on_skipped=self._on_ticks_skipped)
         self._heartbeat_s = heartbeat_s
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._counters_task: asyncio.Task[None] | None = None
-        self.counters = CounterExporter(settings.worker_id)
-        if trunk_credentials is None and settings.trunking.trunk_user and settings.trunking.trunk_password:
-            from gateway.sip.auth import DigestClientCredentials
-
-            trunk_credentials = DigestClientCredentials(
-                username=settings.trunking.trunk_user, password=settings.trunking.trunk_password.get_secret_value()
-            )
-        self.trunk_credentials = trunk_credentials
-        self.draining = False
-        self.exit_when_empty = False
-        self.exited = asyncio.Event()
-        self.drainer = WorkerDrain(self)
         self._control_ok_at: float | None = None  # monotonic time of the last registration or heartbeat answered
         self._tick_no = 0
         # Walks of every call off the tick (snapshots, the counters' export) let the loop in this often.
         self.slice_s = SLICE_S
         self._opus_ahead = OpusAheadPolicy(settings.media.opus_encode_ahead_ms / 1000)
         self._started = False
-        self.closing = False
         self._metric_worker = settings.worker_id
         self._caller_audio_wait = CALLER_AUDIO_WAIT_SECONDS.labels(settings.worker_id)
-        self.webrtc = WebRtcCalls(self)  # browser callers (gateway/worker/webrtc.py)
-        self.registration = TrunkRegistration(self)  # with GATEWAY_TRUNK_REGISTER (gateway/worker/registration.py)
 
-    @staticmethod
-    def _sip_config(settings: WorkerSettings) -> SipConfig:
-        sip = settings.sip
-        authenticator = None
-        if sip.sip_auth_user is not None and sip.sip_auth_password is not None:
-            from gateway.sip.auth import DigestAuthenticator
-            from gateway.sip.digest import DigestChallenger
+    @property
+    def engine(self) -> TickEngine:
+        return self.plant.engine
 
-            authenticator = DigestAuthenticator(
-                DigestChallenger(
-                    realm=sip.sip_auth_realm,
-                    credentials={sip.sip_auth_user: sip.sip_auth_password}.get,
-                    nonce_secret=secrets.token_bytes(32),
-                )
-            )
-        return SipConfig(
-            local_host=sip.sip_host,
-            local_port=sip.sip_port,
-            tls_port=settings.tls.sip_tls_port,
-            advertised_host=sip.advertised_host,
-            advertised_port=sip.advertised_sip_port,
-            advertised_tls_port=settings.tls.advertised_sip_tls_port,
-            transports=sip.sip_transports,
-            user_agent=sip.user_agent,
-            allow_cidrs=sip.sip_allow,
-            authenticator=authenticator,
-            rate_limit=RateLimit(per_second=sip.sip_rate_limit_per_s, burst=int(sip.sip_rate_limit_per_s * 2)),
-            session_timer=SessionTimerConfig(session_expires=sip.session_expires_s),
-            outbound_proxy=settings.trunking.sip_outbound_proxy,
-            max_calls=max(settings.costs.capacity * 2, 10),
-        )
+    @engine.setter
+    def engine(self, engine: TickEngine) -> None:  # the bench's per-call design, before the worker starts
+        self.plant.engine = engine
+
+    @property
+    def draining(self) -> bool:
+        return self.drainer.draining
+
+    def _sip_legs(self) -> list[CallLeg]:
+        return [leg for leg in self.legs.values() if isinstance(leg, CallLeg)]
 
     async def start(self) -> None:
         await self.sip.start()
@@ -250,9 +202,10 @@ class MediaWorker:
             return
         self.closing = True
         self.registration.begin_unregister(reason)  # first: the trunk stops sending calls here
-        for leg in list(self.legs.values()):
-            self.sip_calls.hang_up_leg(leg, reason)
-        pending = [leg.task for leg in self.legs.values() if leg.task is not None]
+        self.sip_calls.closing = True
+        for leg in self._sip_legs():
+            leg.hang_up(reason)
+        pending = [leg.task for leg in self._sip_legs() if leg.task is not None]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
         await self.webrtc.aclose(reason)  # browser calls
@@ -274,7 +227,7 @@ class MediaWorker:
         self.clock.stop()
         if self.collector is not None:
             self.collector.close()
-        for leg in list(self.legs.values()):
+        for leg in self._sip_legs():
             self.sip_calls.release_media(leg)
         if self.rtp_drain is not None:
             self.rtp_drain.close()
@@ -285,13 +238,13 @@ class MediaWorker:
     def capacity_used(self) -> float:
         """What the live calls take of ``settings.capacity``: 1 per G.711 call, ``settings.opus_call_cost`` per
         Opus SIP call (``settings.call_cost``) and ``settings.webrtc_call_cost`` per browser call."""
-        return sum(leg.cost for leg in self.legs.values() if leg.live) + self.webrtc.capacity_used
+        return self.legs.capacity_used()
 
     def over_capacity(self) -> bool:
         return self.capacity_used() > self.settings.costs.capacity + CAPACITY_SLACK
 
     def info(self) -> WorkerInfo:
-        active = sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count  # + browser calls
+        active = self.legs.live_count()
         used = self.capacity_used()
         return WorkerInfo(
             id=self.id,
@@ -305,12 +258,6 @@ class MediaWorker:
             version=__version__,
             registration=self.registration.info(),
         )
-
-    def _on_sip_events(self, events: list[SipEvent]) -> None:
-        if any(isinstance(event, REGISTRATION_EVENTS) for event in events):
-            self.registration.on_events(events)
-            events = [event for event in events if not isinstance(event, REGISTRATION_EVENTS)]
-        self.sip_calls.on_sip_events(events)
 
     def heartbeat_soon(self) -> None:
         """Tell the control plane now, not at the next beat (a drain that began here: readiness follows)."""
@@ -380,15 +327,13 @@ class MediaWorker:
         self.counters.opus_moves(self.engine.opus_moves)
         received, sent = self.sip_calls.rtp_in_done, self.sip_calls.rtp_out_done
         media_legs = []
-        for leg in self.legs.values():
+        for leg in self._sip_legs():
             if leg.rtp is not None:
                 received += leg.rtp.stats.received
                 sent += leg.rtp.stats.sent
             if leg.media_added:
                 media_legs.append(leg)
-        self.counters.calls(
-            [figures for browser in self.webrtc.legs.values() if (figures := browser.figures()) is not None]
-        )
+        self.counters.calls(self.webrtc.figures())
         self.counters.rtp_packets(received, sent)
         CAPACITY.labels(self._metric_worker).set(self.settings.costs.capacity)
         CAPACITY_USED.labels(self._metric_worker).set(self.capacity_used())
@@ -478,14 +423,14 @@ class MediaWorker:
 
     def _check_inactivity(self, now: float) -> None:
         timeout = self.settings.media.rtp_timeout_s
-        for leg in list(self.legs.values()):
-            if not leg.media_added or leg.state != "active" or leg.negotiated is None:
+        for leg in self._sip_legs():
+            if not leg.media_added or leg.state is not LegState.ACTIVE or leg.negotiated is None:
                 continue
             if leg.negotiated.on_hold or leg.negotiated.direction in ("sendonly", "inactive"):
                 continue
             if self.engine.inactive_for(leg.id, now) > timeout:
                 log.info("call %s: no RTP for %.0f s", leg.id, timeout)
-                self.sip_calls.hang_up_leg(leg, "rtp_timeout")
+                leg.hang_up("rtp_timeout")
 
     def _on_tick_measured(self, lag: float, duration: float, overrun: bool) -> None:
         TICK_SECONDS.labels(self._metric_worker).observe(duration)
@@ -493,36 +438,20 @@ class MediaWorker:
         if overrun:
             TICK_OVERRUNS_TOTAL.labels(self._metric_worker).inc()
         if self.collector is not None:
-            self.collector.after_tick(idle=not self.legs and not self.webrtc.legs, late=overrun)
+            self.collector.after_tick(idle=not self.legs, late=overrun)
 
     def _on_ticks_skipped(self, ticks: int) -> None:
         self.engine.skip_ticks(ticks)  # the phones see a gap in the timestamps, not every later packet late
         TICKS_SKIPPED_TOTAL.labels(self._metric_worker).inc(ticks)
 
-    def _leg(self, call_id: str) -> CallLeg:
-        leg = self.legs.get(call_id)
-        if leg is None or not leg.live:
-            from gateway.fleet.errors import CallNotFoundError
-
-            raise CallNotFoundError(call_id)
-        return leg
-
     async def hang_up(self, call_id: str, reason: str) -> None:
-        if self.webrtc.owns(call_id):  # browser call
-            return await self.webrtc.hang_up(call_id, reason)
-        self.sip_calls.hang_up_leg(self._leg(call_id), reason)
+        self.legs.find(call_id).hang_up(reason)
 
     async def transfer(self, call_id: str, target: str) -> None:
-        if self.webrtc.owns(call_id):  # browser call
-            return await self.webrtc.transfer(call_id, target)
-        leg = self._leg(call_id)
-        control = SipCallControl(self.sip_calls, leg)
-        self.spawn(self.sip_calls.transfer_and_end(leg, control, target), name=f"call-{leg.id}-transfer")
+        self.legs.find(call_id).transfer(target)
 
     async def send_dtmf(self, call_id: str, digits: str) -> None:
-        if self.webrtc.owns(call_id):  # browser call
-            return await self.webrtc.send_dtmf(call_id, digits)
-        self.sip_calls.send_dtmf_leg(self._leg(call_id), digits)
+        self.legs.find(call_id).send_dtmf(digits)
 
     async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
         """Take no new calls; end those left ``deadline_s`` from now, politely (gateway/worker/drain.py)."""
@@ -532,7 +461,7 @@ class MediaWorker:
         self.drainer.check_empty()
 
     def live_calls(self) -> int:
-        return sum(1 for leg in self.legs.values() if leg.live) + self.webrtc.live_count
+        return self.legs.live_count()
 
     async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
         """Place an outbound SIP call (see :meth:`SipCalls.originate`); returns the call id at once."""
@@ -542,15 +471,15 @@ class MediaWorker:
         return self.sip_calls.snapshot_of(leg)
 
     async def snapshot(self) -> list[CallSnapshot]:
-        """Every live call's snapshot (SIP, then browser). Built in slices with the loop let in between: a
-        snapshot is pydantic work of about 15 µs, and the heartbeat takes one of every call each second, which
-        at 400 calls held the loop for 6 ms in one stretch. A call that ended meanwhile is left out, as if it
-        had ended before."""
+        """Every call's snapshot, SIP and browser. Built in slices with the loop let in between: a snapshot is
+        pydantic work of about 15 µs, and the heartbeat takes one of every call each second, which at 400 calls
+        held the loop for 6 ms in one stretch. A call that ended meanwhile is left out, as if it had ended
+        before."""
         slices = Slices(self.slice_s)
         legs = self.legs
         snapshots: list[CallSnapshot] = []
         for leg in list(legs.values()):
             if legs.get(leg.id) is leg:
-                snapshots.append(self.sip_calls.snapshot_of(leg))
+                snapshots.append(await leg.snapshot())
                 await slices.next()
-        return snapshots + await self.webrtc.snapshot()  # + browser
+        return snapshots

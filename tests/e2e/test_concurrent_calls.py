@@ -17,6 +17,7 @@ import pytest
 
 from tests.e2e.gateway_proc import GatewayProcess, start_gateway
 from tests.support.audio import align_and_correlate, read_wav
+from tests.support.machine import MachineWatch, assert_quality
 from tests.support.peers import require_module
 from tests.support.pjsua import PjsuaPhone
 from tests.support.procs import ProcessGroup, port_is_bound
@@ -24,6 +25,9 @@ from tests.support.procs import ProcessGroup, port_is_bound
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(180)]
 
 CALLS = 20
+#: what any machine guarantees: each call's echo is recognizably the speech it sent (an echo of another call,
+#: of silence or of noise correlates far below this)
+OWN_SPEECH = 0.6
 
 
 def _sockets(pid: int) -> Counter[str]:
@@ -89,16 +93,21 @@ async def test_twenty_concurrent_calls_echo_and_leave_nothing_behind(
         # pjsua2's adaptive jitter buffer may move the delay by a frame or two mid-call: allow that slip
         return align_and_correlate(sent, read_wav(phone.recording).samples, 8000, max_slip_seconds=0.15)[0]
 
+    watch = MachineWatch.start()
     results = await asyncio.gather(*(call(i) for i in range(CALLS)))
-    # Twenty pjsua2 processes and the gateway share this host's cores. When the host stalls them, the gateway
-    # counts tick overruns and a call loses a frame or two of its echo: one call's correlation has read 0.886
-    # and 0.897 in such runs while the others read 0.925-0.992. Every call must still be clearly the speech
-    # it sent, and the middle call of the twenty as clean as an unloaded call.
-    if min(results) < 0.85 or sorted(results)[CALLS // 2] < 0.92:
-        ended = await _items(gateway, "ended")
-        stats = [(c["stats"]["rtp_lost"], c["stats"]["late"], round(c["stats"]["jitter_ms"], 1)) for c in ended]
-        ticks = [line for line in (await _metrics(gateway)).splitlines() if "tick_overruns_total{" in line]
-        pytest.fail(f"correlations {[round(r, 3) for r in results]}; {ticks}; (lost, late, jitter) {stats}")
+    machine = watch.stop()
+    ended = await _items(gateway, "ended")
+    stats = [(c["stats"]["rtp_lost"], c["stats"]["late"], round(c["stats"]["jitter_ms"], 1)) for c in ended]
+    ticks = [line for line in (await _metrics(gateway)).splitlines() if "tick_overruns_total{" in line]
+    detail = f"correlations {[round(r, 3) for r in results]}; {ticks}; (lost, late, jitter) {stats}"
+    # Any machine: every call's echo is its own speech.
+    assert min(results) >= OWN_SPEECH, detail
+    # The quality bar: every call clearly the speech it sent, the middle call as clean as an unloaded call.
+    # Twenty pjsua2 processes and the gateway share this host's cores; when other work takes them, the gateway
+    # counts tick overruns and calls lose a frame or two of their echo (one run here read 0.826 with 20 overruns
+    # while other work loaded both cores, and passed alone). Such a miss is reported as the machine's (an xfail
+    # with its numbers, tests/support/machine.py, ADR 0023), a miss on a quiet machine fails.
+    assert_quality(min(results) >= 0.85 and sorted(results)[CALLS // 2] >= 0.92, detail, machine)
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 20

@@ -88,11 +88,17 @@ class FakeCartesiaServer:
     """``async with FakeCartesiaServer() as fake``; point the SDK's ``websocket_base_url`` at :attr:`base_url`."""
 
     def __init__(
-        self, options: CartesiaOptions | None = None, *, faults: Faults | None = None, api_key: str | None = None
+        self,
+        options: CartesiaOptions | None = None,
+        *,
+        faults: Faults | None = None,
+        api_key: str | None = None,
+        port: int = 0,
+        keep_messages: bool = True,
     ) -> None:
         self.options = options or CartesiaOptions()
         auth = None if api_key is None else (lambda h, q: bearer_or_token(h, "Bearer", api_key))
-        self.server = VendorServer(self._serve, faults=faults, auth=auth)
+        self.server = VendorServer(self._serve, faults=faults, auth=auth, port=port, keep_messages=keep_messages)
 
     @property
     def base_url(self) -> str:

@@ -281,14 +281,22 @@ class FakeDeepgramServer:
     """``async with FakeDeepgramServer() as fake``; the SDK's ``environment.production`` is :attr:`base_url`."""
 
     def __init__(
-        self, options: DeepgramOptions | None = None, *, faults: Faults | None = None, api_key: str | None = None
+        self,
+        options: DeepgramOptions | None = None,
+        *,
+        faults: Faults | None = None,
+        api_key: str | None = None,
+        port: int = 0,
+        keep_messages: bool = True,
     ) -> None:
         self.options = options or DeepgramOptions()
         auth = None
         if api_key is not None:
             accepted = {f"Token {api_key}", f"Bearer {api_key}"}
             auth = lambda h, q: h.get("Authorization", "") in accepted  # noqa: E731
-        self.server = VendorServer(self._serve, faults=faults, auth=auth, check_query=check_query)
+        self.server = VendorServer(
+            self._serve, faults=faults, auth=auth, check_query=check_query, port=port, keep_messages=keep_messages
+        )
 
     @property
     def base_url(self) -> str:

@@ -71,10 +71,14 @@ class FakeElevenLabsServer:
         faults: Faults | None = None,
         api_key: str | None = None,
         ssl_context: Any = None,
+        port: int = 0,
+        keep_messages: bool = True,
     ) -> None:
         self.options = options or ElevenLabsOptions()
         auth = None if api_key is None else (lambda h, q: h.get("xi-api-key", "") == api_key)
-        self.server = VendorServer(self._serve, faults=faults, auth=auth, ssl_context=ssl_context)
+        self.server = VendorServer(
+            self._serve, faults=faults, auth=auth, ssl_context=ssl_context, port=port, keep_messages=keep_messages
+        )
 
     @property
     def base_url(self) -> str:

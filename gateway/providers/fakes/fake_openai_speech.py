@@ -58,8 +58,9 @@ def _error(status: int, message: str, code: str) -> tuple[int, bytes]:
 class FakeOpenAISpeechServer:
     """``async with FakeOpenAISpeechServer() as fake``; ``AsyncOpenAI(base_url=fake.base_url)``."""
 
-    def __init__(self, options: SpeechOptions | None = None, *, api_key: str | None = None) -> None:
+    def __init__(self, options: SpeechOptions | None = None, *, api_key: str | None = None, port: int = 0) -> None:
         self.options = options or SpeechOptions()
+        self._port = port
         self.api_key = api_key
         self.requests: list[SpeechRequest] = []
         self._server: asyncio.Server | None = None
@@ -77,7 +78,7 @@ class FakeOpenAISpeechServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def __aenter__(self) -> FakeOpenAISpeechServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self._port)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

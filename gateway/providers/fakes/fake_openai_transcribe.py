@@ -81,7 +81,7 @@ class _Session:
             await self.send("session.updated", session=self.session)
         elif kind == "input_audio_buffer.append":
             audio = pybase64.b64decode(str(message.get("audio", "")))
-            self.link.record.audio += audio
+            self.link.record.add_audio(audio, frame=False)
             self.buffered_ms += len(audio) // 48
             if self.session["audio"]["input"].get("turn_detection") is None:
                 return
@@ -134,11 +134,17 @@ class FakeOpenAITranscribeServer:
     """``async with FakeOpenAITranscribeServer() as fake``; the SDK's ``websocket_base_url`` is :attr:`base_url`."""
 
     def __init__(
-        self, options: TranscribeOptions | None = None, *, faults: Faults | None = None, api_key: str | None = None
+        self,
+        options: TranscribeOptions | None = None,
+        *,
+        faults: Faults | None = None,
+        api_key: str | None = None,
+        port: int = 0,
+        keep_messages: bool = True,
     ) -> None:
         self.options = options or TranscribeOptions()
         auth = None if api_key is None else (lambda h, q: bearer_or_token(h, "Bearer", api_key))
-        self.server = VendorServer(self._serve, faults=faults, auth=auth)
+        self.server = VendorServer(self._serve, faults=faults, auth=auth, port=port, keep_messages=keep_messages)
 
     @property
     def base_url(self) -> str:

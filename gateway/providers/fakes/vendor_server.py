@@ -80,13 +80,18 @@ class Faults:
 
 @dataclass(slots=True, kw_only=True)
 class VendorRecord:
-    """What one connection saw: client JSON messages, client audio, server messages, in order."""
+    """What one connection saw: client JSON messages, client audio, server messages, in order. With ``keep``
+    False (load runs) only the counts are kept."""
 
     id: int
     path: str
     query: dict[str, str]
     headers: dict[str, str]
     started_at: float
+    keep: bool = True
+    audio_bytes: int = 0
+    received_count: int = 0
+    sent_count: int = 0
     received: list[dict[str, Any]] = field(default_factory=list)
     audio: bytearray = field(default_factory=bytearray)
     audio_frames: int = 0
@@ -95,6 +100,28 @@ class VendorRecord:
     timeline: list[tuple[str, int]] = field(default_factory=list)
     ended_at: float | None = None
     close_code: int | None = None
+
+    def add_audio(self, data: bytes, *, frame: bool = True) -> None:
+        """Caller audio; ``frame`` False when it came inside a JSON message (already counted as received)."""
+        self.audio_bytes += len(data)
+        if frame:
+            self.audio_frames += 1
+        if self.keep:
+            self.audio += data
+            if frame:
+                self.timeline.append(("audio", self.audio_frames))
+
+    def add_received(self, message: dict[str, Any]) -> None:
+        self.received_count += 1
+        if self.keep:
+            self.received.append(message)
+            self.timeline.append(("in", len(self.received) - 1))
+
+    def add_sent(self, message: dict[str, Any]) -> None:
+        self.sent_count += 1
+        if self.keep:
+            self.sent.append(message)
+            self.timeline.append(("out", len(self.sent) - 1))
 
     def received_types(self, key: str = "type") -> list[Any]:
         return [m.get(key) for m in self.received]
@@ -106,9 +133,9 @@ class VendorRecord:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "close_code": self.close_code,
-            "received": len(self.received),
-            "audio_bytes": len(self.audio),
-            "sent": len(self.sent),
+            "received": self.received_count,
+            "audio_bytes": self.audio_bytes,
+            "sent": self.sent_count,
         }
 
     def detail(self) -> dict[str, Any]:
@@ -136,9 +163,7 @@ class FakeLink:
         is not a JSON object arrives as ``{"__malformed__": text}``."""
         async for raw in self.ws:
             if isinstance(raw, bytes):
-                self.record.audio += raw
-                self.record.audio_frames += 1
-                self.record.timeline.append(("audio", self.record.audio_frames))
+                self.record.add_audio(raw)
                 item: dict[str, Any] | bytes = raw
             else:
                 try:
@@ -146,10 +171,9 @@ class FakeLink:
                 except orjson.JSONDecodeError:
                     message = None
                 item = message if isinstance(message, dict) else {"__malformed__": raw}
-                self.record.received.append(item)
-                self.record.timeline.append(("in", len(self.record.received) - 1))
+                self.record.add_received(item)
             self._on_change()
-            count = self.record.audio_frames + len(self.record.received)
+            count = self.record.audio_frames + self.record.received_count
             if self.faults.drop_after_messages and count >= self.faults.drop_after_messages:
                 await self.drop()
                 return
@@ -163,9 +187,8 @@ class FakeLink:
         with contextlib.suppress(ConnectionClosed):
             async with self._send_lock:
                 await self.ws.send(orjson.dumps(body).decode())
-                self.record.sent.append(body)
-                self.record.timeline.append(("out", len(self.record.sent) - 1))
-                if self.faults.bad_frame_after and len(self.record.sent) == self.faults.bad_frame_after:
+                self.record.add_sent(body)
+                if self.faults.bad_frame_after and self.record.sent_count == self.faults.bad_frame_after:
                     await self.ws.send(MALFORMED_FRAME)
         self._on_change()
 
@@ -215,6 +238,7 @@ class VendorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         keep_records: int = 256,
+        keep_messages: bool = True,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.ssl_context = ssl_context
@@ -225,6 +249,7 @@ class VendorServer:
         self._auth = auth
         self._check_query = check_query
         self.keep_records = keep_records
+        self.keep_messages = keep_messages
         self.records: OrderedDict[int, VendorRecord] = OrderedDict()
         self.live: dict[int, FakeLink] = {}
         self._ids = itertools.count(1)
@@ -294,6 +319,7 @@ class VendorServer:
             query=query,
             headers={k.lower(): v for k, v in request.headers.raw_items()},
             started_at=time.time(),
+            keep=self.keep_messages,
         )
         self.records[conn_id] = record
         while len(self.records) > self.keep_records:
@@ -328,7 +354,10 @@ class VendorServer:
             except ValueError:
                 reject = 0
             if reject:
-                status = http.HTTPStatus(reject)
+                try:
+                    status = http.HTTPStatus(reject)
+                except ValueError:
+                    status = http.HTTPStatus.INTERNAL_SERVER_ERROR
                 return json_response(status, {"error": status.phrase, "injected": True})
             if self._auth is not None and not self._auth(request.headers, query):
                 return json_response(http.HTTPStatus.UNAUTHORIZED, {"error": "Invalid credentials"})

@@ -30,8 +30,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
 from gateway.providers.base import (
     AgentProfile,
     AudioDone,
@@ -50,7 +48,9 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderClosedError
+from gateway.providers.pipeline._aio import Events, Resampler, quietly, wait_cancelled
 from gateway.providers.pipeline.clauses import ClauseSplitter
+from gateway.providers.pipeline.history import ChatHistory
 from gateway.providers.pipeline.ports import (
     ChatMessage,
     ChatModel,
@@ -73,7 +73,6 @@ from gateway.providers.pipeline.ports import (
 )
 from gateway.providers.pipeline.turns import TurnAction, TurnOptions, TurnTaker
 from gateway.providers.pipeline.words import BYTES_PER_MS, ItemSpeech
-from telcodecs.resample import StreamResampler
 
 log = logging.getLogger(__name__)
 
@@ -105,26 +104,6 @@ class _Reply:
     ended: bool = False
 
 
-class _Resampler:
-    """24 kHz caller frames to a component's rate (whole 20 ms frames; pass-through at 24 kHz)."""
-
-    def __init__(self, rate: int) -> None:
-        self.rate = rate
-        self._stream = None if rate == 24_000 else StreamResampler(24_000, rate)
-        self._carry = b""
-
-    def process(self, pcm: bytes) -> bytes:
-        if self._stream is None:
-            return pcm
-        data = self._carry + pcm
-        step = 2 * self._stream.in_frame
-        whole = len(data) - len(data) % step
-        self._carry = data[whole:]
-        samples = np.frombuffer(data[:whole], dtype="<i2")
-        out = [self._stream.process(samples[i : i + self._stream.in_frame]) for i in range(0, samples.size, step // 2)]
-        return b"".join(frame.tobytes() for frame in out)
-
-
 class PipelineSession:
     """See the module docstring and :class:`gateway.providers.base.RealtimeSession`."""
 
@@ -154,7 +133,7 @@ class PipelineSession:
         self._started_at = self._clock()
         self._turns = TurnTaker(self.options.turns)
         self._events: asyncio.Queue[ProviderEvent] = asyncio.Queue(maxsize=self.options.event_queue_size)
-        self._history: list[tuple[str, ChatMessage]] = history_messages(history)
+        self._history = ChatHistory(history)
         self._items: OrderedDict[str, ItemSpeech] = OrderedDict()
         self._ids = itertools.count(1)
         self._user_item = ""
@@ -164,8 +143,8 @@ class PipelineSession:
         self._armed: float | None = None
         self._stt_hold: deque[bytes] | None = None  # audio held while the recogniser reconnects
         self._stt_held_bytes = 0
-        self._vad_rate = _Resampler(vad.sample_rate)
-        self._stt_rate = _Resampler(stt.input_rate)
+        self._vad_rate = Resampler(vad.sample_rate)
+        self._stt_rate = Resampler(stt.input_rate)
         self._window_ms = int(getattr(vad, "window_ms", 20))
         self._closed = False
         self._ended = False
@@ -210,7 +189,7 @@ class PipelineSession:
 
     async def send_text(self, text: str, *, role: Literal["user", "system"] = "user") -> None:
         self._check_open()
-        self._history.append(("", ChatMessage(role=role, content=text)))
+        self._history.append(ChatMessage(role=role, content=text))
 
     async def create_response(self, *, instructions: str | None = None) -> None:
         self._check_open()
@@ -238,10 +217,10 @@ class PipelineSession:
 
     async def send_tool_result(self, call_id: str, output: str, *, name: str = "") -> None:
         self._check_open()
-        self._history.append(("", ChatMessage(role="tool", tool_call_id=call_id, content=output, name=name)))
+        self._history.append(ChatMessage(role="tool", tool_call_id=call_id, content=output, name=name))
 
     def events(self) -> AsyncIterator[ProviderEvent]:
-        return _Events(self._events)
+        return Events(self._events)
 
     @property
     def closed(self) -> bool:
@@ -249,7 +228,7 @@ class PipelineSession:
 
     @property
     def history(self) -> list[ChatMessage]:
-        return [message for _item, message in self._history]
+        return self._history.messages()
 
     # ---------------------------------------------------------------------------------- turns
 
@@ -266,13 +245,13 @@ class PipelineSession:
             elif action.kind == "endpoint":
                 self._emit(SpeechStopped(audio_end_ms=action.at_ms, item_id=self._user_item))
                 self._emit(TranscriptReceived(role="user", item_id=self._user_item, text=action.text, final=True))
-                self._history = [(i, m) for i, m in self._history if i != self._user_item]
-                self._history.append((self._user_item, ChatMessage(role="user", content=action.text)))
+                self._history.drop(self._user_item)
+                self._history.append(ChatMessage(role="user", content=action.text), item_id=self._user_item)
                 self._start_reply(None)
             elif action.kind == "cancel_reply":
                 # The caller went on before any agent audio: nothing was heard, the turn continues.
                 self._cancel_reply_now()
-                self._history = [(i, m) for i, m in self._history if i != self._user_item]
+                self._history.drop(self._user_item)
                 self._emit(SpeechStarted(audio_start_ms=max(0, action.at_ms), item_id=self._user_item))
             elif action.kind == "discard":
                 self._emit(SpeechStopped(audio_end_ms=action.at_ms, item_id=self._user_item))
@@ -425,7 +404,7 @@ class PipelineSession:
         self._emit(TranscriptReceived(role="assistant", item_id=reply.item_id, text=text, final=True))
         if text or reply.tool_calls:
             message = ChatMessage(role="assistant", content=text, tool_calls=tuple(reply.tool_calls))
-            self._history.append((reply.item_id, message))
+            self._history.append(message, item_id=reply.item_id)
         self._remember(reply)
         for call in reply.tool_calls:
             self._emit(ToolCallRequested(call_id=call.call_id, name=call.name, arguments=call.arguments))
@@ -450,12 +429,12 @@ class PipelineSession:
                 task.cancel()
         stream = reply.stream
         if stream is not None:
-            self._spawn(_quietly(stream.cancel()), f"tts-cancel-{reply.item_id}")
+            self._spawn(quietly(stream.cancel()), f"tts-cancel-{reply.item_id}")
         if reply.first_audio_at is not None:
             self._emit(AudioDone(response_id=reply.response_id, item_id=reply.item_id))
             heard_ms = int((self._clock() - reply.first_audio_at) * 1000)
             self._remember(reply)
-            self._keep_heard(reply.item_id, reply.speech.heard(min(heard_ms, reply.speech.audio_ms)), placeholder=True)
+            self._keep_heard(reply.item_id, reply.speech.heard(min(heard_ms, reply.speech.audio_ms)))
         else:
             self._emit(TranscriptReceived(role="assistant", item_id=reply.item_id, text="", final=True))
         self._end_reply(reply, status="cancelled")
@@ -473,25 +452,21 @@ class PipelineSession:
                     task.cancel()
         for task in (reply.task, reply.reader):
             if task is not None:
-                await _wait_cancelled(task)
+                await wait_cancelled(task)
 
     async def _reset_reply(self, reply: _Reply) -> None:
         """Before a retry of the chat request: forget the text pushed to a TTS that has not spoken yet."""
         if reply.stream is not None:
-            await _quietly(reply.stream.cancel())
+            await quietly(reply.stream.cancel())
         if reply.reader is not None:
-            await _wait_cancelled(reply.reader)
+            await wait_cancelled(reply.reader)
         reply.stream, reply.reader = None, None
         reply.speech = ItemSpeech(item_id=reply.item_id)
         reply.tool_calls.clear()
         reply.tts_done = asyncio.Event()
 
     def _messages(self, instructions: str | None) -> list[ChatMessage]:
-        messages = [ChatMessage(role="system", content=self.profile.instructions)] if self.profile.instructions else []
-        messages += [message for _item, message in self._history]
-        if instructions:
-            messages.append(ChatMessage(role="system", content=instructions))
-        return messages
+        return self._history.messages(system=self.profile.instructions, instructions=instructions)
 
     # ------------------------------------------------------------------------------ truncation
 
@@ -500,17 +475,9 @@ class PipelineSession:
         while len(self._items) > self.options.kept_items:
             self._items.popitem(last=False)
 
-    def _keep_heard(self, item_id: str, heard: str, *, placeholder: bool = False) -> None:
+    def _keep_heard(self, item_id: str, heard: str) -> None:
         """The item's message in the history becomes what the caller heard (removed when nothing was)."""
-        index = next((i for i, (item, _m) in enumerate(self._history) if item == item_id), None)
-        if heard:
-            message = ChatMessage(role="assistant", content=heard)
-            if index is None:
-                self._history.append((item_id, message))
-            else:
-                self._history[index] = (item_id, message)
-        elif index is not None:
-            del self._history[index]
+        self._history.set(item_id, ChatMessage(role="assistant", content=heard) if heard else None)
         self._emit(TranscriptReceived(role="assistant", item_id=item_id, text=heard, final=True))
 
     # ---------------------------------------------------------------------------------- faults
@@ -632,7 +599,7 @@ class PipelineSession:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            await _wait_cancelled(task)
+            await wait_cancelled(task)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -643,60 +610,3 @@ class PipelineSession:
 
     def _ms(self, at: float) -> int:
         return int((at - self._started_at) * 1000)
-
-
-def history_messages(history: Sequence[HistoryItem]) -> list[tuple[str, ChatMessage]]:
-    """The call's transcript (replayed on resume) as chat history: function calls join the assistant message
-    before them, outputs become tool messages."""
-    out: list[tuple[str, ChatMessage]] = []
-    for item in history:
-        if item.kind == "message":
-            out.append(("", ChatMessage(role=item.role, content=item.text)))
-        elif item.kind == "function_call":
-            call = ChatToolCall(call_id=item.call_id, name=item.name, arguments=item.arguments or "{}")
-            last = out[-1][1] if out else None
-            if last is not None and last.role == "assistant":
-                out[-1] = ("", ChatMessage(role="assistant", content=last.content, tool_calls=(*last.tool_calls, call)))
-            else:
-                out.append(("", ChatMessage(role="assistant", tool_calls=(call,))))
-        else:
-            out.append(("", ChatMessage(role="tool", tool_call_id=item.call_id, content=item.output)))
-    return out
-
-
-async def _quietly(awaitable: Awaitable[None]) -> None:
-    with contextlib.suppress(Exception):
-        await awaitable
-
-
-async def _wait_cancelled(task: asyncio.Task[Any]) -> None:
-    """Await a task we cancelled; re-raise only our own cancellation."""
-    if task is asyncio.current_task():
-        return
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-    except Exception:
-        log.debug("task %s ended with an error after cancel", task.get_name(), exc_info=True)
-
-
-class _Events:
-    """An async iterator over the session's queue that ends after ProviderDisconnected (a class: see _link)."""
-
-    def __init__(self, queue: asyncio.Queue[ProviderEvent]) -> None:
-        self._queue = queue
-        self._ended = False
-
-    def __aiter__(self) -> _Events:
-        return self
-
-    async def __anext__(self) -> ProviderEvent:
-        if self._ended:
-            raise StopAsyncIteration
-        event = await self._queue.get()
-        if isinstance(event, ProviderDisconnected):
-            self._ended = True
-        return event

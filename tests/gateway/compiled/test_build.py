@@ -18,6 +18,10 @@ import pytest
 from gateway.compiled import ENV, MODULES, PACKAGE_ROOT
 from tests.support.peers import require_compiler
 
+# The build alone ran past pytest's default 300 s on a loaded 2-core machine (it is one mypyc compile of every
+# module): the module's own subprocess timeouts bound it instead.
+pytestmark = pytest.mark.timeout(1200)
+
 # The tests of every compiled module's behaviour, plus the end-to-end load test (gateway run as a subprocess
 # inherits GATEWAY_COMPILED: 30 calls whose echoed audio must come back right).
 SUITES = [

@@ -9,11 +9,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.sip.events import ReinviteAnswered, ReinviteFailed
+from gateway.sip.events import OutboundCallAnswered, ReinviteAnswered, ReinviteFailed
 from gateway.sip.sdp import Direction, SessionDescription, build_offer, parse_sdp
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import PeerCall, SipPeer, echo_worker
-from tests.gateway.worker.test_srtp_calls import _answered, _target
 from tests.gateway.worker.test_worker import speechlike
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,6 +22,16 @@ pytestmark = pytest.mark.timeout(60)
 async def worker() -> AsyncIterator[MediaWorker]:
     async with echo_worker(worker_id="w-reinvite", rtp_timeout_s=5.0, srtp="off") as w:
         yield w
+
+
+def _target(worker: MediaWorker) -> str:
+    return f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}"
+
+
+async def _answered(peer: SipPeer, call: PeerCall) -> bytes:
+    event = await peer.wait_for(OutboundCallAnswered, call=call.handle)
+    peer.answered(call, event.body)  # type: ignore[attr-defined]
+    return event.body  # type: ignore[attr-defined,no-any-return]
 
 
 def _offer(call: PeerCall, version: int, *, direction: Direction = "sendrecv", codec: str = "PCMU") -> bytes:

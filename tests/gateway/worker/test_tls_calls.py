@@ -105,7 +105,7 @@ async def test_an_outbound_call_to_a_sips_target_goes_over_tls(worker: MediaWork
         await callee.stream(call, np.zeros(8000, np.int16), frames=15)
         leg = worker.legs["c-tls-out"]
         assert worker.snapshot_of(leg).transport == "tls"
-        worker.sip_calls.hang_up_leg(leg, "agent_ended")  # our BYE, over the connection we opened
+        leg.hang_up("agent_ended")  # our BYE, over the connection we opened
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
         assert best_correlation(sent, callee.heard(call)) > 0.9
         invite = next(r for r in callee.requests if r.method == "INVITE")

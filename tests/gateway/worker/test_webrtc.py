@@ -28,7 +28,6 @@ from gateway.providers.echo import EchoModel
 from gateway.session.config import SessionConfig
 from gateway.transport.webrtc import CallRefusedError, OfferError
 from gateway.worker.counters import CounterExporter
-from gateway.worker.settings import WorkerSettings
 from gateway.worker.webrtc import WebRtcCalls, WebRtcSettings
 from tests.gateway.transport.test_webrtc import RATE, browser_stand_in, echo_correlation, speech_like
 
@@ -88,7 +87,6 @@ class Host:
 
     link: FakeLink | None = None
     id: str = "w-test"
-    settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(worker_id="w-test"))
     session_config: SessionConfig = field(default_factory=SessionConfig)
     draining: bool = False
     models: dict[str, RealtimeModel] = field(default_factory=dict)
@@ -164,7 +162,7 @@ async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: Fa
         assert correlation > 0.7, (correlation, lag)
         assert 0 < lag < RATE
 
-        await calls.hang_up(answer.call_id, "api")
+        calls.legs.find(answer.call_id).hang_up("api")
         assert (await client.wait_message("ended", within=5))["reason"] == "api"
         ended = await link.wait_event("call.ended", answer.call_id)
     assert (ended.state, ended.end_reason, ended.kind) == ("ended", "api", "webrtc")
@@ -179,7 +177,7 @@ async def test_echo_call_dtmf_stats_and_ops_hang_up(calls: WebRtcCalls, link: Fa
     assert answer.call_id not in calls.legs
     assert _leftover_tasks() == []
     with pytest.raises(CallNotFoundError):
-        await calls.hang_up(answer.call_id, "api")
+        calls.legs.find(answer.call_id).hang_up("api")
 
 
 async def test_page_hang_up_and_closed_peer_end_the_call(calls: WebRtcCalls, link: FakeLink) -> None:
@@ -188,8 +186,8 @@ async def test_page_hang_up_and_closed_peer_end_the_call(calls: WebRtcCalls, lin
         await client.accept(answer.sdp)
         await asyncio.wait_for(client.channel_open.wait(), timeout=10)
         with pytest.raises(CommandRejectedError):
-            await calls.transfer(answer.call_id, "+15550100")
-        await calls.send_dtmf(answer.call_id, "12#")
+            calls.legs.find(answer.call_id).transfer("+15550100")
+        calls.legs.find(answer.call_id).send_dtmf("12#")
         assert (await client.wait_message("dtmf", within=5))["digits"] == "12#"
         client.send({"type": "hangup"})
         ended = await link.wait_event("call.ended", answer.call_id)
@@ -228,7 +226,7 @@ async def test_concurrent_browser_calls_are_limited(calls: WebRtcCalls, link: Fa
         await calls.answer(offer, route="web", public=False)
     assert (refused.value.status, refused.value.code, refused.value.retry_after_s) == (503, "webrtc_busy", 5)
     assert calls.live_count == 2 and len(link.requests) == 2
-    await calls.hang_up(first.call_id, "api")
+    calls.legs.find(first.call_id).hang_up("api")
     await link.wait_event("call.ended", first.call_id)
     third = await calls.answer(offer, route="web", public=False)  # a slot is free again
     assert {second.call_id, third.call_id} == set(calls.legs)

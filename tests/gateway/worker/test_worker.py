@@ -14,8 +14,8 @@ from gateway.fleet.errors import CallNotFoundError
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.sip.events import CallEnded, OutboundCallAnswered, OutboundCallFailed
 from gateway.transport.rtp_socket import RtpDrain
-from gateway.worker.legs import CallLeg
 from gateway.worker.settings import WorkerSettings
+from gateway.worker.sip_leg import CallLeg
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.support.audio import align_and_correlate

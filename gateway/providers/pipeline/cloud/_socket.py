@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 E = TypeVar("E")
 
+# What a parser raises on a message that breaks its protocol (JSON and base64 errors are ValueErrors): the
+# receive callbacks count and report these; anything else is a bug of ours and propagates.
+MALFORMED: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError)
+
 
 class EventQueue(Generic[E]):
     """A bounded queue of port events, iterated once; iteration ends after an event ``is_terminal`` accepts or

@@ -35,7 +35,7 @@ import orjson
 import pybase64
 
 from gateway.providers.errors import ProviderError
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket
 from gateway.providers.pipeline.cloud._words import locate
 from gateway.providers.pipeline.ports import TtsAudio, TtsDone, TtsEvent, TtsFailed, TtsWords, Word
 
@@ -284,7 +284,7 @@ class CartesiaTts:
                     self._fail_all(TtsFailed(message=f"cartesia: {message.get('message')}", retryable=True))
                 return  # a cancelled context's late messages
             stream.deliver(message)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             self.malformed_frames += 1
             log.warning("cartesia: malformed frame (%d so far): %r", self.malformed_frames, exc)
             self._fail_all(TtsFailed(message=f"cartesia sent a malformed frame: {exc}", retryable=True))

@@ -20,10 +20,10 @@ not answered. The new stream's times restart at zero; the parser adds the audio 
 at, so times stay in the call's own timeline. The replay store and the backlog each hold at most
 ``replay_limit_s`` of audio; a backlog beyond that fails the recogniser, never drops silently.
 
-Events: :meth:`DeepgramStt.events` ends after a terminal :class:`SttFailed` (a refused key, ``retryable=False``;
-reconnects exhausted or the backlog overflowing, ``retryable=True``) or after :meth:`~DeepgramStt.aclose`. An
-``SttFailed`` before the end is a notice: a malformed frame or an ``Error`` message, counted in
-:attr:`DeepgramStt.malformed_frames`; recognition goes on.
+Events: :meth:`DeepgramStt.events` ends after an :class:`SttFailed`, which is always the last event: a refused
+key (``retryable=False``); reconnects exhausted, the backlog overflowing, a malformed frame or an ``Error``
+message (``retryable=True``: the pipeline opens a new recogniser). Malformed frames are also counted in
+:attr:`DeepgramStt.malformed_frames`. Healed drops say nothing; :attr:`DeepgramStt.reconnects` counts them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from urllib.parse import urlencode
 import orjson
 
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError, ProviderError
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
 from gateway.providers.pipeline.ports import (
     SttEvent,
     SttFailed,
@@ -351,12 +351,15 @@ class DeepgramStt:
                 raise TypeError("not a JSON object")
             events = self._parser.parse(message)
             self._streak = 0
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        except MALFORMED as exc:
             self.malformed_frames += 1
             log.warning("deepgram: malformed frame (%d so far): %r", self.malformed_frames, exc)
             events = [SttFailed(message=f"deepgram sent a malformed frame: {exc}", retryable=True)]
         self._trim_replay()
         for event in events:
+            if isinstance(event, SttFailed):  # the stream is not to be trusted: the pipeline opens a new one
+                self._fail(event)
+                return
             if not self._queue.offer(event):
                 self._fail(SttFailed(message="deepgram: event queue overflow (consumer too slow)", retryable=True))
                 return

@@ -41,7 +41,7 @@ import orjson
 import pybase64
 
 from gateway.providers.errors import ProviderError
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
 from gateway.providers.pipeline.cloud._words import locate
 from gateway.providers.pipeline.ports import TtsAudio, TtsDone, TtsEvent, TtsFailed, TtsWords, Word
 
@@ -166,8 +166,9 @@ class ElevenAlignment:
             raise ValueError("alignment lists differ in length")
         words: list[Word] = []
         for char, start, duration in zip(chars, starts, durations):
-            if not isinstance(char, str) or not isinstance(start, int) or not isinstance(duration, int):
-                raise TypeError("alignment entries must be str, int, int")
+            if not isinstance(char, str) or not _is_number(start) or not _is_number(duration):
+                raise TypeError("alignment entries must be a character and two numbers of milliseconds")
+            start, duration = round(start), round(duration)
             if char.isspace():
                 word = self._take()
                 if word is not None:
@@ -195,6 +196,10 @@ class ElevenAlignment:
         return word
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _is_terminal(event: TtsEvent) -> bool:
     return isinstance(event, TtsDone | TtsFailed)
 
@@ -215,7 +220,8 @@ class ElevenLabsStream:
 
     @property
     def idle(self) -> bool:
-        return not self._flushed and not self._queue.closed
+        """Open on the server and waiting for text: the context a keep-alive is for."""
+        return self._started and not self._flushed and not self._queue.closed
 
     async def push(self, text: str) -> None:
         if self._flushed or self._queue.closed or not text:
@@ -343,7 +349,7 @@ class _VoiceSocket:
             stream = self.streams.get(context_id)
             if stream is not None:  # else: a cancelled context's late audio, dropped
                 stream.deliver(message)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             self._tts.malformed_frames += 1
             log.warning("elevenlabs: malformed frame (%d so far): %r", self._tts.malformed_frames, exc)
             self._fail_all(TtsFailed(message=f"elevenlabs sent a malformed frame: {exc}", retryable=True))

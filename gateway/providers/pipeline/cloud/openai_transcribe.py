@@ -9,8 +9,9 @@ goes as ``input_audio_buffer.append`` and :meth:`OpenAITranscribeStt.finalize` i
 :class:`TranscribeParser` (sans-I/O) maps ``input_audio_buffer.speech_started`` to :class:`SttSpeechStarted`,
 ``conversation.item.input_audio_transcription.delta`` to :class:`SttPartial` (the item's text so far) and
 ``.completed`` to :class:`SttFinal` (``speech_final``: the service decided the turn; ``from_finalize``: our
-commit did). ``.failed`` and ``error`` are notices (:class:`SttFailed`, retryable); a committed-empty error
-after a finalize is answered with an empty ``from_finalize`` final so the pipeline never waits for one.
+commit did). A turn whose transcription ``.failed`` gets an empty final (logged), so the pipeline never waits for
+one; so does a finalize the service refused as an empty commit. Any other ``error``, or a malformed frame, ends
+:meth:`~OpenAITranscribeStt.events` with ``SttFailed(retryable=True)``.
 
 There is no resume in this dialect: a dropped socket ends :meth:`~OpenAITranscribeStt.events` with
 ``SttFailed(retryable=True)`` and the pipeline opens a new recogniser.
@@ -30,7 +31,7 @@ import pybase64
 from gateway.providers._link import close_is_retryable, open_websocket, receive_json, send_during_setup
 from gateway.providers.errors import ProviderConnectError, ProviderError
 from gateway.providers.openai import build_url
-from gateway.providers.pipeline.cloud._socket import EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
 from gateway.providers.pipeline.ports import SttEvent, SttFailed, SttFinal, SttPartial, SttSpeechStarted
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class OpenAITranscribeConfig:
     turn_detection: Literal["server_vad", "none"] = "server_vad"
     silence_duration_ms: int = 500
     vad_threshold: float = 0.5
+    backlog_limit_s: float = 10.0  # caller audio waiting to be sent; beyond it the recogniser fails
     open_timeout_s: float = 10.0
     setup_timeout_s: float = 10.0
     event_queue_size: int = 256
@@ -111,7 +113,10 @@ class TranscribeParser:
         if kind == "conversation.item.input_audio_transcription.failed":
             self._texts.pop(str(message["item_id"]), None)
             error = message.get("error") or {}
-            return [SttFailed(message=f"openai transcription failed: {error.get('message')}", retryable=True)]
+            log.warning("openai transcription of %s failed: %s", message["item_id"], error.get("message"))
+            from_finalize = self.commits_pending > 0
+            self.commits_pending = max(self.commits_pending - 1, 0)
+            return [SttFinal(text="", speech_final=True, from_finalize=from_finalize)]
         if kind == "error":
             error = message["error"]
             if error.get("code") == "input_audio_buffer_commit_empty" and self.commits_pending:
@@ -133,6 +138,8 @@ class OpenAITranscribeStt:
         self._queue: EventQueue[SttEvent] = EventQueue(config.event_queue_size, lambda e: False)
         self._socket: VendorSocket | None = None
         self._outbox: asyncio.Queue[bytes | Mapping[str, Any]] = asyncio.Queue()
+        self._backlog_bytes = 0
+        self._backlog_limit = int(config.backlog_limit_s * 48_000)  # 48 bytes per ms at 24 kHz
         self._send_task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -156,8 +163,14 @@ class OpenAITranscribeStt:
         self._send_task = asyncio.create_task(self._send_loop(), name="openai-transcribe-send")
 
     def feed(self, pcm: bytes) -> None:
-        if not self._closed and pcm:
-            self._outbox.put_nowait(pcm)
+        if self._closed or not pcm:
+            return
+        if self._backlog_bytes + len(pcm) > self._backlog_limit:
+            self._closed = True
+            self._queue.finish(SttFailed(message="openai transcribe: audio backlog over the limit", retryable=True))
+            return
+        self._backlog_bytes += len(pcm)
+        self._outbox.put_nowait(pcm)
 
     def finalize(self) -> None:
         if not self._closed:
@@ -186,6 +199,7 @@ class OpenAITranscribeStt:
                 item = await self._outbox.get()
                 if isinstance(item, bytes):
                     await socket.send_text_bytes(append(item))
+                    self._backlog_bytes -= len(item)
                 else:
                     await socket.send_json(item)
         except ProviderError:
@@ -197,12 +211,17 @@ class OpenAITranscribeStt:
             if not isinstance(message, dict):
                 raise TypeError("not a JSON object")
             events = self._parser.parse(message)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             self.malformed_frames += 1
             log.warning("openai transcribe: malformed frame (%d so far): %r", self.malformed_frames, exc)
             events = [SttFailed(message=f"openai sent a malformed frame: {exc}", retryable=True)]
         for event in events:
+            if isinstance(event, SttFailed):
+                self._closed = True
+                self._queue.finish(event)
+                return
             if not self._queue.offer(event):
+                self._closed = True
                 self._queue.finish(SttFailed(message="openai transcribe: event queue overflow", retryable=True))
                 return
 

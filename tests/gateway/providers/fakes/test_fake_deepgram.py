@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from deepgram import AsyncDeepgramClient
 from deepgram.core.api_error import ApiError
@@ -131,3 +132,22 @@ async def test_idle_connection_closed_net0001() -> None:
     ):
         await ws.wait_closed()
     assert ws.close_code == 1011 and ws.close_reason.startswith("NET-0001")
+
+
+async def test_http_records_and_control_on_the_same_port() -> None:
+    async with FakeDeepgramServer() as fake, connect(fake.url + "?encoding=linear16&sample_rate=16000") as ws:
+        await ws.send(silence_16k(100))
+        await ws.send('{"type": "KeepAlive"}')
+        await fake.server.wait_until(lambda: fake.record(1).received_count == 1)
+        base = f"http://127.0.0.1:{fake.server.port}"
+        async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=5) as http:
+            assert (await http.get("/healthz")).json() == {"ok": True, "live": 1}
+            (summary,) = (await http.get("/records")).json()
+            assert (summary["audio_bytes"], summary["received"]) == (3200, 1)
+            assert (await http.get("/records/1")).json()["received_list"] == [{"type": "KeepAlive"}]
+            assert (await http.get("/records/9")).status_code == 404
+            assert (await http.get("/control/1?action=explode")).status_code == 400
+            assert (await http.get("/control/1?action=drop")).json() == {"ok": True, "connection": 1}
+        async with asyncio.timeout(5):
+            await ws.wait_closed()
+    assert ws.close_code == 1006  # dropped without a close frame

@@ -177,3 +177,16 @@ async def test_dropped_socket_fails_live_streams_and_the_next_open_reconnects() 
         await tts.aclose()
     assert len(fake.server.records) == 2
     assert orjson.loads(orjson.dumps(fake.record(2).received[0]))["context_id"] == "item-2"
+
+
+async def test_a_refused_handshake_says_whether_to_retry() -> None:
+    async with FakeCartesiaServer(faults=Faults(reject_status=503)) as fake:
+        tts = CartesiaTts(config(fake))
+        (unavailable,) = await drain((await tts.open("item-1")).events())
+        await tts.aclose()
+    async with FakeCartesiaServer(faults=Faults(reject_status=403)) as fake:
+        tts = CartesiaTts(config(fake))
+        (forbidden,) = await drain((await tts.open("item-1")).events())
+        await tts.aclose()
+    assert isinstance(unavailable, TtsFailed) and unavailable.retryable and "503" in unavailable.message
+    assert isinstance(forbidden, TtsFailed) and not forbidden.retryable and "403" in forbidden.message

@@ -124,6 +124,9 @@ async def test_recognises_an_utterance_with_partials_endpoint_and_utterance_end(
     record = fake.record(1)
     assert bytes(record.audio) == audio
     assert record.received_types()[-1] == "CloseStream"
+    sdk_models = {"KeepAlive": ListenV1KeepAlive, "Finalize": ListenV1Finalize, "CloseStream": ListenV1CloseStream}
+    for message in record.received:  # what went over the wire, not only what the builders return
+        assert_exact(sdk_models[message["type"]], message)
     assert record.sent[-1]["type"] == "Metadata" and record.close_code == 1000
     query = record.query
     assert (query["encoding"], query["sample_rate"], query["endpointing"], query["utterance_end_ms"]) == (
@@ -178,7 +181,7 @@ async def test_keepalive_holds_an_idle_stream_open() -> None:
     assert stt.reconnects == 0
 
 
-async def test_bad_key_is_not_retryable_and_a_malformed_frame_is_a_notice() -> None:
+async def test_bad_key_is_not_retryable_and_a_malformed_frame_ends_the_recogniser() -> None:
     async with FakeDeepgramServer(api_key="right") as fake:
         with pytest.raises(ProviderConnectError) as refused:
             await open_deepgram(DeepgramConfig(url=fake.url, api_key="wrong"))
@@ -188,11 +191,11 @@ async def test_bad_key_is_not_retryable_and_a_malformed_frame_is_a_notice() -> N
         stt = await open_deepgram(config(fake))
         for frame in frames(b"\0" * (32 * 300) + speech_16k("Still here.") + b"\0" * (32 * 500)):
             stt.feed(frame)
-        events = await until(stt.events(), SttFinal)
+        events = await drain(stt.events())
         await stt.aclose()
-    notices = [e for e in events if isinstance(e, SttFailed)]
-    assert len(notices) == 1 and "malformed" in notices[0].message and stt.malformed_frames == 1
-    assert events[-1].text == "still here"  # type: ignore[union-attr]
+    # The first server message was followed by garbage: counted, reported as the last event, retryable.
+    assert isinstance(events[-1], SttFailed) and events[-1].retryable and "malformed" in events[-1].message
+    assert stt.malformed_frames == 1 and not any(isinstance(e, SttFailed) for e in events[:-1])
 
 
 async def test_reconnects_exhausted_fail_the_recogniser() -> None:
@@ -206,3 +209,36 @@ async def test_reconnects_exhausted_fail_the_recogniser() -> None:
         # Each reconnect is refused once it sends: the last attempt's drop ends it.
         await stt.aclose()
     assert isinstance(events[-1], SttFailed)
+
+
+async def test_a_finalize_lost_in_a_drop_is_sent_again() -> None:
+    speech_frames = frames(b"\0" * (32 * 200) + speech_16k("Yes please."))
+    # The fake drops the socket when the Finalize arrives, before answering it.
+    faults = Faults(drop_after_messages=len(speech_frames) + 1, fault_connections=1)
+    async with FakeDeepgramServer(DeepgramOptions(transcripts=("yes please",)), faults=faults) as fake:
+        stt = await open_deepgram(config(fake, endpointing_ms=None, reconnect_backoff_s=0.01))
+        for frame in speech_frames:
+            stt.feed(frame)
+        stt.finalize()
+        events = await until(stt.events(), SttFinal)
+        await stt.aclose()
+    assert events[-1] == SttFinal(text="yes please", from_finalize=True)
+    assert fake.record(1).received_types() == ["Finalize"]
+    assert fake.record(2).received_types()[0] == "Finalize"
+    assert fed_audio_covered(b"".join(speech_frames), fake)
+
+
+def fed_audio_covered(fed: bytes, fake: FakeDeepgramServer) -> bool:
+    first, second = bytes(fake.record(1).audio), bytes(fake.record(2).audio)
+    return fed.startswith(first) and fed.endswith(second) and len(first) + len(second) >= len(fed)
+
+
+async def test_a_backlog_over_the_replay_limit_fails_instead_of_dropping_audio() -> None:
+    async with FakeDeepgramServer() as fake:
+        stt = await open_deepgram(config(fake, replay_limit_s=0.1))  # 3200 bytes at 16 kHz
+        for _ in range(6):  # fed synchronously: nothing is sent in between
+            stt.feed(b"\0" * FRAME)
+        events = await drain(stt.events())
+        await stt.aclose()
+    assert len(events) == 1 and isinstance(events[0], SttFailed) and events[0].retryable
+    assert "backlog" in events[0].message

@@ -85,6 +85,21 @@ def test_alignment_carries_split_words_and_accumulates_offsets() -> None:
     assert isinstance(last, TtsWords) and last.words[0].text == "now" and last.words[0].start_ms == 200
     with pytest.raises(ValueError):
         core.feed({"audio": "", "alignment": {"chars": ["a"], "charStartTimesMs": [], "charDurationsMs": []}})
+    with pytest.raises(TypeError):
+        core.feed({"audio": "", "alignment": {"chars": ["a"], "charStartTimesMs": ["0"], "charDurationsMs": [1]}})
+    # Fractional milliseconds are rounded, not refused.
+    core.pushed(" ok")
+    (words,) = core.feed(
+        {
+            "audio": "",
+            "alignment": {
+                "chars": list(" ok "),
+                "charStartTimesMs": [0, 10.4, 20.6, 30],
+                "charDurationsMs": [10, 10, 9.5, 5],
+            },
+        }
+    )
+    assert isinstance(words, TtsWords) and (words.words[0].start_ms, words.words[0].end_ms) == (310, 331)
     with pytest.raises(ValueError):
         core.feed({"audio": "not base64!"})
 

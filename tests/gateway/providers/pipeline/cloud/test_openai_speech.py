@@ -58,6 +58,8 @@ async def test_clauses_are_spoken_in_order_then_done() -> None:
     audio = b"".join(e.pcm for e in events if isinstance(e, TtsAudio))
     assert audio == b"".join(speech.render(c)[0] for c in clauses)
     assert [r.body["input"] for r in fake.requests] == list(clauses)
+    for request in fake.requests:  # the bodies as they went over the wire
+        assert PARAMS.validate_python(request.body) == request.body
 
 
 async def test_cancel_stops_audio() -> None:

@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 from gateway.providers.errors import ProviderConnectError
 from gateway.providers.fakes import speech
 from gateway.providers.fakes.fake_openai_transcribe import FakeOpenAITranscribeServer, TranscribeOptions
+from gateway.providers.fakes.vendor_server import Faults
 from gateway.providers.pipeline.cloud.openai_transcribe import (
     COMMIT,
     OpenAITranscribeConfig,
@@ -54,8 +55,15 @@ def test_parser_accumulates_deltas_and_marks_finalized_turns() -> None:
     parser.commits_pending = 1
     empty = {"type": "error", "error": {"code": "input_audio_buffer_commit_empty", "message": "too small"}}
     assert parser.parse(empty) == [SttFinal(text="", from_finalize=True)]
-    (notice,) = parser.parse({"type": "error", "error": {"code": "server_error", "message": "oops"}})
-    assert isinstance(notice, SttFailed) and notice.retryable
+    (failed,) = parser.parse({"type": "error", "error": {"code": "server_error", "message": "oops"}})
+    assert isinstance(failed, SttFailed) and failed.retryable
+    failed_turn = {
+        "type": "conversation.item.input_audio_transcription.failed",
+        "item_id": "b",
+        "content_index": 0,
+        "error": {"message": "audio unreadable"},
+    }
+    assert parser.parse(failed_turn) == [SttFinal(text="", speech_final=True)]
     with pytest.raises(KeyError):
         parser.parse({"type": "conversation.item.input_audio_transcription.completed"})
 
@@ -95,3 +103,22 @@ async def test_bad_key_is_not_retryable_and_a_drop_ends_the_events() -> None:
         (failed,) = [e async for e in stt.events()]
         await stt.aclose()
     assert isinstance(failed, SttFailed) and failed.retryable
+
+
+async def test_a_backlog_over_the_limit_fails_instead_of_growing() -> None:
+    async with FakeOpenAITranscribeServer() as fake:
+        stt = await open_openai_transcribe(OpenAITranscribeConfig(url=fake.url, backlog_limit_s=0.1))
+        for _ in range(6):  # 6 x 20 ms fed synchronously: over the 100 ms bound before anything is sent
+            stt.feed(b"\0" * 960)
+        (failed,) = [e async for e in stt.events()]
+        await stt.aclose()
+    assert isinstance(failed, SttFailed) and "backlog" in failed.message
+
+
+async def test_a_malformed_frame_ends_the_recogniser_retryable() -> None:
+    async with FakeOpenAITranscribeServer(faults=Faults(bad_frame_after=2)) as fake:
+        stt = await open_openai_transcribe(OpenAITranscribeConfig(url=fake.url))
+        (failed,) = [e async for e in stt.events()]  # session.updated went out during setup, then garbage
+        await stt.aclose()
+    assert isinstance(failed, SttFailed) and failed.retryable and "malformed" in failed.message
+    assert stt.malformed_frames == 1

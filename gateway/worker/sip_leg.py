@@ -1,0 +1,146 @@
+"""One SIP call as the worker sees it: its dialog, RTP sockets, media state and session, and its call control.
+
+:class:`CallLeg` is the SIP kind of :class:`gateway.worker.legs.Leg`: its bookkeeping, and the commands, which
+it hands to the :class:`SipLegOwner` that carries it (``SipCalls``). :class:`SipCallControl` is how a session
+acts on its call (hang up, blind transfer with REFER/NOTIFY, RFC 4733 DTMF to the caller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from gateway.fleet.models import CallSnapshot, ProfileModel
+from gateway.media.call import MediaStats
+from gateway.media.errors import LocalMediaError
+from gateway.session.control import TransferOutcome
+from gateway.session.session import CallSession
+from gateway.sip.errors import LocalProtocolError
+from gateway.sip.events import CallHandle
+from gateway.sip.offer_answer import OfferAnswer
+from gateway.sip.sdp import NegotiatedMedia
+from gateway.transport.rtp_socket import RtpEndpoint
+from gateway.worker.legs import LegKind, LegState
+
+LEVEL_EVERY_TICKS = 25  # one caller level sample per 0.5 s for the dashboard sparkline
+# Calls take turns: each leg is sampled on its own tick of every LEVEL_EVERY_TICKS, so no tick samples them all
+# (at 200 calls, sampling every call on one tick made that tick 8 ms longer, and it overran).
+_level_phases = itertools.cycle(range(LEVEL_EVERY_TICKS))
+
+
+class SipLegOwner(Protocol):
+    """What carries SIP legs (``gateway.worker.sip_calls.SipCalls``): the actions a leg's commands become."""
+
+    def end(self, leg: CallLeg, reason: str) -> None: ...
+
+    def send_dtmf_leg(self, leg: CallLeg, digits: str) -> None: ...
+
+    def refer_leg(self, leg: CallLeg, target: str) -> None: ...
+
+    def start_transfer(self, leg: CallLeg, target: str) -> None: ...
+
+    def snapshot_of(self, leg: CallLeg) -> CallSnapshot: ...
+
+
+@dataclass(eq=False)
+class CallLeg:
+    id: str
+    sip: CallHandle | None
+    direction: Literal["inbound", "outbound"]
+    from_uri: str
+    to_uri: str
+    owner: SipLegOwner
+    kind: LegKind = "sip"
+    source: str = ""
+    transport: str = ""  # the SIP transport of its INVITE: udp, tcp or tls
+    route: str = ""
+    profile: ProfileModel | None = None
+    provider: str = ""  # the provider actually used (profiles may say "default")
+    state: LegState = LegState.ADMITTED
+    rtp: RtpEndpoint | None = None
+    sdp: OfferAnswer | None = None  # the call's offer/answer: codec, direction, SRTP keys, our o= line
+    session: CallSession | None = None
+    media_added: bool = False
+    last_media: MediaStats | None = None
+    started_wall: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.monotonic)
+    answered_wall: float | None = None
+    ended_wall: float | None = None
+    end_reason: str = ""
+    task: asyncio.Task[None] | None = None
+    referral: asyncio.Future[TransferOutcome] | None = None  # our REFER's outcome, while it is pending
+    transfer_seen_progress: bool = False
+    answered: asyncio.Future[bool] | None = None  # outbound: resolved on answer / failure
+    levels: deque[float] = field(default_factory=lambda: deque(maxlen=120))
+    last_level: float | None = None
+    level_phase: int = field(default_factory=lambda: next(_level_phases))  # tick_no % LEVEL_EVERY_TICKS to sample on
+    tick_count: int = 0
+    cost: float = 1.0  # of the worker's capacity: 1 for G.711 (CapacitySettings.call_cost)
+
+    @property
+    def live(self) -> bool:
+        return self.state is not LegState.ENDED
+
+    @property
+    def negotiated(self) -> NegotiatedMedia | None:
+        """The call's audio as offer/answer left it; None until it is negotiated."""
+        return self.sdp.media if self.sdp is not None else None
+
+    async def snapshot(self) -> CallSnapshot:
+        return self.owner.snapshot_of(self)
+
+    def hang_up(self, reason: str) -> None:
+        self.owner.end(self, reason)
+
+    def send_dtmf(self, digits: str) -> None:
+        self.owner.send_dtmf_leg(self, digits)
+
+    def transfer(self, target: str) -> None:
+        self.owner.start_transfer(self, target)
+
+
+class SipCallControl:
+    """The session's CallControl of a SIP call, over the leg's owner (SipCalls: the SIP endpoint, the media tick).
+
+    It holds its leg weakly: the leg owns the session, which owns this control, and a strong reference back
+    would make every ended call a reference cycle that only a full GC pass frees (docs/adr/0006-gc-freeze.md).
+    """
+
+    def __init__(self, leg: CallLeg, *, transfer_timeout_s: float = 30.0) -> None:
+        self._leg_ref = weakref.ref(leg)
+        self._transfer_timeout_s = transfer_timeout_s
+
+    async def hang_up(self, reason: str) -> None:
+        leg = self._leg_ref()
+        if leg is not None:  # a leg that is gone has ended already
+            leg.owner.end(leg, reason)
+
+    async def send_dtmf(self, digits: str) -> None:
+        leg = self._leg_ref()
+        if leg is None:
+            raise LocalMediaError("the call has ended")
+        leg.owner.send_dtmf_leg(leg, digits)
+
+    async def transfer(self, target: str) -> TransferOutcome:
+        leg = self._leg_ref()
+        if leg is None or not leg.live or leg.sip is None:
+            return TransferOutcome(status="failed", detail="call is not up")
+        if leg.referral is not None and not leg.referral.done():
+            return TransferOutcome(status="refused", detail="a transfer is already in progress")
+        loop = asyncio.get_running_loop()
+        leg.referral = loop.create_future()
+        leg.transfer_seen_progress = False
+        try:
+            leg.owner.refer_leg(leg, target)
+        except LocalProtocolError as exc:  # a target that is not a SIP URI or number, a dialog not up
+            leg.referral = None
+            return TransferOutcome(status="refused", detail=str(exc))
+        try:
+            return await asyncio.wait_for(asyncio.shield(leg.referral), timeout=self._transfer_timeout_s)
+        except TimeoutError:
+            return TransferOutcome(status="failed", detail="no final NOTIFY before the timeout")
