@@ -132,11 +132,28 @@ def verify_model_dir(model_dir: Path, pinned: Mapping[str, str] | None) -> dict[
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+def _cut_tail_loop(text: str) -> str:
+    """Keep one turn of a phrase that repeats until the end ("thank you for calling Goodbye, thank you for calling
+    Goodbye, thank you"): Whisper looping to its token limit without punctuation. A phrase counts as a loop when it
+    comes three times, or twice when it has four words or more; digits alone never do (a number may repeat)."""
+    tokens = text.split()
+    words = [re.sub(r"[^a-z0-9']", "", t.lower()) for t in tokens]
+    n, keep = len(words), len(words)
+    for period in range(2, n // 2 + 1):
+        start = n - period  # walk back while the word a period earlier is the same
+        while start > 0 and words[start - 1] == words[start - 1 + period]:
+            start -= 1
+        turns = (n - start) / period
+        digits_only = all(w.isdigit() for w in words[start : start + period])
+        if not digits_only and (turns >= 3 or (turns >= 2 and period >= 4)):
+            keep = min(keep, start + period)
+    return " ".join(tokens[:keep]) if keep < n else text
 
 
 def collapse_repeats(text: str) -> str:
-    """Drop a sentence that repeats the one before it, and a trailing fragment that restarts the text: Whisper's
-    looping on a short context ("Can you help? Can you help? Can you")."""
+    """Drop a phrase looping to the end, a sentence that repeats the one before it, and a trailing fragment that
+    restarts the text: Whisper's looping on a short context ("Can you help? Can you help? Can you")."""
+    text = _cut_tail_loop(text)
     sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
     kept: list[str] = []
     for sentence in sentences:
