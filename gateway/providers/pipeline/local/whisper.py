@@ -132,6 +132,8 @@ def verify_model_dir(model_dir: Path, pinned: Mapping[str, str] | None) -> dict[
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
 def _cut_tail_loop(text: str) -> str:
     """Keep one turn of a phrase that repeats until the end ("thank you for calling Goodbye, thank you for calling
     Goodbye, thank you"): Whisper looping to its token limit without punctuation. A phrase counts as a loop when it
