@@ -302,8 +302,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.local_pipeline", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=1, help="concurrent calls (default 1)")
     parser.add_argument("--endpoint-ms", type=int, default=500)
     parser.add_argument("--talk", type=float, default=0.4, help="share of the call the caller talks")
@@ -313,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--detail", action="store_true", help="every turn's text and times")
     parser.add_argument("--wer", action="store_true", help="word error rate and decode CPU, no calls")
     parser.add_argument("--context-s-list", type=float, nargs="+", default=[10.0, 15.0, 30.0], help="with --wer")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report = asyncio.run(wer_async(args) if args.wer else main_async(args))
     json.dump(report, sys.stdout, indent=2)
@@ -322,4 +323,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(prog="python -m bench.local_pipeline", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))
