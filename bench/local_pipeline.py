@@ -1,4 +1,4 @@
-"""``python -m bench.local_pipeline``: the local pipeline's turn latency and CPU per call, no keys, no network.
+"""``gateway bench local-pipeline``: the local pipeline's turn latency and CPU per call, no keys, no network.
 
 Each simulated call is a caller speaking the ten espeak-ng fixture sentences (en-us, 150 wpm) as 20 ms frames of
 24 kHz PCM in real time, at absolute deadlines, each followed by silence so the caller talks ``--talk`` of the
@@ -9,7 +9,7 @@ decoded in the bounded pool), the rule agent and espeak-ng.
 session does: caller frames resampled 24 -> 16 kHz by telcodecs, the VAD's silence for ``--endpoint-ms`` after
 speech calls the STT's ``finalize()``, the final text goes to the rule agent, its text to an espeak stream.
 
-``python -m bench.local_pipeline --wer [--context-s S ...]`` instead decodes the ten sentences alone, straight at
+``gateway bench local-pipeline --wer [--context-s-list S ...]`` instead decodes the ten sentences alone, straight at
 16 kHz and through a G.711 phone's path (24 -> 8 kHz, mu-law both ways, back to 24 and 16 kHz by telcodecs), and
 reports the word error rate and the CPU per decode for each audio context.
 
