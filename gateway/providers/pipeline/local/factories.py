@@ -64,10 +64,10 @@ class LocalSettings(BaseSettings):
         description="Whisper decodes at once per worker process, capped at the cores; 0: the cores.",
     )
     whisper_threads: int = Field(
-        default=1,
+        default=2,
         ge=1,
         validation_alias=_env("GATEWAY_PIPELINE_WHISPER_THREADS"),
-        description="CPU threads inside one Whisper decode.",
+        description="CPU threads inside one Whisper decode, capped at the cores.",
     )
     espeak_voice: str = Field(
         default="en-us",
