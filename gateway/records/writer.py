@@ -32,14 +32,18 @@ WriteBatch = Callable[[Sequence[tuple[CallSnapshot, str]], float], Awaitable[Non
 
 
 class RecordWriter:
-    """The plane's writer of call records; ``run()`` is its one task, owned by whoever starts it."""
+    """The plane's writer of call records; ``run()`` is its one task, owned by whoever starts it.
+
+    ``batch``: records per transaction. Building a batch's rows holds the plane's event loop (about 0.3 ms per
+    record with a 20-item transcript: docs/performance/2026-12-07-call-records.md), so batches stay small.
+    """
 
     def __init__(
         self,
         database: Database,
         *,
         capacity: int = 10_000,
-        batch: int = 200,
+        batch: int = 50,
         backoff_min_s: float = 0.1,
         backoff_max_s: float = 10.0,
         clock: Callable[[], float] = time.time,

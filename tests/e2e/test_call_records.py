@@ -35,7 +35,7 @@ def database_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dic
 async def _call(procs: ProcessGroup, gateway: GatewayProcess, report: Path) -> dict[str, Any]:
     rtp = f"{gateway.rtp_range[1] + 1000}-{gateway.rtp_range[1] + 1199}"
     argv = [sys.executable, "-m", "gateway", "loadtest", "--target", f"127.0.0.1:{gateway.sip_port}"]
-    argv += ["--user", DIALLED, "--calls", "2", "--cps", "4", "--duration", "3", "--rtp-ports", rtp]
+    argv += ["--user", DIALLED, "--calls", "2", "--cps", "4", "--duration", "4", "--dtmf", "7", "--rtp-ports", rtp]
     load = await procs.start("loadtest", [*argv, "--no-analysis", "--json", str(report)], lifetime=60)
     assert await load.wait(within=60) == 0, load.output
     summary: dict[str, Any] = json.loads(await asyncio.to_thread(report.read_text))
@@ -61,6 +61,10 @@ async def test_an_ended_call_is_found_by_the_history_filters(tmp_path: Path, dat
         assert (await gateway.api("GET", "/v1/calls", params={**filters, "end_reason": reason}))["total"] == 2
         assert (await gateway.api("GET", "/v1/calls", params={**filters, "end_reason": "nope"}))["total"] == 0
         assert (await gateway.api("GET", "/v1/calls", params={**filters, "direction": "outbound"}))["total"] == 0
+        # The key each caller pressed is in its transcript (the session writes it there), found by the text filter.
+        said = await gateway.api("GET", "/v1/calls", params={**filters, "text": "caller PRESSED 7"})
+        assert said["total"] == 2
+        assert (await gateway.api("GET", "/v1/calls", params={**filters, "text": "pressed 9"}))["total"] == 0
         await gateway.process.terminate(grace=15.0)
 
         again = await start_gateway(procs, env=database_env, lifetime=60, name="gateway-again")
@@ -68,6 +72,8 @@ async def test_an_ended_call_is_found_by_the_history_filters(tmp_path: Path, dat
         assert page["total"] == 2 and {item["id"] for item in page["items"]} >= {call["id"]}
         whole = await again.api("GET", f"/v1/calls/{call['id']}")
         assert whole["end_reason"] == reason and whole["stats"]["rtp_packets_in"] == call["stats"]["rtp_packets_in"]
+        pressed = [line for line in whole["transcript"] if "pressed 7" in line["text"]]
+        assert len(pressed) == 1 and pressed[0]["role"] == "user" and 0 < pressed[0]["start_s"] < 10
         async with again.client() as client:
             export = await client.get("/v1/calls/export", params={"format": "csv", "number": DIALLED})
         assert export.status_code == 200 and export.text.count("\n") == 3 and call["id"] in export.text
