@@ -34,7 +34,7 @@ from gateway.control.store import MemoryStore, StateStore
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkError, WorkerNotFoundError
 from gateway.fleet.json_errors import error_response, install_json_errors
 from gateway.observability import REGISTRY, exposition
-from gateway.records import DatabaseError, RecordWriter, RetentionJob, open_database
+from gateway.records import Database, DatabaseError, DatabaseTooNewError, RecordWriter, RetentionJob, open_database
 
 log = logging.getLogger(__name__)
 
@@ -151,35 +151,70 @@ def create_app(
 async def _records(
     settings: ControlSettings, plane: ControlPlane, history: CallHistory, clock: Callable[[], float]
 ) -> AsyncIterator[None]:
-    """The database of calls for the app's life: opened and migrated, its writer and retention job running."""
-    try:
-        database = await open_database(settings.records_url)
-    except DatabaseError as exc:
-        log.error("control plane cannot start: %s", exc)
-        raise
-    writer = RecordWriter(database, capacity=settings.db_write_backlog, clock=clock)
-    tasks = {asyncio.create_task(writer.run(), name="records-writer")}
-    if settings.retention_days > 0:
-        retention = RetentionJob(
-            database,
-            retention_days=settings.retention_days,
-            clock=clock,
-            lease=lambda ttl_s: plane.store.try_lock("retention", ttl_s=ttl_s),
-        )
-        tasks.add(asyncio.create_task(retention.run(), name="records-retention"))
+    """The database of calls for the app's life: opened and migrated, its writer and retention job running.
+
+    A database a newer gateway migrated stops the start-up. One that cannot be reached does not: calls need the
+    plane more than their records, so it starts, its ended calls wait in the writer's backlog, and the database
+    is opened again with backoff until it answers.
+    """
+    writer = RecordWriter(None, capacity=settings.db_write_backlog, clock=clock)
     plane.records = writer
-    history.attach(database, writer)
+    tasks = {asyncio.create_task(writer.run(), name="records-writer")}
+    opened: list[Database] = []
+
+    def start(database: Database) -> None:
+        opened.append(database)
+        writer.attach(database)
+        history.attach(database, writer)
+        if settings.retention_days > 0:
+            retention = RetentionJob(
+                database,
+                retention_days=settings.retention_days,
+                clock=clock,
+                lease=lambda ttl_s: plane.store.try_lock("retention", ttl_s=ttl_s),
+            )
+            tasks.add(asyncio.create_task(retention.run(), name="records-retention"))
+
+    async def open_later(first_error: DatabaseError) -> None:
+        delay = 1.0
+        error: DatabaseError = first_error
+        while True:
+            log.error("the database of calls cannot be opened (records wait; next try in %.0f s): %s", delay, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            try:
+                database = await open_database(settings.records_url)
+            except DatabaseTooNewError as exc:
+                log.error("the database of calls is refused, records are not kept: %s", exc)
+                return
+            except DatabaseError as exc:
+                error = exc
+                continue
+            log.warning("the database of calls is open; %d records waiting are written now", writer.backlog)
+            start(database)
+            return
+
     try:
+        try:
+            start(await open_database(settings.records_url))
+        except DatabaseTooNewError as exc:
+            log.error("control plane cannot start: %s", exc)
+            raise
+        except DatabaseError as exc:
+            tasks.add(asyncio.create_task(open_later(exc), name="records-open"))
         yield
     finally:
         plane.records = None
-        if not await writer.flush(RECORDS_FLUSH_S):
+        if opened and not await writer.flush(RECORDS_FLUSH_S):
             log.error("stopping with %d call records unwritten: the database of calls is down", writer.backlog)
+        elif not opened and writer.backlog:
+            log.error("stopping with %d call records unwritten: the database of calls never opened", writer.backlog)
         history.detach()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await database.aclose()
+        for database in opened:
+            await database.aclose()
 
 
 def _install_fleet_errors(app: FastAPI) -> None:

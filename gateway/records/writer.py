@@ -24,6 +24,7 @@ from gateway.observability import (
     DB_WRITE_FAILURES_TOTAL,
 )
 from gateway.records.database import Database
+from gateway.records.errors import DatabaseError
 from gateway.records.history import write_records
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class RecordWriter:
 
     def __init__(
         self,
-        database: Database,
+        database: Database | None,
         *,
         capacity: int = 10_000,
         batch: int = 50,
@@ -55,7 +56,7 @@ class RecordWriter:
         self.backoff_min_s = backoff_min_s
         self.backoff_max_s = backoff_max_s
         self._clock = clock
-        self._write: WriteBatch = write or (lambda records, now: write_records(database, records, now=now))
+        self._write: WriteBatch = write or self._write_records
         self._backlog: OrderedDict[str, tuple[CallSnapshot, str]] = OrderedDict()
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
@@ -63,6 +64,16 @@ class RecordWriter:
         self.written = 0
         self.failures = 0
         self.dropped = 0
+
+    async def _write_records(self, records: Sequence[tuple[CallSnapshot, str]], now: float) -> None:
+        if self.database is None:
+            raise DatabaseError("the database of calls is not open yet")
+        await write_records(self.database, records, now=now)
+
+    def attach(self, database: Database) -> None:
+        """The database opened (it was unreachable when the writer started): write to it from now on."""
+        self.database = database
+        self._wake.set()
 
     @property
     def backlog(self) -> int:

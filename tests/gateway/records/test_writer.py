@@ -119,3 +119,32 @@ async def test_a_full_backlog_drops_its_oldest_record_counted_and_logged(caplog:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_plane_starts_without_its_database_and_writes_once_it_answers(caplog: pytest.LogCaptureFixture) -> None:
+    with PostgresServer(name="records-late") as postgres:
+        url = postgres.create_database("calls")
+        postgres.stop()
+        app = create_app(
+            ControlSettings(api_token=TOKEN, database_url=url, retention_days=0), config=make_config(), sweeper=False
+        )
+        with caplog.at_level(logging.ERROR, logger="gateway.control.app"):
+            async with app.router.lifespan_context(app):  # starts: calls need the plane more than their records
+                plane: ControlPlane = app.state.plane
+                history = app.state.history
+                assert history.database is None
+                await until(
+                    lambda: any("cannot be opened (records wait" in r.getMessage() for r in caplog.records),
+                    within=10,
+                    what="the error that says records wait",
+                )
+                assert await _end(plane, ended_call("c-early", started=T0)) < 0.5
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://control.test", headers=AUTH) as api:
+                    assert (await api.get("/v1/calls/c-early")).json()["end_reason"] == "caller_hangup"
+                    postgres.start()
+                    await until(lambda: history.database is not None, within=60, what="the database opened")
+                    assert await history.writer.flush(30)
+                    page = (await api.get("/v1/calls", params={"live": "false"})).json()
+                    assert [item["id"] for item in page["items"]] == ["c-early"] and page["total"] == 1
+                    assert (await api.get("/v1/calls/c-early")).json()["tools"][0]["name"] == "order_status"
