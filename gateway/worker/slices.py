@@ -456,7 +456,7 @@ class SessionSettings(_Slice):
         le=200,
         multiple_of=20,
         description="Caller audio per provider message: 20 ms is the lowest latency; longer trades latency for "
-        "worker CPU (docs/performance.md).",
+        "worker CPU (docs/performance/2026-12-01-provider-frame-size.md).",
     )
     provider_quiet_chunk_ms: int = Field(
         default=100,
