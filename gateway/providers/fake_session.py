@@ -27,6 +27,7 @@ from websockets.exceptions import ConnectionClosed
 
 from gateway.providers import fake_audio
 from gateway.providers.fake_audio import AudioFormat, EnergyVad
+from gateway.providers.fakes.vendor_server import with_query
 
 log = logging.getLogger(__name__)
 
@@ -94,21 +95,7 @@ class FakeOptions:
         )
 
     def with_query(self, query: Mapping[str, str]) -> FakeOptions:
-        changes: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name not in query:
-                continue
-            raw = query[f.name]
-            current = getattr(self, f.name)
-            if isinstance(current, bool):
-                changes[f.name] = raw.lower() in {"1", "true", "yes", "on"}
-            elif isinstance(current, int):
-                changes[f.name] = int(raw)
-            elif isinstance(current, float):
-                changes[f.name] = float(raw)
-            else:
-                changes[f.name] = raw
-        return dataclasses.replace(self, **changes)
+        return with_query(self, query)
 
 
 # Keys of server events copied into the timeline (enough to place turns, responses and items in time).
