@@ -235,7 +235,7 @@ class ProviderLink:
 
     def events(self) -> AsyncIterator[ProviderEvent]:
         """The events in arrival order; the last is :class:`ProviderDisconnected`."""
-        return _Events(self._queue)
+        return Events(self._queue)
 
     async def aclose(self) -> None:
         """Close the socket, stop the receive task and wait for it. Idempotent."""
@@ -302,15 +302,15 @@ class ProviderLink:
         self._queue.put_nowait(event)
 
 
-class _Events:
-    """An async iterator over a link's queue that ends after :class:`ProviderDisconnected`: a class, because the
-    compiled build (mypyc) cannot compile async generators."""
+class Events:
+    """An async iterator over an event queue (a link's, the pipeline session's) that ends after
+    :class:`ProviderDisconnected`: a class, because the compiled build (mypyc) cannot compile async generators."""
 
     def __init__(self, queue: asyncio.Queue[ProviderEvent]) -> None:
         self._queue = queue
         self._ended = False
 
-    def __aiter__(self) -> _Events:
+    def __aiter__(self) -> Events:
         return self
 
     async def __anext__(self) -> ProviderEvent:
