@@ -243,15 +243,7 @@ class ProviderLink:
         # Stop the receive task first: it may be parked on a full queue, and a parked reader would leave the
         # peer's close frame unread until close_timeout.
         task, self._recv_task = self._recv_task, None
-        if task is not None:
-            if not task.done():
-                task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
+        await cancel_and_wait(task)
         with contextlib.suppress(ConnectionClosed, OSError):
             await self._ws.close()
         if not self._finished:
@@ -320,3 +312,17 @@ class Events:
         if isinstance(event, ProviderDisconnected):
             self._ended = True
         return event
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a task the caller owns and wait for it, re-raising only our own cancellation."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
