@@ -26,6 +26,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from gateway.providers import fake_audio
+from gateway.providers._link import cancel_and_wait
 from gateway.providers.fake_audio import AudioFormat, EnergyVad
 from gateway.providers.fakes.vendor_server import with_query
 
@@ -488,8 +489,7 @@ class FakeConnection:
         if task is None:
             return
         self.response_task = None
-        task.cancel()
-        await _reap(task)
+        await cancel_and_wait(task)
         details = {"type": "cancelled", "reason": reason}
         response = {"id": response_id, "object": "realtime.response", "status": "cancelled", "status_details": details}
         await self.send({"type": "response.done", "response": {**response, "output": []}})
@@ -566,13 +566,3 @@ class FakeConnection:
         await self.send(
             {"type": "response.output_item.done", **where, "item": {**item, "status": "completed", "content": content}}
         )
-
-
-async def _reap(task: asyncio.Task[None]) -> None:
-    """Await a task we cancelled; re-raise only if the caller itself is being cancelled."""
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
