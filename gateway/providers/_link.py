@@ -235,7 +235,7 @@ class ProviderLink:
 
     def events(self) -> AsyncIterator[ProviderEvent]:
         """The events in arrival order; the last is :class:`ProviderDisconnected`."""
-        return _Events(self._queue)
+        return Events(self._queue)
 
     async def aclose(self) -> None:
         """Close the socket, stop the receive task and wait for it. Idempotent."""
@@ -243,15 +243,7 @@ class ProviderLink:
         # Stop the receive task first: it may be parked on a full queue, and a parked reader would leave the
         # peer's close frame unread until close_timeout.
         task, self._recv_task = self._recv_task, None
-        if task is not None:
-            if not task.done():
-                task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
+        await cancel_and_wait(task)
         with contextlib.suppress(ConnectionClosed, OSError):
             await self._ws.close()
         if not self._finished:
@@ -302,15 +294,15 @@ class ProviderLink:
         self._queue.put_nowait(event)
 
 
-class _Events:
-    """An async iterator over a link's queue that ends after :class:`ProviderDisconnected`: a class, because the
-    compiled build (mypyc) cannot compile async generators."""
+class Events:
+    """An async iterator over an event queue (a link's, the pipeline session's) that ends after
+    :class:`ProviderDisconnected`: a class, because the compiled build (mypyc) cannot compile async generators."""
 
     def __init__(self, queue: asyncio.Queue[ProviderEvent]) -> None:
         self._queue = queue
         self._ended = False
 
-    def __aiter__(self) -> _Events:
+    def __aiter__(self) -> Events:
         return self
 
     async def __anext__(self) -> ProviderEvent:
@@ -320,3 +312,17 @@ class _Events:
         if isinstance(event, ProviderDisconnected):
             self._ended = True
         return event
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a task the caller owns and wait for it, re-raising only our own cancellation."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise

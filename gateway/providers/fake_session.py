@@ -26,7 +26,9 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from gateway.providers import fake_audio
+from gateway.providers._link import cancel_and_wait
 from gateway.providers.fake_audio import AudioFormat, EnergyVad
+from gateway.providers.fakes.vendor_server import with_query
 
 log = logging.getLogger(__name__)
 
@@ -94,21 +96,7 @@ class FakeOptions:
         )
 
     def with_query(self, query: Mapping[str, str]) -> FakeOptions:
-        changes: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name not in query:
-                continue
-            raw = query[f.name]
-            current = getattr(self, f.name)
-            if isinstance(current, bool):
-                changes[f.name] = raw.lower() in {"1", "true", "yes", "on"}
-            elif isinstance(current, int):
-                changes[f.name] = int(raw)
-            elif isinstance(current, float):
-                changes[f.name] = float(raw)
-            else:
-                changes[f.name] = raw
-        return dataclasses.replace(self, **changes)
+        return with_query(self, query)
 
 
 # Keys of server events copied into the timeline (enough to place turns, responses and items in time).
@@ -501,8 +489,7 @@ class FakeConnection:
         if task is None:
             return
         self.response_task = None
-        task.cancel()
-        await _reap(task)
+        await cancel_and_wait(task)
         details = {"type": "cancelled", "reason": reason}
         response = {"id": response_id, "object": "realtime.response", "status": "cancelled", "status_details": details}
         await self.send({"type": "response.done", "response": {**response, "output": []}})
@@ -579,13 +566,3 @@ class FakeConnection:
         await self.send(
             {"type": "response.output_item.done", **where, "item": {**item, "status": "completed", "content": content}}
         )
-
-
-async def _reap(task: asyncio.Task[None]) -> None:
-    """Await a task we cancelled; re-raise only if the caller itself is being cancelled."""
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from gateway.providers._link import cancel_and_wait
 from gateway.providers.fakes import speech
 
 _MAX_BODY = 1 << 20
@@ -87,12 +88,7 @@ class FakeOpenAISpeechServer:
             for task in list(self._tasks):
                 task.cancel()
             for task in list(self._tasks):
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise
+                await cancel_and_wait(task)
             await self._server.wait_closed()
             self._server = None
 

@@ -378,7 +378,7 @@ class BotSession:
 class _BotEvents:
     """The link's events, except that the bot's 1000 close becomes a hang-up request: ProviderDisconnected then
     waits for :meth:`BotSession.aclose`, so the session plays the queued audio out before it ends the call. A
-    class, not an async generator: see ``_link._Events``."""
+    class, not an async generator: see ``_link.Events``."""
 
     def __init__(self, session: BotSession, inner: AsyncIterator[ProviderEvent]) -> None:
         self._session = session

@@ -1,4 +1,4 @@
-"""Task and queue helpers of the pipeline session: awaiting what was cancelled, the event iterator, resampling."""
+"""Task helpers of the pipeline session: awaiting what was cancelled, resampling."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from gateway.providers.base import ProviderDisconnected, ProviderEvent
 from telcodecs.resample import StreamResampler
 
 log = logging.getLogger(__name__)
@@ -53,22 +52,3 @@ async def wait_cancelled(task: asyncio.Task[Any]) -> None:
             raise
     except Exception:
         log.debug("task %s ended with an error after cancel", task.get_name(), exc_info=True)
-
-
-class Events:
-    """An async iterator over the session's queue that ends after ProviderDisconnected (a class: see _link)."""
-
-    def __init__(self, queue: asyncio.Queue[ProviderEvent]) -> None:
-        self._queue = queue
-        self._ended = False
-
-    def __aiter__(self) -> Events:
-        return self
-
-    async def __anext__(self) -> ProviderEvent:
-        if self._ended:
-            raise StopAsyncIteration
-        event = await self._queue.get()
-        if isinstance(event, ProviderDisconnected):
-            self._ended = True
-        return event

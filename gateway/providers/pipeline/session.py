@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.providers._link import Events
 from gateway.providers.base import (
     AgentProfile,
     AudioDone,
@@ -48,7 +49,7 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderClosedError
-from gateway.providers.pipeline._aio import Events, Resampler, quietly, wait_cancelled
+from gateway.providers.pipeline._aio import Resampler, quietly, wait_cancelled
 from gateway.providers.pipeline.clauses import ClauseSplitter
 from gateway.providers.pipeline.history import ChatHistory
 from gateway.providers.pipeline.ports import (

@@ -20,7 +20,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from gateway.providers._link import open_websocket
+from gateway.providers._link import cancel_and_wait, open_websocket
 from gateway.providers.errors import ProviderClosedError
 
 log = logging.getLogger(__name__)
@@ -168,17 +168,3 @@ class VendorSocket:
         await cancel_and_wait(self._recv_task)
         with contextlib.suppress(ConnectionClosed, OSError):
             await self._ws.close()
-
-
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a task this object owns and wait for it, re-raising only our own cancellation."""
-    if task is None:
-        return
-    if not task.done():
-        task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise

@@ -40,8 +40,9 @@ from urllib.parse import urlencode
 
 import orjson
 
+from gateway.providers._link import cancel_and_wait
 from gateway.providers.errors import ProviderClosedError, ProviderConnectError, ProviderError
-from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket
 from gateway.providers.pipeline.ports import (
     SttEvent,
     SttFailed,

@@ -40,8 +40,9 @@ from urllib.parse import quote, urlencode
 import orjson
 import pybase64
 
+from gateway.providers._link import cancel_and_wait
 from gateway.providers.errors import ProviderError
-from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket
 from gateway.providers.pipeline.cloud._words import locate
 from gateway.providers.pipeline.ports import TtsAudio, TtsDone, TtsEvent, TtsFailed, TtsWords, Word
 

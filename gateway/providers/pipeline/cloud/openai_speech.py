@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.providers._link import is_loopback_url
-from gateway.providers.pipeline.cloud._socket import EventQueue, cancel_and_wait
+from gateway.providers._link import cancel_and_wait, is_loopback_url
+from gateway.providers.pipeline.cloud._socket import EventQueue
 from gateway.providers.pipeline.ports import TtsAudio, TtsDone, TtsEvent, TtsFailed
 
 DEFAULT_URL = "https://api.openai.com/v1"

@@ -28,10 +28,10 @@ from typing import Any, Literal
 import orjson
 import pybase64
 
-from gateway.providers._link import close_is_retryable, open_websocket, receive_json, send_during_setup
+from gateway.providers._link import cancel_and_wait, close_is_retryable, open_websocket, receive_json, send_during_setup
 from gateway.providers.errors import ProviderConnectError, ProviderError
 from gateway.providers.openai import build_url
-from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket, cancel_and_wait
+from gateway.providers.pipeline.cloud._socket import MALFORMED, EventQueue, VendorSocket
 from gateway.providers.pipeline.ports import SttEvent, SttFailed, SttFinal, SttPartial, SttSpeechStarted
 
 log = logging.getLogger(__name__)

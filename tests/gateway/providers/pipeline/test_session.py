@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -31,8 +30,8 @@ from gateway.providers.pipeline.components import ComponentContext
 from gateway.providers.pipeline.model import PipelineModel
 from gateway.providers.pipeline.session import PipelineSession
 from gateway.providers.pipeline.synthetic import voice
+from tests.gateway.providers.pipeline.reader import Reader
 
-E = TypeVar("E", bound=ProviderEvent)
 SILENCE = bytes(960)
 
 
@@ -45,23 +44,6 @@ def spec(texts: str, *, timestamps: bool = True) -> PipelineSpec:
         max_endpoint_ms=1500,
         min_interrupt_ms=300,
     )
-
-
-class Reader:
-    def __init__(self, events: AsyncIterator[ProviderEvent]) -> None:
-        self._events = events
-        self.seen: list[ProviderEvent] = []
-
-    async def until(self, kind: type[E], *, within_s: float = 5.0, **match: Any) -> E:
-        try:
-            async with asyncio.timeout(within_s):
-                async for event in self._events:
-                    self.seen.append(event)
-                    if isinstance(event, kind) and all(getattr(event, k) == v for k, v in match.items()):
-                        return event
-        except TimeoutError:
-            pass
-        raise AssertionError(f"no {kind.__name__} {match}; saw {[_short(e) for e in self.seen]}")
 
 
 async def say(session: PipelineSession, ms: int, *, seed: int = 1) -> None:
@@ -80,7 +62,7 @@ async def quiet(session: PipelineSession, ms: int) -> None:
 async def connect(fake: FakeChatServer, pipeline: PipelineSpec, **profile: Any) -> tuple[PipelineSession, Reader]:
     model = PipelineModel(pipeline, ComponentContext(llm_url=fake.url, llm_model="fake-llm"))
     session = await model.connect(AgentProfile(provider="pipeline", instructions="Be brief.", **profile))
-    return session, Reader(session.events())
+    return session, Reader(session.events(), describe=_short)
 
 
 async def test_a_turn_is_heard_answered_and_spoken_before_the_model_finishes() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ from gateway.providers.base import (
     AudioReceived,
     ComponentSpec,
     PipelineSpec,
-    ProviderEvent,
     ResponseDone,
     SpeechStarted,
     ToolCallRequested,
@@ -31,10 +28,10 @@ from gateway.session.config import SessionConfig
 from gateway.session.tools import ToolRegistry
 from tests.gateway.providers.pipeline.local.conftest import require_local_extra
 from tests.gateway.providers.pipeline.local.speech import espeak, normalise, resample
+from tests.gateway.providers.pipeline.reader import Reader
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(120)]
 
-E = TypeVar("E", bound=ProviderEvent)
 LOCAL = PipelineSpec(
     stt=ComponentSpec(name="whisper"),
     llm=ComponentSpec(name="rules"),
@@ -43,23 +40,6 @@ LOCAL = PipelineSpec(
     endpoint_ms=500,
     max_endpoint_ms=8000,  # a decode on a machine other jobs load can take seconds; the turn must still end
 )
-
-
-class Reader:
-    def __init__(self, events: AsyncIterator[ProviderEvent]) -> None:
-        self._events = events
-        self.seen: list[ProviderEvent] = []
-
-    async def until(self, kind: type[E], *, within_s: float = 30.0, **match: Any) -> E:
-        try:
-            async with asyncio.timeout(within_s):
-                async for event in self._events:
-                    self.seen.append(event)
-                    if isinstance(event, kind) and all(getattr(event, k) == v for k, v in match.items()):
-                        return event
-        except TimeoutError:
-            pass
-        raise AssertionError(f"no {kind.__name__} {match}; saw {[type(e).__name__ for e in self.seen]}")
 
 
 async def speak(session: PipelineSession, text: str, *, then_ms: int) -> None:
@@ -96,7 +76,7 @@ async def test_a_spoken_turn_is_answered_aloud_and_goodbye_calls_hang_up() -> No
     model = PipelineModel(LOCAL, ComponentContext())
     tools = ToolRegistry.from_config(SessionConfig()).resolve(())
     session = await model.connect(AgentProfile(provider="pipeline", instructions="Be brief.", tools=tools))
-    reader = Reader(session.events())
+    reader = Reader(session.events(), within_s=30.0)
     try:
         await speak(session, "My order number is four five seven two.", then_ms=1500)
         await reader.until(SpeechStarted)
