@@ -39,6 +39,7 @@ from gateway.fleet.models import (
 from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
+from gateway.sip.caller_context import CallContext, context_of_page, render
 from gateway.tasks import TaskSet
 from gateway.transport.webrtc import (
     CallRefusedError,
@@ -145,6 +146,8 @@ class WebRtcLeg:
     kind: LegKind = "webrtc"
     route: str = ""
     profile: ProfileModel | None = None
+    metadata: dict[str, str] = field(default_factory=dict)  # the page's, from its call token
+    context: CallContext | None = None
     state: LegState = LegState.ADMITTED
     peer: WebRtcPeer | None = None
     session: CallSession | None = None
@@ -370,9 +373,17 @@ class WebRtcCalls:
 
     def _new_session(self, leg: WebRtcLeg) -> CallSession:
         worker = self._worker
-        profile = (leg.profile or _DEFAULT_PROFILE).to_agent_profile()
-        context = {"call_id": leg.id, "direction": "inbound", "route": leg.route, "transport": "webrtc"}
-        profile = replace(profile, call_context=context)
+        profile_model = leg.profile or _DEFAULT_PROFILE
+        context = leg.context = context_of_page(
+            metadata=leg.metadata, policy=profile_model.context.to_policy(), call_id=leg.id, route=leg.route
+        )
+        agent = profile_model.to_agent_profile()
+        profile = replace(
+            agent,
+            instructions=render(agent.instructions, context),
+            greeting=render(agent.greeting, context),
+            call_context=context.as_parameters(),
+        )
         model = worker.model_for(profile.provider)
         return CallSession(
             call_id=leg.id,
@@ -537,6 +548,7 @@ class WebRtcCalls:
             end_reason=leg.end_reason,
             stats=stats,
             session=leg.session,
+            context=leg.context,
         )
 
     async def snapshot(self) -> list[CallSnapshot]:
