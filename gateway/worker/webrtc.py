@@ -21,6 +21,7 @@ import secrets
 import time
 import weakref
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -261,8 +262,11 @@ class WebRtcCalls:
 
     # -------------------------------------------------------------------------------------- answer
 
-    async def answer(self, sdp: str, *, route: str | None, public: bool, client: str = "") -> WebRtcAnswer:
-        """Admit a browser call and answer its offer. Raises OfferError (400) or CallRefusedError."""
+    async def answer(
+        self, sdp: str, *, route: str | None, public: bool, client: str = "", metadata: Mapping[str, str] | None = None
+    ) -> WebRtcAnswer:
+        """Admit a browser call and answer its offer. Raises OfferError (400) or CallRefusedError. ``metadata``:
+        what the page's call token carried, the call's context."""
         worker = self._worker
         if self._closing or worker.draining:
             raise CallRefusedError(503, "draining", "the gateway is not taking new calls", retry_after_s=5)
@@ -274,7 +278,9 @@ class WebRtcCalls:
                 retry_after_s=5,
             )
         check_offer(sdp)
-        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, owner=self, cost=self._cost)
+        leg = WebRtcLeg(
+            id=f"w-{secrets.token_hex(6)}", client=client, owner=self, cost=self._cost, metadata=dict(metadata or {})
+        )
         self.legs.add(leg)  # counts against the limit from now on
         try:
             await self._admit(leg, route=route, public=public)
@@ -375,7 +381,11 @@ class WebRtcCalls:
         worker = self._worker
         profile_model = leg.profile or _DEFAULT_PROFILE
         context = leg.context = context_of_page(
-            metadata=leg.metadata, policy=profile_model.context.to_policy(), call_id=leg.id, route=leg.route
+            metadata=leg.metadata,
+            policy=profile_model.context.to_policy(),
+            call_id=leg.id,
+            route=leg.route,
+            source=leg.client,
         )
         agent = profile_model.to_agent_profile()
         profile = replace(
