@@ -9,10 +9,11 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The gateway with its test and plot extras, and the benchmarks beside it (bench/, their own distribution).
+$(STAMP): pyproject.toml bench/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,plot]' -e './bench[records]'
 	mkdir -p $(VENV)/typeshim && ln -sfn $(CURDIR)/codecs $(VENV)/typeshim/telcodecs
 	touch $(STAMP)
 

@@ -1,4 +1,4 @@
-"""``python -m bench.local_pipeline``: the local pipeline's turn latency and CPU per call, no keys, no network.
+"""``gateway bench local-pipeline``: the local pipeline's turn latency and CPU per call, no keys, no network.
 
 Each simulated call is a caller speaking the ten espeak-ng fixture sentences (en-us, 150 wpm) as 20 ms frames of
 24 kHz PCM in real time, at absolute deadlines, each followed by silence so the caller talks ``--talk`` of the
@@ -9,7 +9,7 @@ decoded in the bounded pool), the rule agent and espeak-ng.
 session does: caller frames resampled 24 -> 16 kHz by telcodecs, the VAD's silence for ``--endpoint-ms`` after
 speech calls the STT's ``finalize()``, the final text goes to the rule agent, its text to an espeak stream.
 
-``python -m bench.local_pipeline --wer [--context-s S ...]`` instead decodes the ten sentences alone, straight at
+``gateway bench local-pipeline --wer [--context-s-list S ...]`` instead decodes the ten sentences alone, straight at
 16 kHz and through a G.711 phone's path (24 -> 8 kHz, mu-law both ways, back to 24 and 16 kHz by telcodecs), and
 reports the word error rate and the CPU per decode for each audio context.
 
@@ -282,7 +282,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "turns": len(turns),
         "endpoint_ms": args.endpoint_ms,
         "talk": args.talk,
-        "whisper": {"context_s": config.context_s, "pool": config.pool_size, "threads": config.threads},
+        "whisper": {"context_s": config.context_s, "pool": config.pool_size, "threads": config.decode_threads},
         "latency_s": {
             "p50": statistics.median(latencies),
             "p95": _percentile(latencies, 0.95),
@@ -302,18 +302,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.local_pipeline", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=1, help="concurrent calls (default 1)")
     parser.add_argument("--endpoint-ms", type=int, default=500)
     parser.add_argument("--talk", type=float, default=0.4, help="share of the call the caller talks")
     parser.add_argument("--context-s", type=float, default=15.0)
     parser.add_argument("--workers", type=int, default=0, help="decode pool size (0: the cores)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads inside one decode")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads inside one decode")
     parser.add_argument("--detail", action="store_true", help="every turn's text and times")
     parser.add_argument("--wer", action="store_true", help="word error rate and decode CPU, no calls")
     parser.add_argument("--context-s-list", type=float, nargs="+", default=[10.0, 15.0, 30.0], help="with --wer")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report = asyncio.run(wer_async(args) if args.wer else main_async(args))
     json.dump(report, sys.stdout, indent=2)
@@ -322,4 +323,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(prog="python -m bench.local_pipeline", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

@@ -340,8 +340,7 @@ async def barge_in(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="run", required=True)
     lat = sub.add_parser("latency")
     lat.add_argument("--turns", type=int, default=20)
@@ -356,10 +355,15 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--seconds", type=float, default=20.0)
     b = sub.add_parser("barge-in")
     b.add_argument("--turns", type=int, default=10)
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     run = {"latency": latency, "cpu": cpu, "barge-in": barge_in}[args.run]
     print(json.dumps(asyncio.run(run(args))))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    raise SystemExit(main(parser.parse_args()))

@@ -18,8 +18,10 @@ _ROOT = Path(__file__).resolve().parent
 #: test modules or directories (relative to tests/) that run in the serial tier although they use no real peer
 SERIAL = (
     "e2e/",
-    "gateway/bench/",
-    "bench/test_websocket_bot_bench.py",
+    "bench/",  # the benchmarks' process tests
+    "gateway/worker/",  # real calls through a worker at its 20 ms clock, the echo correlated
+    "gateway/transport/test_clock.py",
+    "gateway/transport/test_webrtc.py",
     "gateway/loadtest/test_runner.py",
     "gateway/loadtest/test_multi.py",
     "gateway/loadtest/test_impair.py",
@@ -27,11 +29,20 @@ SERIAL = (
 )
 
 
+#: the longest modules of the parallel tier, started first so that the other process has the rest meanwhile (with
+#: --dist loadfile a module is not split; the mypyc build and the suites run on it take minutes)
+FIRST = ("gateway/compiled/test_build.py",)
+
+
+def _where(item: pytest.Item) -> str:
+    try:
+        return Path(item.path).resolve().relative_to(_ROOT).as_posix()
+    except ValueError:
+        return ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        try:
-            where = Path(item.path).resolve().relative_to(_ROOT).as_posix()
-        except ValueError:
-            continue
-        if item.get_closest_marker("peer") is not None or where.startswith(SERIAL):
+        if item.get_closest_marker("peer") is not None or _where(item).startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+    items.sort(key=lambda item: not _where(item).startswith(FIRST))  # stable: the rest keep their order

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 NO_TESTS = 5
 #: the words of pytest's closing line, in the order it prints them
 _KINDS = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "warnings", "errors")
-_CLOSING = re.compile(r"^=+ (?P<body>.*?) in (?P<seconds>[0-9.]+)s(?: \([0-9:]+\))? =+$")
+_CLOSING = re.compile(r"^(?:=+ )?(?P<body>.*?) in (?P<seconds>[0-9.]+)s(?: \([0-9:]+\))?(?: =+)?$")  # -q: no rules
 _COUNT = re.compile(r"(\d+) (failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?)\b")
 
 
@@ -119,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total: Counter[str] = Counter()
     for result in results:
         total.update(result.counts)
+    del total["deselected"]  # each tier deselects what the other runs: not a count of the whole run
     print()
     for result in results:
         print(f"tier {result.name}: exit {result.status}, {closing_line(result.counts, result.seconds).strip('= ')}")

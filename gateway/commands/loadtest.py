@@ -142,6 +142,12 @@ def main(args: argparse.Namespace) -> int:
     except LoadConfigError as exc:
         print(f"gateway loadtest: {exc}", file=sys.stderr)
         return 2
+    if args.plot:
+        from gateway.loadtest.plot import missing_reason
+
+        if (missing := missing_reason()) is not None:
+            print(f"gateway loadtest: {missing}", file=sys.stderr)
+            return 2
     if (reason := silent_call_reason(config.duration_s, config.talk, config.audio)) is not None:
         print(f"gateway loadtest: note: {reason}", file=sys.stderr)
     tty = sys.stderr.isatty()

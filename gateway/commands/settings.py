@@ -47,6 +47,7 @@ def settings_classes() -> list[tuple[str, type[BaseSettings]]]:
     """Every settings class of the product, with the heading of its part of the table, in table order."""
     from gateway.control.settings import ControlSettings
     from gateway.control.webrtc_api import WebRtcApiSettings
+    from gateway.providers.pipeline.local.factories import LocalSettings
     from gateway.providers.registry import ProviderSettings
     from gateway.worker.settings import SLICES
     from gateway.worker.webrtc import WebRtcSettings
@@ -57,6 +58,7 @@ def settings_classes() -> list[tuple[str, type[BaseSettings]]]:
         ("Control plane", ControlSettings),
         ("Control plane: browser call offers", WebRtcApiSettings),
         ("Providers", ProviderSettings),
+        ("Providers: local pipeline components", LocalSettings),
     ]
 
 

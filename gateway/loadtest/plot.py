@@ -1,10 +1,24 @@
-"""``--plot FILE.png``: concurrency, setup time, jitter and round-trip latency over the run (matplotlib, Agg)."""
+"""``--plot FILE.png``: concurrency, setup time, jitter and round-trip latency over the run (matplotlib, Agg).
+
+matplotlib is the ``plot`` extra, not a dependency of the gateway: ``gateway loadtest`` asks
+:func:`missing_reason` before it places a call, so a run is never lost to a plot that cannot be drawn."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from gateway.loadtest.results import RunResult
+
+
+def missing_reason() -> str | None:
+    """Why ``--plot`` cannot work here, or None when matplotlib is importable."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return None
+    return (
+        "--plot needs matplotlib, the gateway's plot extra: pip install 'voice-gateway[plot]' "
+        "(from a checkout: pip install -e '.[plot]')"
+    )
 
 
 def plot(run: RunResult, path: str | Path, *, title: str = "gateway loadtest") -> None:

@@ -1,11 +1,12 @@
 """Media worker settings, read once at start-up from the environment (``GATEWAY_*``) and command-line flags.
 
-:class:`WorkerSettings` is composed of frozen slices, each validated on its own and handed to the part that
-uses it (a part never receives the whole bag):
+:class:`WorkerSettings` is composed of frozen slices (gateway/worker/slices.py), each validated on its own and
+handed to the part that uses it (a part never receives the whole bag):
 
 ============================  ================  =====================================================
 slice                         attribute         used by
 ============================  ================  =====================================================
+:class:`WorkerIdSettings`     ``identity``      the worker's id (``settings.worker_id``)
 :class:`SipListenSettings`    ``sip``           the SIP endpoint and transport
 :class:`SipTlsSettings`       ``tls``           the SIP over TLS contexts (gateway/worker/sip_tls.py)
 :class:`TrunkSettings`        ``trunking``      outbound calls and trunk registration

@@ -236,7 +236,7 @@ class WebRtcCalls:
         costs: CapacitySettings | None = None,
         media_host: str = "127.0.0.1",
     ) -> None:
-        self._worker = host
+        self._host = host
         self.settings = settings or WebRtcSettings()
         self.config = self.settings.peer_config(media_host)
         self.legs = legs if legs is not None else LegRegistry()
@@ -267,7 +267,7 @@ class WebRtcCalls:
     ) -> WebRtcAnswer:
         """Admit a browser call and answer its offer. Raises OfferError (400) or CallRefusedError. ``metadata``:
         what the page's call token carried, the call's context."""
-        worker = self._worker
+        worker = self._host
         if self._closing or worker.draining:
             raise CallRefusedError(503, "draining", "the gateway is not taking new calls", retry_after_s=5)
         if self.live_count >= self.settings.max_calls:
@@ -311,7 +311,7 @@ class WebRtcCalls:
         return WebRtcAnswer(sdp=answer, call_id=leg.id)
 
     async def _admit(self, leg: WebRtcLeg, *, route: str | None, public: bool) -> None:
-        worker = self._worker
+        worker = self._host
         if worker.over_capacity():
             raise CallRefusedError(503, "over_capacity", "the worker is full", retry_after_s=5)
         if worker.link is None:  # a worker without a control plane (tests, embedding): the default echo route
@@ -378,7 +378,7 @@ class WebRtcCalls:
     # ------------------------------------------------------------------------------------ the call
 
     def _new_session(self, leg: WebRtcLeg) -> CallSession:
-        worker = self._worker
+        worker = self._host
         profile_model = leg.profile or _DEFAULT_PROFILE
         context = leg.context = context_of_page(
             metadata=leg.metadata,
@@ -453,7 +453,7 @@ class WebRtcCalls:
             return
         move(leg, LegState.ACTIVE)
         leg.answered_wall = time.time()
-        worker_label = self._worker.id
+        worker_label = self._host.id
         CALL_SETUP_SECONDS.labels(worker_label).observe(time.monotonic() - leg.started_mono)
         ACTIVE_CALLS.labels(worker_label).inc()
         log.info("browser call %s connected", leg.id)
@@ -493,16 +493,16 @@ class WebRtcCalls:
             await leg.peer.aclose()
         move(leg, LegState.ENDED)
         leg.ended_wall = time.time()
-        worker_label = self._worker.id
+        worker_label = self._host.id
         if was_active:
             ACTIVE_CALLS.labels(worker_label).dec()
         CALLS_TOTAL.labels(worker_label, leg.end_reason).inc()
         log.info("browser call %s ended: %s", leg.id, leg.end_reason)
-        self._worker.counters.call_ended(leg.id, leg.figures())
+        self._host.counters.call_ended(leg.id, leg.figures())
         if report:
             await self._report("call.ended", leg)
         self.legs.remove(leg)
-        self._worker.call_ended()
+        self._host.call_ended()
 
     async def aclose(self, reason: str = "shutdown") -> None:
         """End every browser call and wait (bounded) for them; then cancel what is left."""
@@ -549,7 +549,7 @@ class WebRtcCalls:
             route=leg.route,
             provider=leg.profile.provider if leg.profile is not None else "",
             state=SNAPSHOT_STATE[leg.state],
-            worker=self._worker.id,
+            worker=self._host.id,
             codec="opus",
             cost=leg.cost,
             started=leg.started_wall,
@@ -565,11 +565,11 @@ class WebRtcCalls:
         return [await self.snapshot_of(leg) for leg in self._own_legs()]
 
     async def _report(self, kind: str, leg: WebRtcLeg) -> None:
-        link = self._worker.link
+        link = self._host.link
         if link is None:
             return
         try:
             call = await self.snapshot_of(leg)
-            await link.report([WorkerEvent(type=kind, worker=self._worker.id, time=time.time(), call=call)])  # type: ignore[arg-type]
+            await link.report([WorkerEvent(type=kind, worker=self._host.id, time=time.time(), call=call)])  # type: ignore[arg-type]
         except Exception as exc:
             log.warning("report %s for %s failed: %s", kind, leg.id, exc)

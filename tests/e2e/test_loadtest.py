@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.gateway_proc import GatewayProcess, start_gateway
+from tests.support.machine import MachineWatch, assert_quality
 from tests.support.procs import ProcessGroup
 
 pytestmark = pytest.mark.timeout(180)
@@ -34,21 +35,38 @@ async def run_loadtest(procs: ProcessGroup, gateway: GatewayProcess, report: Pat
     assert await load.wait(within=90) == 0, load.output
 
 
+def quality(summary: dict) -> str:
+    """The figures a missed quality bar is judged by, for its message."""
+    keep = ("packets_lost", "sequence_errors", "markers_found", "markers_expected", "audio_ok", "audio_checked")
+    return f"{ {key: summary.get(key) for key in keep} }, pacing p99 {summary.get('pacing_error_ms', {}).get('p99')} ms"
+
+
 async def test_thirty_echo_calls_lose_nothing_and_come_back_right(tmp_path: Path) -> None:
     report = tmp_path / "loadtest.json"
     async with ProcessGroup(tmp_path / "logs") as procs:
         gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
+        watch = MachineWatch.start()
         await run_loadtest(procs, gateway, report, "--calls", "30", "--cps", "15", "--duration", "10")
+        machine = watch.stop()
     summary = json.loads(report.read_text())
+    # Any machine: every call answered, set up and checked, its audio sent back.
     assert summary["calls"] == 30 and summary["answered"] == 30, summary["statuses"]
-    assert summary["packets_lost"] == 0 and summary["sequence_errors"] == 0
+    assert summary["setup_ms"]["count"] == 30 and summary["audio_checked"] == 30
     assert summary["packets_received"] >= 30 * 450  # 10 s at 50 packets/s, less the hang-up edge
-    # two markers per call (1 s lead-in, then 1.2 s talk + 3 s pause twice): each came back, speech matched
+    # The quality bar (a busy machine is named, not blamed on the gateway: ADR 0023): nothing lost, and two
+    # markers per call (1 s lead-in, then 1.2 s talk + 3 s pause twice) came back with the speech matching.
     assert summary["markers_expected"] == 60
-    assert summary["markers_found"] == 60 and summary["calls_with_all_markers"] == 30
-    assert summary["rtt_ms"]["count"] == 60 and 0 < summary["rtt_ms"]["max"] < 1000
-    assert summary["audio_checked"] == 30 and summary["audio_ok"] == 30
-    assert summary["setup_ms"]["count"] == 30
+    assert_quality(
+        summary["packets_lost"] == 0
+        and summary["sequence_errors"] == 0
+        and summary["markers_found"] == 60
+        and summary["calls_with_all_markers"] == 30
+        and summary["rtt_ms"]["count"] == 60
+        and 0 < summary["rtt_ms"]["max"] < 1000
+        and summary["audio_ok"] == 30,
+        quality(summary),
+        machine,
+    )
 
 
 async def test_g722_callers_lose_nothing_and_come_back_right(tmp_path: Path) -> None:
@@ -56,18 +74,26 @@ async def test_g722_callers_lose_nothing_and_come_back_right(tmp_path: Path) -> 
     report = tmp_path / "loadtest.json"
     async with ProcessGroup(tmp_path / "logs") as procs:
         gateway = await start_gateway(procs, env={"GATEWAY_SIP_RATE_LIMIT_PER_S": "1000"}, lifetime=120)
+        watch = MachineWatch.start()
         await run_loadtest(
             procs, gateway, report, "--codec", "g722", "--calls", "20", "--cps", "10", "--duration", "10"
         )
+        machine = watch.stop()
         calls = await gateway.api("GET", "/v1/calls", params={"state": "ended"})
     summary = json.loads(report.read_text())
     assert summary["calls"] == 20 and summary["answered"] == 20, summary["statuses"]
-    assert summary["packets_lost"] == 0 and summary["sequence_errors"] == 0
-    assert summary["markers_found"] == summary["markers_expected"] == 40
-    assert summary["audio_checked"] == 20 and summary["audio_ok"] == 20
-    assert summary["pacing_error_ms"]["p99"] < 20  # judged on the 8000 clock: 160 per 20 ms
+    assert summary["audio_checked"] == 20 and summary["markers_expected"] == 40
     items = calls["items"] if isinstance(calls, dict) else calls
     assert {item["codec"] for item in items} == {"G722"}
+    assert_quality(
+        summary["packets_lost"] == 0
+        and summary["sequence_errors"] == 0
+        and summary["markers_found"] == 40
+        and summary["audio_ok"] == 20
+        and summary["pacing_error_ms"]["p99"] < 20,  # judged on the 8000 clock: 160 per 20 ms
+        quality(summary),
+        machine,
+    )
 
 
 @pytest.mark.parametrize("ahead_ms", ["2", "0"], ids=["default", "encoded-ahead"])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from gateway.bench.kamailio import (
+from bench.kamailio import (
     DispatcherTarget,
     define_args,
     dispatcher_defines,

@@ -22,6 +22,7 @@ def test_closing_lines_are_read_with_every_kind_of_count() -> None:
     assert seconds == 343.1
     assert closing_counts("============ 12 passed in 0.52s ============") == (Counter(passed=12), 0.52)
     assert closing_counts("=== no tests ran in 0.01s ===") == (Counter(), 0.01)
+    assert closing_counts("24 passed, 1 deselected in 30.79s") == (Counter(passed=24, deselected=1), 30.79)  # -q
     assert closing_counts("tests/x.py::test_y PASSED") is None
     assert closing_counts("=== short test summary info ===") is None
 
@@ -66,9 +67,9 @@ def test_a_run_with_nothing_in_one_tier_exits_0_and_ends_with_one_closing_line(t
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=280,
     )
     assert done.returncode == 0, done.stdout[-2000:]
     last = done.stdout.strip().splitlines()[-1]
-    assert closing_counts(last) is not None and "1 passed" in last and "deselected" in last, last
+    assert closing_counts(last) is not None and "1 passed" in last and "deselected" not in last, last
     assert "tier serial: exit 5" in done.stdout

@@ -12,14 +12,19 @@ tokens (``token_s``), answer with an HTTP error (``status``), or drop the connec
 (:attr:`FakeChatServer.requests`), so a test can read exactly what history the pipeline sent.
 
 Served by uvicorn on 127.0.0.1 (port 0 = ephemeral) with a raw ASGI callable; ``GET /healthz`` answers ``ok``.
+``python -m gateway.providers.fakes.fake_chat [--port N] [--reply TEXT]`` runs one until interrupted and prints
+``listening <url>``, the value for ``GATEWAY_LLM_URL``.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import itertools
+import signal
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -268,3 +273,35 @@ class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+async def _serve(port: int, reply: str, ttft_s: float, token_s: float) -> None:
+    def answer(body: Mapping[str, Any]) -> ScriptedReply:
+        base = default_reply(body)
+        return ScriptedReply(text=reply or base.text, ttft_s=ttft_s, token_s=token_s)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with FakeChatServer(default=answer, port=port) as fake:
+        print(f"listening {fake.url}", flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.providers.fakes.fake_chat", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--reply", default="", help='every reply (default: "You said: <last user text>.")')
+    parser.add_argument("--ttft-ms", type=int, default=0, help="wait before the first chunk")
+    parser.add_argument("--token-ms", type=int, default=0, help="wait between chunks")
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.port, args.reply, args.ttft_ms / 1000, args.token_ms / 1000))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

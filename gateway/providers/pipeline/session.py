@@ -146,8 +146,9 @@ class PipelineSession:
         self._vad_rate = Resampler(vad.sample_rate)
         self._stt_rate = Resampler(stt.input_rate)
         self._window_ms = int(getattr(vad, "window_ms", 20))
-        self._closed = False
-        self._ended = False
+        self._closed = False  # no more sends (closed by the client, or a component is down)
+        self._ended = False  # ProviderDisconnected was queued
+        self._released = False  # aclose() ran
         self.last_speech_at: float | None = None  # the caller's last speech window (latency figures)
         self.first_audio_at: float | None = None  # the last reply's first audio
 
@@ -159,8 +160,10 @@ class PipelineSession:
         self._spawn(self._run_timer(), "turn-timer")
 
     async def aclose(self) -> None:
-        if self._closed:
+        """Stop every task and close the components. Idempotent; also after a component ended the session."""
+        if self._released:
             return
+        self._released = True
         self._closed = True
         await self._stop_reply(status="cancelled", emit=False)
         await self._cancel_tasks()
@@ -235,10 +238,12 @@ class PipelineSession:
     def _run(self, actions: list[TurnAction]) -> None:
         for action in actions:
             if action.kind == "speech_started":
-                if self._reply is not None and not self._reply.ended:
-                    self._cancel_reply_now()
+                # SpeechStarted first: the core stops playout and cancels this response as a barge-in; the reply's
+                # own cancel (ResponseDone "cancelled") follows at once.
                 self._user_item = f"user_{next(self._ids)}"
                 self._emit(SpeechStarted(audio_start_ms=max(0, action.at_ms), item_id=self._user_item))
+                if self._reply is not None and not self._reply.ended:
+                    self._cancel_reply_now()
             elif action.kind == "finalize":
                 if self._stt_hold is None:
                     self._stt.finalize()
@@ -289,6 +294,17 @@ class PipelineSession:
         reply.task = self._spawn(self._generate(reply, instructions), f"reply-{reply.response_id}")
 
     async def _generate(self, reply: _Reply, instructions: str | None) -> None:
+        try:
+            await self._generate_reply(reply, instructions)
+        except Exception as exc:
+            # A component broke its contract (raised instead of reporting): this reply fails, the call goes on.
+            log.warning("pipeline %s: reply %s failed: %r", self.session_id, reply.response_id, exc)
+            self._emit(ProviderErrored(code="reply_failed", message=f"{type(exc).__name__}: {exc}", fatal=False))
+            if reply.stream is not None:
+                await quietly(reply.stream.cancel())
+            self._end_reply(reply, status="failed")
+
+    async def _generate_reply(self, reply: _Reply, instructions: str | None) -> None:
         messages = self._messages(instructions)
         attempts = 0
         status = "completed"
@@ -352,6 +368,12 @@ class PipelineSession:
             reply.reader = self._spawn(self._read_tts(reply), f"tts-{reply.item_id}")
 
     async def _read_tts(self, reply: _Reply) -> None:
+        try:
+            await self._read_tts_streams(reply)
+        finally:
+            reply.tts_done.set()  # whatever ended the reading, the reply must not wait for it forever
+
+    async def _read_tts_streams(self, reply: _Reply) -> None:
         while reply.stream is not None:
             stream = reply.stream
             async for event in stream.events():

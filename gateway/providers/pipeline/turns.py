@@ -233,7 +233,8 @@ class TurnTaker:
         """When :meth:`tick` next has something to decide (None: only new input can change anything)."""
         deadlines: list[int] = []
         if self.state in (S.USER_SPEAKING, S.ENDPOINTING) and self._silence_since is not None:
-            deadlines.append(self._silence_since + self.options.endpoint_ms)
+            if not self._finalized:  # once finalized, only the final text or the cap can end the turn
+                deadlines.append(self._silence_since + self.options.endpoint_ms)
             deadlines.append(self._silence_since + self.options.max_endpoint_ms)
         if self.state is S.CONFIRMING:
             deadlines.append(self._onset_at + self.options.false_interrupt_ms)

@@ -121,22 +121,34 @@ class ItemSpeech:
 
     def words(self) -> list[Word]:
         """Every word placed on the item's timeline so far (estimated where the TTS gave none)."""
+        return self._placed()[0]
+
+    def _placed(self) -> tuple[list[Word], bool]:
         placed: list[Word] = []
+        estimated = False
         for index, segment in enumerate(self._segments):
             end_char = self._segments[index + 1].char_base if index + 1 < len(self._segments) else len(self.text)
-            if segment.timestamps and segment.words:
-                # A stream replaced after a fault may have timed words its successor speaks again.
-                placed += [w for w in segment.words if w.char_end <= end_char]
+            # A stream replaced after a fault may have timed words its successor speaks again.
+            timed = [w for w in segment.words if w.char_end <= end_char] if segment.timestamps else []
+            if timed:
+                placed += timed
+                # Timings lag the audio (an engine reports a word once it is complete): the words after the last
+                # reported one are estimated from where it ended, as for a TTS without timestamps.
+                last = timed[-1]
+                start_char, start_ms = last.char_end, last.end_ms
+            else:
+                start_char, start_ms = segment.char_base, segment.ms_base
+            text = self.text[start_char:end_char]
+            if not text.strip():
                 continue
-            text = self.text[segment.char_base : end_char]
+            estimated = True
+            delivered = segment.ms_base + segment.audio_ms - start_ms
             if segment.done:
-                duration = segment.audio_ms
+                duration = max(delivered, 0)
             else:  # audio still arriving: place the text at a standard speaking rate
-                duration = max(segment.audio_ms, int(len(text.strip()) * 1000 / CHARS_PER_SECOND))
-            placed += estimate_words(
-                text, char_offset=segment.char_base, start_ms=segment.ms_base, duration_ms=duration
-            )
-        return placed
+                duration = max(delivered, int(len(text.strip()) * 1000 / CHARS_PER_SECOND))
+            placed += estimate_words(text, char_offset=start_char, start_ms=start_ms, duration_ms=duration)
+        return placed, estimated
 
     def heard(self, audio_end_ms: int) -> str:
         """The text of the words whose audio started before ``audio_end_ms`` ("" when none did)."""
@@ -154,8 +166,8 @@ class ItemSpeech:
 
     @property
     def estimated(self) -> bool:
-        """True when any part of the item's timing is an estimate."""
-        return any(not (s.timestamps and s.words) for s in self._segments)
+        """True when any word's timing is an estimate."""
+        return self._placed()[1]
 
 
 def heard_prefix(text: str, words: Sequence[Word], audio_end_ms: int) -> str:

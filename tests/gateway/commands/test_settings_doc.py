@@ -36,6 +36,19 @@ def test_every_variable_the_gateway_reads_is_in_the_table() -> None:
     assert [name for name in sorted(gateway_env_names() - compiled) if f"`{name}`" not in table] == []
 
 
+def test_every_settings_class_in_the_source_is_in_the_table() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[3] / "gateway"
+    declared = {
+        match
+        for path in root.rglob("*.py")
+        for match in re.findall(r"^class (\w+)\((?:BaseSettings|_Slice)\):", path.read_text(), re.M)
+    } - {"_Slice"}
+    listed = {cls.__name__ for _, cls in settings_doc.settings_classes()}
+    assert declared == listed
+
+
 def test_the_flags_in_the_table_are_the_commands_flags() -> None:
     from gateway.cli import build_parser
 

@@ -105,7 +105,7 @@ def test_records_built_per_packet_or_frame_are_native_in_the_build(build: Path) 
     # A NamedTuple or a frozen dataclass would be built through interpreted code on every packet or frame
     # (gateway bench records: 0.3-0.45 and 1.2-2 µs more per RTP packet).
     code = (
-        "import gateway.compiled as c; from gateway.bench.records import interpreted_constructor; "
+        "import gateway.compiled as c; from bench.records import interpreted_constructor; "
         "from gateway.media.rtp import RtpPacket; from gateway.media.tick import G711Frame; "
         "from gateway.session.playout import G711Codes; "
         "print(c.status()); print([interpreted_constructor(k) for k in (RtpPacket, G711Frame, G711Codes)])"

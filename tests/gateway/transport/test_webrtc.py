@@ -25,7 +25,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from scipy import signal
 
-from gateway.bench.webrtc import PlaybackTrack
+from bench.webrtc import PlaybackTrack
 from gateway.loadtest.analysis import echo_correlation as echo_correlation_at
 from gateway.transport.webrtc import (
     AgentAudioTrack,

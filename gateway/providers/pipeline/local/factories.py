@@ -1,16 +1,7 @@
 """Building the local components for one call, from the environment and a route's component options.
 
-==================================  ============================================================  =============
-variable                            meaning                                                       default
-==================================  ============================================================  =============
-GATEWAY_PIPELINE_WHISPER_DIR        an operator's CTranslate2 Whisper directory (model.bin,        the packaged
-                                    config.json, tokenizer.json); loaded like the packaged one    tiny.en
-GATEWAY_PIPELINE_WHISPER_CONTEXT_S  audio context the encoder sees, seconds (30 = plain Whisper)  ``15``
-GATEWAY_PIPELINE_WHISPER_WORKERS    decodes at once per worker process (capped at the cores)      the cores
-GATEWAY_PIPELINE_WHISPER_THREADS    CPU threads inside one decode                                 ``1``
-GATEWAY_PIPELINE_ESPEAK_VOICE       espeak-ng voice when the profile names none                   ``en-us``
-GATEWAY_PIPELINE_ESPEAK_WPM         espeak-ng speaking rate, words per minute                     ``160``
-==================================  ============================================================  =============
+The variables are :class:`LocalSettings`' fields, each described once in its ``Field(description=...)`` (the
+table in docs/operations.md is generated from them).
 
 Route options (``[profile.pipeline.stt]`` and so on; the names each factory accepts are in :data:`OPTIONS`):
 ``stt = "whisper"``: ``early_decode_ms``, ``preroll_ms``, ``vad_threshold``; ``vad = "silero"``: ``threshold``;
@@ -51,16 +42,43 @@ def _env(name: str) -> AliasChoices:
 
 
 class LocalSettings(BaseSettings):
-    """The local components' environment (names in the module docstring). Frozen after start-up."""
+    """The local pipeline components (Whisper, espeak-ng): read once, frozen."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
-    whisper_dir: Path | None = Field(default=None, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_DIR"))
-    whisper_context_s: float = Field(default=15.0, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_CONTEXT_S"))
-    whisper_workers: int = Field(default=0, ge=0, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_WORKERS"))
-    whisper_threads: int = Field(default=1, ge=1, validation_alias=_env("GATEWAY_PIPELINE_WHISPER_THREADS"))
-    espeak_voice: str = Field(default="en-us", validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_VOICE"))
-    espeak_wpm: int = Field(default=160, validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_WPM"))
+    whisper_dir: Path | None = Field(
+        default=None,
+        validation_alias=_env("GATEWAY_PIPELINE_WHISPER_DIR"),
+        description="An operator's CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json), loaded "
+        "like the packaged one; unset: the packaged tiny.en.",
+    )
+    whisper_context_s: float = Field(
+        default=15.0,
+        validation_alias=_env("GATEWAY_PIPELINE_WHISPER_CONTEXT_S"),
+        description="Audio context the Whisper encoder sees, in seconds (30 is plain Whisper).",
+    )
+    whisper_workers: int = Field(
+        default=0,
+        ge=0,
+        validation_alias=_env("GATEWAY_PIPELINE_WHISPER_WORKERS"),
+        description="Whisper decodes at once per worker process, capped at the cores; 0: the cores.",
+    )
+    whisper_threads: int = Field(
+        default=2,
+        ge=1,
+        validation_alias=_env("GATEWAY_PIPELINE_WHISPER_THREADS"),
+        description="CPU threads inside one Whisper decode, capped at the cores.",
+    )
+    espeak_voice: str = Field(
+        default="en-us",
+        validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_VOICE"),
+        description="espeak-ng voice when the profile names none.",
+    )
+    espeak_wpm: int = Field(
+        default=160,
+        validation_alias=_env("GATEWAY_PIPELINE_ESPEAK_WPM"),
+        description="espeak-ng speaking rate, in words per minute.",
+    )
 
     def whisper(self) -> WhisperConfig:
         return WhisperConfig(

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from typing import Any
 
 import openai
@@ -243,3 +245,28 @@ async def test_an_unauthorised_request_is_not_retryable() -> None:
         events = await _collect(chat)
         await chat.aclose()
     assert isinstance(events[0], LlmFailed) and not events[0].retryable
+
+
+async def test_the_fake_runs_as_its_own_process_and_prints_its_url() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.providers.fakes.fake_chat",
+        "--port",
+        "0",
+        "--reply",
+        "Hi there.",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 20.0)).decode()
+        url = line.removeprefix("listening ").strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        chat = OpenAICompatibleChat(ChatConfig(url=url, model="m"))
+        events = await _collect(chat)
+        await chat.aclose()
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi there."
+    finally:
+        process.terminate()
+        await process.wait()

@@ -60,8 +60,18 @@ def test_words_are_placed_after_the_audio_of_earlier_streams_never_reset_per_sen
     speech.pushed("How are you?")
     speech.words_reported([Word(text="How", start_ms=0, end_ms=200, char_start=1, char_end=4)])
     speech.audio(48 * 400)
-    assert [(w.text, w.start_ms) for w in speech.words()] == [("Hello", 0), ("there.", 350), ("How", 800)]
-    assert speech.heard(801) == "Hello there. How"
+    # "are you?" has no timing yet: it is placed after "How" at a standard speaking rate, and flagged.
+    assert [(w.text, w.start_ms) for w in speech.words()] == [
+        ("Hello", 0),
+        ("there.", 350),
+        ("How", 800),
+        ("are", 1000),
+        ("you?", 1253),
+    ]
+    assert speech.heard(801) == "Hello there. How" and speech.estimated
+    speech.words_reported([Word(text="are", start_ms=250, end_ms=400, char_start=5, char_end=8)])
+    speech.words_reported([Word(text="you?", start_ms=450, end_ms=700, char_start=9, char_end=13)])
+    assert not speech.estimated and speech.heard(1251) == "Hello there. How are you?"
 
 
 def test_the_estimate_spreads_words_over_the_audio_by_characters() -> None:

@@ -126,6 +126,8 @@ async def test_a_recogniser_down_past_the_deadline_ends_the_session_retryably() 
         last = await reader.until(ProviderDisconnected)
         assert last.retryable and "stt unavailable" in last.reason
         await session.aclose()
+        # The session still released everything after the component ended it.
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith(f"pipeline-{session.session_id}-")]
 
 
 async def test_a_bad_key_is_not_retryable() -> None:
@@ -170,3 +172,27 @@ async def _until(predicate: Callable[[], bool]) -> None:
     """Poll session state no event announces (the callers bound it with a deadline)."""
     while not predicate():  # noqa: ASYNC110 (internal state, no event to wait for)
         await asyncio.sleep(0.005)
+
+
+class _BrokenTts(SyntheticTts):
+    async def open(self, utterance_id: str, *, voice: str = "") -> SyntheticStream:
+        stream = await super().open(utterance_id, voice=voice)
+
+        async def push(text: str) -> None:
+            raise RuntimeError("adapter bug")
+
+        stream.push = push  # type: ignore[method-assign]
+        return stream
+
+
+async def test_a_component_that_raises_fails_the_reply_and_the_session_goes_on() -> None:
+    async with FakeChatServer([ScriptedReply(text="Hello there. Bye."), ScriptedReply(text="Again.")]) as fake:
+        session = session_with(fake.url, stt=RecordingStt(), open_stt=RecordingStt, tts=_BrokenTts())
+        reader = Reader(session.events())
+        await session.create_response()
+        done = await reader.until(ResponseDone, within_s=5.0)
+        assert done.status == "failed"
+        error = next(e for e in reader.seen if isinstance(e, ProviderErrored))
+        assert error.code == "reply_failed" and "adapter bug" in error.message and not error.fatal
+        await session.send_text("still usable")
+        await session.aclose()

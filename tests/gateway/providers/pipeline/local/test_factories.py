@@ -20,7 +20,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("GATEWAY_PIPELINE_WHISPER_WORKERS", "1")
     monkeypatch.setenv("GATEWAY_PIPELINE_ESPEAK_VOICE", "en-gb")
     settings = factories.LocalSettings()
-    assert settings.whisper() == WhisperConfig(model_dir=tmp_path, context_s=20.0, workers=1, threads=1)
+    assert settings.whisper() == WhisperConfig(model_dir=tmp_path, context_s=20.0, workers=1, threads=2)
     assert settings.espeak_voice == "en-gb" and settings.espeak_wpm == 160
 
 

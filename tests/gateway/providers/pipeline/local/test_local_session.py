@@ -24,6 +24,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.pipeline import components
 from gateway.providers.pipeline.components import ComponentContext
+from gateway.providers.pipeline.local import factories
 from gateway.providers.pipeline.model import PipelineModel
 from gateway.providers.pipeline.session import PipelineSession
 from gateway.session.config import SessionConfig
@@ -115,3 +116,4 @@ async def test_a_spoken_turn_is_answered_aloud_and_goodbye_calls_hang_up() -> No
         assert said[-1] == "Goodbye, thank you for calling."
     finally:
         await session.aclose()
+        await factories.shared_espeak_engine().aclose()  # the worker's helper outlives calls, not the test

@@ -80,6 +80,13 @@ def test_repeated_sentences_and_restarted_fragments_are_collapsed() -> None:
     assert collapse_repeats("Hello. Hello. Goodbye.") == "Hello. Goodbye."
     assert collapse_repeats("My number is 4 5 7 2.") == "My number is 4 5 7 2."
     assert collapse_repeats("") == ""
+    looped = "I heard 5 Goodbye, thank you for calling Goodbye, thank you for calling Goodbye, thank you for"
+    assert collapse_repeats(looped) == "I heard 5 Goodbye, thank you for calling"
+    assert collapse_repeats("My phone number is 5 5 5 1 2 3 4") == "My phone number is 5 5 5 1 2 3 4"
+    assert collapse_repeats("no no, I said no") == "no no, I said no"
+    assert collapse_repeats("yes I do, I do.") == "yes I do, I do."  # twice, and short: could be meant
+    assert collapse_repeats("1 2 1 2 1 2") == "1 2 1 2 1 2"  # a number may repeat
+    assert collapse_repeats("help me help me help me help") == "help me"
 
 
 def transcribe_offline(model_dir: str, text_file: str) -> dict[str, object]:
