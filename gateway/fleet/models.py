@@ -548,6 +548,66 @@ class DtmfRequest(_Model):
         return value.upper()
 
 
+class SayRequest(_Model):
+    """POST /v1/calls/{id}/say: the agent says ``text``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"text": "One moment.", "interrupt": False}]},
+    )
+
+    text: str = Field(min_length=1, max_length=4096, description="What the agent says, as written")
+    interrupt: bool = Field(
+        default=False, description="Cut what the agent is saying and say this now (false: after the current turn)"
+    )
+
+
+class InjectRequest(_Model):
+    """POST /v1/calls/{id}/inject: a message added to the agent's conversation."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"text": "The caller's order has shipped.", "role": "system"}]},
+    )
+
+    text: str = Field(min_length=1, max_length=16_384)
+    role: Literal["user", "system"] = Field(default="system", description="Who the message is from")
+    respond: bool = Field(default=False, description="Ask the agent to respond to it now")
+
+
+class AgentUpdateRequest(_Model):
+    """POST /v1/calls/{id}/update: change the running agent (a fresh provider session carries the transcript)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra={"examples": [{"instructions": "Speak French from now on."}]}
+    )
+
+    instructions: str | None = Field(default=None, min_length=1, max_length=32_768)
+    voice: str | None = Field(default=None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _something(self) -> AgentUpdateRequest:
+        if self.instructions is None and self.voice is None:
+            raise ValueError("give instructions or voice (or both)")
+        return self
+
+
+class AgentCommand(_Model):
+    """The control plane -> worker form of the live call control commands: exactly one is set."""
+
+    say: SayRequest | None = None
+    inject: InjectRequest | None = None
+    update: AgentUpdateRequest | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AgentCommand:
+        if sum(part is not None for part in (self.say, self.inject, self.update)) != 1:
+            raise ValueError("exactly one of say, inject, update")
+        return self
+
+
 class DrainRequest(_Model):
     exit_when_empty: bool = Field(default=False, description="The worker exits once its last call ends")
     deadline_s: float | None = Field(

@@ -98,3 +98,90 @@ async def test_instructions_and_the_call_view_carry_the_callers_context(
     assert context["called_number"] == "+15550199"
     assert context["headers"] == {"X-Account": ACCOUNT}
     assert context["transport"] == "udp" and context["source"].startswith("127.0.0.1:")
+
+
+# ------------------------------------------------------------------------------------ live call control
+
+
+def _events(detail: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [event for event in detail["event_list"] if event["type"] == kind]
+
+
+async def test_say_inject_and_update_reach_the_provider_through_the_api(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    require_module("pjsua2", package="pjsua2-python")
+    fake = await start_fake_provider(peer_procs)
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
+    gateway = await start_gateway(
+        peer_procs,
+        env={
+            "GATEWAY_PROVIDER": "openai",
+            "GATEWAY_OPENAI_URL": fake.url,
+            "OPENAI_API_KEY": "",
+            "GATEWAY_CONFIG": str(config),
+        },
+    )
+    phone = PjsuaPhone(peer_procs, tmp_path, mode="caller", uri=gateway.sip_uri, hangup_after=40.0, record=False)
+    async with phone:
+        await phone.wait_state("CONFIRMED", within=20)
+        await _instructions(fake)
+        calls = await gateway.api("GET", "/v1/calls", params={"state": "active"})
+        (call,) = calls["items"] if isinstance(calls, dict) else calls
+        call_id = call["id"]
+        async with gateway.client() as client:
+            said = await client.post(f"/v1/calls/{call_id}/say", json={"text": "Your order has shipped."})
+            assert said.status_code == 204, said.text
+            detail = await fake.wait_for_record(
+                1,
+                lambda d: any(
+                    "Your order has shipped." in (e.get("response") or {}).get("instructions", "")
+                    for e in _events(d, "response.create")
+                ),
+                within=15,
+                what="response.create with the text to say",
+            )
+            injected = await client.post(
+                f"/v1/calls/{call_id}/inject",
+                json={"text": "The caller is a gold member.", "role": "system", "respond": True},
+            )
+            assert injected.status_code == 204, injected.text
+            detail = await fake.wait_for_record(
+                1,
+                lambda d: any(
+                    e["item"].get("role") == "system"
+                    and e["item"]["content"][0].get("text") == "The caller is a gold member."
+                    for e in _events(d, "conversation.item.create")
+                ),
+                within=15,
+                what="conversation.item.create of the injected message",
+            )
+            responses_before = len(_events(detail, "response.create"))
+            assert responses_before >= 2
+
+            updated = await client.post(f"/v1/calls/{call_id}/update", json={"instructions": "Speak French."})
+            assert updated.status_code == 204, updated.text
+            summaries = await fake.wait_for(lambda s: len(s) >= 2, within=15, what="the updated agent's connection")
+            fresh = await fake.wait_for_record(
+                summaries[1]["id"],
+                lambda d: bool(_events(d, "session.update")),
+                within=15,
+                what="session.update of the updated agent",
+            )
+            assert _events(fresh, "session.update")[0]["session"]["instructions"] == "Speak French."
+            # The injected message travelled with the conversation to the new connection.
+            assert any(
+                e["item"]["content"][0].get("text") == "The caller is a gold member."
+                for e in _events(fresh, "conversation.item.create")
+            )
+
+            bad = await client.post(f"/v1/calls/{call_id}/inject", json={"text": "x", "role": "assistant"})
+            assert bad.status_code == 422
+            unknown = await client.post("/v1/calls/c-000000000000/say", json={"text": "hi"})
+            assert unknown.status_code == 404
+            assert (await client.post(f"/v1/calls/{call_id}/hangup")).status_code == 204
+        await phone.wait_done(within=30)
+    async with gateway.client() as client:
+        ended = await client.post(f"/v1/calls/{call_id}/say", json={"text": "too late"})
+    assert ended.status_code == 409 and "ended" in ended.json()["error"]["message"]
