@@ -247,7 +247,11 @@ def _values(headers: Iterable[tuple[str, str]], name: str) -> list[str]:
     values: list[str] = []
     for header, value in headers:
         if header.lower() == lowered:
-            values += [part.strip() for part in split_outside(value, ",") if part.strip()]
+            try:
+                parts = split_outside(value, ",")
+            except RemoteProtocolError as exc:
+                raise RemoteProtocolError(f"{name}: {exc.reason}") from None
+            values += [part.strip() for part in parts if part.strip()]
     return values
 
 
@@ -306,7 +310,11 @@ def context_from_invite(
             problems.append(exc.reason)
     elif caller.display_name:
         display = caller.display_name
-    privacy = "id" in {token.strip().lower() for token in _values(headers, "Privacy") for token in token.split(";")}
+    try:
+        privacy = "id" in {part.strip().lower() for value in _values(headers, "Privacy") for part in value.split(";")}
+    except RemoteProtocolError as exc:
+        problems.append(exc.reason)
+        privacy = False
 
     try:
         called = number_of(parse_identity(request_uri, header="Request-URI").uri)

@@ -211,3 +211,36 @@ def test_any_header_value_renders_as_exactly_one_json_string(value: str) -> None
     assert text.startswith("<<") and text.endswith(">>")
     assert isinstance(json.loads(text[2:-2]), str)
     assert "\n" not in text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pai=st.text(max_size=120),
+    rpid=st.text(max_size=120),
+    diversion=st.text(max_size=120),
+    history=st.text(max_size=120),
+    privacy=st.text(max_size=20),
+)
+def test_no_identity_or_redirection_header_makes_the_context_raise(
+    pai: str, rpid: str, diversion: str, history: str, privacy: str
+) -> None:
+    context = invite(
+        (
+            ("P-Asserted-Identity", pai),
+            ("Remote-Party-ID", rpid),
+            ("Diversion", diversion),
+            ("History-Info", history),
+            ("Privacy", privacy),
+        )
+    )
+    assert context.identity_source in ("p-asserted-identity", "remote-party-id", "from")
+    for value in (context.caller_number, context.caller_name, *context.diverted_from):
+        assert len(value) <= POLICY.max_value_chars
+        assert all(char == " " or char.isprintable() for char in value)
+
+
+def test_an_unterminated_quote_is_a_named_problem_not_an_exception() -> None:
+    context = invite((("P-Asserted-Identity", '"Alice <sip:+1@x>'), ("Privacy", '"id')))
+    assert context.identity_source == "from" and not context.privacy
+    assert "P-Asserted-Identity: unterminated quoted string" in context.problems
+    assert "Privacy: unterminated quoted string" in context.problems
