@@ -87,24 +87,24 @@ class ProviderSettings(BaseSettings):
         description="How far the echo agent lags the caller, in 20 ms frames.",
     )
     pipeline_stt: str = Field(
-        default="scripted",
+        default="whisper",
         validation_alias=_env("GATEWAY_PIPELINE_STT"),
         description="Recogniser of `pipeline` profiles that name none (`deepgram`, `openai`, `whisper`, `scripted`).",
     )
     pipeline_llm: str = Field(
-        default="openai-compatible",
+        default="rules",
         validation_alias=_env("GATEWAY_PIPELINE_LLM"),
         description="Chat model of `pipeline` profiles that name none (`openai-compatible`, `rules`).",
     )
     pipeline_tts: str = Field(
-        default="synthetic",
+        default="espeak",
         validation_alias=_env("GATEWAY_PIPELINE_TTS"),
         description=(
             "Voice of `pipeline` profiles that name none (`elevenlabs`, `cartesia`, `openai`, `espeak`, `synthetic`)."
         ),
     )
     pipeline_vad: str = Field(
-        default="energy",
+        default="silero",
         validation_alias=_env("GATEWAY_PIPELINE_VAD"),
         description="Voice detector of `pipeline` profiles that name none (`energy`, `silero`).",
     )

@@ -294,7 +294,7 @@ class SipCalls:
         ours costs (the caller picks from our offer in its ACK)."""
         leg.sdp = _offer_answer(self._media_settings)
         if not offer_body:
-            leg.cost = self._costs.offer_cost(self._media_settings)
+            leg.cost = leg.agent_cost + self._costs.offer_cost(self._media_settings)
             return True
         result = leg.sdp.answer(offer_body)
         if isinstance(result, Refused):
@@ -302,7 +302,7 @@ class SipCalls:
             self.end(leg, result.code)
             log.info("call %s: offer refused: %s", leg.id, result.reason)
             return False
-        leg.cost = self._costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
+        leg.cost = leg.agent_cost + self._costs.call_cost(result.media.codec_name, srtp=result.srtp is not None)
         return True
 
     def _prepare_media(self, leg: CallLeg) -> bool:
@@ -326,7 +326,7 @@ class SipCalls:
         assert leg.sdp is not None and leg.rtp is not None
         negotiated, srtp = leg.sdp.media, leg.sdp.srtp
         assert negotiated is not None
-        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
+        leg.cost = leg.agent_cost + self._costs.call_cost(negotiated.codec_name, srtp=srtp is not None)
         channels = 1
         if negotiated.codec_name == "opus" and negotiated.opus is not None and negotiated.opus.stereo:
             channels = 2
@@ -391,7 +391,7 @@ class SipCalls:
             config = _srtp_config(result.srtp)
             if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
                 self._plant.engine.set_srtp(leg.id, config)
-        leg.cost = self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
+        leg.cost = leg.agent_cost + self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
         self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
         assert sdp.local is not None
         self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
@@ -447,6 +447,8 @@ class SipCalls:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
         model = self._host.model_for(profile.provider)
         leg.provider = model.name
+        leg.agent_cost = self._costs.agent_cost(model, profile)
+        leg.cost += leg.agent_cost
         session = CallSession(
             call_id=leg.id,
             profile=profile,

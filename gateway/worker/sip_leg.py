@@ -82,7 +82,8 @@ class CallLeg:
     last_level: float | None = None
     level_phase: int = field(default_factory=lambda: next(_level_phases))  # tick_no % LEVEL_EVERY_TICKS to sample on
     tick_count: int = 0
-    cost: float = 1.0  # of the worker's capacity: 1 for G.711 (CapacitySettings.call_cost)
+    cost: float = 1.0  # of the worker's capacity: 1 for G.711 (CapacitySettings.call_cost) plus agent_cost
+    agent_cost: float = 0.0  # what the agent takes here (CapacitySettings.agent_cost), set with the session
 
     @property
     def live(self) -> bool:

@@ -15,6 +15,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.media.jitter import JitterConfig
+from gateway.providers.base import AgentProfile, RealtimeModel
+from gateway.providers.pipeline.model import PipelineModel
 
 if TYPE_CHECKING:
     from gateway.session.config import SessionConfig
@@ -389,6 +391,21 @@ class CapacitySettings(_Slice):
         le=100.0,
         description=f"Capacity a SIP call whose media is SRTP takes on top of its codec's ({_SIZING}).",
     )
+    local_stt_call_cost: float = Field(
+        default=14.0,
+        ge=0.0,
+        le=1000.0,
+        description=f"Capacity a call takes on top of its media's when its agent transcribes on this worker (a "
+        f"`pipeline` profile with the local `whisper` recogniser) ({_SIZING}).",
+    )
+
+    def agent_cost(self, model: RealtimeModel, profile: AgentProfile) -> float:
+        """What the call's agent takes of ``capacity`` on this worker: a pipeline that runs Whisper here costs
+        ``local_stt_call_cost``; agents that run elsewhere (cloud providers, a bot) cost nothing here."""
+        if not isinstance(model, PipelineModel):
+            return 0.0
+        spec = profile.pipeline or model.default_spec
+        return self.local_stt_call_cost if spec.stt.name == "whisper" else 0.0
 
     def call_cost(self, codec: str, *, srtp: bool = False) -> float:
         """How much of ``capacity`` a call with this codec (the names of ``MediaSettings.codecs``) takes, its
@@ -439,7 +456,7 @@ class SessionSettings(_Slice):
         le=200,
         multiple_of=20,
         description="Caller audio per provider message: 20 ms is the lowest latency; longer trades latency for "
-        "worker CPU (docs/performance.md).",
+        "worker CPU (docs/performance/2026-12-01-provider-frame-size.md).",
     )
     provider_quiet_chunk_ms: int = Field(
         default=100,

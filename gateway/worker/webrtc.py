@@ -240,7 +240,8 @@ class WebRtcCalls:
         self.settings = settings or WebRtcSettings()
         self.config = self.settings.peer_config(media_host)
         self.legs = legs if legs is not None else LegRegistry()
-        self._cost = (costs or CapacitySettings()).webrtc_call_cost
+        self._costs = costs or CapacitySettings()
+        self._cost = self._costs.webrtc_call_cost
         self._tasks = TaskSet("webrtc")
         self._closing = False
 
@@ -395,6 +396,7 @@ class WebRtcCalls:
             call_context=context.as_parameters(),
         )
         model = worker.model_for(profile.provider)
+        leg.cost = self._cost + self._costs.agent_cost(model, profile)
         return CallSession(
             call_id=leg.id,
             profile=profile,

@@ -477,10 +477,10 @@ class MediaWorker:
         return self.sip_calls.snapshot_of(leg)
 
     async def snapshot(self) -> list[CallSnapshot]:
-        """Every call's snapshot, SIP and browser. Built in slices with the loop let in between: a snapshot is
-        pydantic work of about 15 µs, and the heartbeat takes one of every call each second, which at 400 calls
-        held the loop for 6 ms in one stretch. A call that ended meanwhile is left out, as if it had ended
-        before."""
+        """Every call's snapshot, SIP and browser. Built in slices with the loop let in between: the heartbeat
+        takes one of every call each second, and at hundreds of calls that pydantic work in one stretch held the
+        media tick (docs/performance/2026-12-03-ops-slices.md). A call that ended meanwhile is left out,
+        as if it had ended before."""
         slices = Slices(self.slice_s)
         legs = self.legs
         snapshots: list[CallSnapshot] = []

@@ -58,6 +58,7 @@ async def test_baresip_hears_its_own_speech_over_srtp(
         await phone.dial(gateway.sip_uri)
         await phone.wait_established(within=15)
         live = await _live_call(gateway)
+        during_call = await _unencrypted_rtcp_while_live(gateway)
         await phone.wait_closed(within=40)
     sent = read_wav(speech_8k)
     heard = read_wav(phone.last_recording().decoded)
@@ -67,8 +68,30 @@ async def test_baresip_hears_its_own_speech_over_srtp(
     assert live["srtp"] in ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32"), live
     assert call["srtp"] == live["srtp"] and call["codec"] == "PCMU"
     assert call["end_reason"] == "caller_hangup" and call["stats"]["rtp_packets_in"] > 100
-    for reason in ("srtp_auth_failed", "srtp_replay", "srtp_plaintext", "srtcp_auth_failed", "srtcp_unencrypted"):
+    for reason in ("srtp_auth_failed", "srtp_replay", "srtp_plaintext", "srtcp_auth_failed"):
         assert await _srtp_dropped(gateway, reason) == 0.0, reason
+    # baresip 1.0 sends its RTCP BYE (reason "Adjo") in the clear a few ms after its SIP BYE, once its SRTP is
+    # torn down; when it reaches the call's port before the gateway releases it, it is counted, rightly, as
+    # unencrypted SRTCP. While the call was up, none was.
+    assert during_call == 0.0
+    assert await _srtp_dropped(gateway, "srtcp_unencrypted") <= 1.0
+
+
+async def _unencrypted_rtcp_while_live(gateway: GatewayProcess) -> float:
+    """The srtcp_unencrypted count last read while the call was still listed active, read until it is not."""
+    seen: list[float] = []
+
+    async def ended() -> bool:
+        value = await _srtp_dropped(gateway, "srtcp_unencrypted")  # read before the listing: then it was live
+        calls = await gateway.api("GET", "/v1/calls", params={"state": "active"})
+        if calls["items"] if isinstance(calls, dict) else calls:
+            seen.append(value)
+            return False
+        return True
+
+    await poll(ended, within=40, what="the call's end", every=0.25)
+    assert seen, "the call ended before its SRTCP count was read"
+    return seen[-1]
 
 
 async def test_a_plain_packet_into_an_srtp_call_is_counted_not_played(

@@ -175,4 +175,6 @@ def heard_prefix(text: str, words: Sequence[Word], audio_end_ms: int) -> str:
     for word in words:
         if word.start_ms < audio_end_ms:
             cut = max(cut, word.char_end)
+    if cut and not any(char.isalnum() for char in text[cut:]):
+        cut = len(text)  # the last word was heard: its closing punctuation belongs to what was said
     return text[:cut].strip()

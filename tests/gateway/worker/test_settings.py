@@ -152,3 +152,29 @@ def test_srtp_settings_from_the_environment_and_flags(monkeypatch: pytest.Monkey
     for bad in ({"srtp": "maybe"}, {"srtp_suites": "AEAD_AES_256_GCM"}, {"srtp_suites": ""}):
         with pytest.raises(ValueError):
             WorkerSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_a_call_whose_agent_runs_whisper_here_costs_the_local_stt_call_cost() -> None:
+    from dataclasses import replace
+
+    import gateway.providers.pipeline.local  # noqa: F401  (registers whisper, silero, espeak, rules)
+    from gateway.providers.base import AgentProfile, ComponentSpec, PipelineSpec
+    from gateway.providers.echo import EchoConfig, EchoModel
+    from gateway.providers.pipeline.components import ComponentContext
+    from gateway.providers.pipeline.model import PipelineModel
+    from gateway.worker.slices import CapacitySettings
+
+    costs = CapacitySettings(local_stt_call_cost=12.5)
+    local = PipelineSpec(
+        stt=ComponentSpec(name="whisper"),
+        llm=ComponentSpec(name="rules"),
+        tts=ComponentSpec(name="espeak"),
+        vad=ComponentSpec(name="silero"),
+    )
+    cloud = replace(local, stt=ComponentSpec(name="deepgram"))
+    model = PipelineModel(cloud, ComponentContext())
+    profile = AgentProfile(provider="pipeline")
+    assert costs.agent_cost(model, profile) == 0.0  # the default spec transcribes in the cloud
+    assert costs.agent_cost(model, replace(profile, pipeline=local)) == 12.5
+    assert costs.agent_cost(PipelineModel(local, ComponentContext()), profile) == 12.5
+    assert costs.agent_cost(EchoModel(EchoConfig()), AgentProfile()) == 0.0

@@ -48,6 +48,14 @@ def test_a_word_counts_once_its_start_played() -> None:
     assert heard_prefix(text, words, 10_000) == "One two three"
 
 
+def test_a_reply_heard_to_its_last_word_keeps_its_closing_punctuation() -> None:
+    text = "I heard four, five. Goodbye!"
+    words = estimate_words(text, char_offset=0, start_ms=0, duration_ms=1000)
+    assert heard_prefix(text, words, 10_000) == text
+    assert heard_prefix(text, words, words[1].start_ms + 1) == "I heard"
+    assert heard_prefix(text, words, words[-1].start_ms) == "I heard four, five."
+
+
 def test_words_are_placed_after_the_audio_of_earlier_streams_never_reset_per_sentence() -> None:
     speech = ItemSpeech(item_id="i")
     speech.begin_segment(char_base=0, timestamps=True)
