@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.e2e.gateway_proc import start_gateway
-from tests.e2e.provider_harness import FakeProvider, start_fake_provider
+from tests.e2e.provider_harness import FakeProvider, WebhookRequest, WebhookServer, start_fake_provider
+from tests.support.audio import silence, tone, write_wav
 from tests.support.peers import require_module
 from tests.support.pjsua import PjsuaPhone
 from tests.support.procs import ProcessGroup
@@ -98,6 +100,65 @@ async def test_instructions_and_the_call_view_carry_the_callers_context(
     assert context["called_number"] == "+15550199"
     assert context["headers"] == {"X-Account": ACCOUNT}
     assert context["transport"] == "udp" and context["source"].startswith("127.0.0.1:")
+
+
+async def test_webhook_tool_requests_carry_the_callers_context(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    require_module("pjsua2", package="pjsua2-python")
+
+    async def answer(request: WebhookRequest) -> tuple[int, dict[str, Any]]:
+        return 200, {"status": "shipped"}
+
+    async with WebhookServer(answer) as hook:
+        # The fake answers the caller's first turn (a tone, then silence) with a call of lookup_order.
+        fake = await start_fake_provider(
+            peer_procs, *("--mode", "tone", "--reply-ms", "300", "--tool-name", "lookup_order")
+        )
+        config = tmp_path / "gateway.toml"
+        config.write_text(
+            CONFIG
+            + f"""
+[[profiles.agent.tools]]
+name = "lookup_order"
+description = "Look up an order."
+url = {json.dumps(hook.url)}
+timeout_s = 5
+"""
+        )
+        gateway = await start_gateway(
+            peer_procs,
+            env={
+                "GATEWAY_PROVIDER": "openai",
+                "GATEWAY_OPENAI_URL": fake.url,
+                "OPENAI_API_KEY": "",
+                "GATEWAY_CONFIG": str(config),
+            },
+        )
+        turn = write_wav(
+            tmp_path / "turn.wav", np.concatenate([tone(440.0, 1.0, 8000), silence(3.0, 8000)[:, 0]]), 8000
+        )
+        phone = PjsuaPhone(
+            peer_procs,
+            tmp_path,
+            mode="caller",
+            uri=gateway.sip_uri,
+            play=turn,
+            headers=(("X-Account", "A-42"),),
+            hangup_after=15.0,
+            record=False,
+        )
+        async with phone:
+            await phone.wait_state("CONFIRMED", within=20)
+            (request,) = await hook.wait_requests(1, within=20)
+            async with gateway.client() as client:
+                calls = (await client.get("/v1/calls", params={"state": "active"})).json()
+                (call,) = calls["items"] if isinstance(calls, dict) else calls
+                await client.post(f"/v1/calls/{call['id']}/hangup")
+            await phone.wait_done(within=30)
+    context = request.body["context"]
+    assert request.body["name"] == "lookup_order" and request.body["call_id"] == call["id"]
+    assert context["caller_number"] == "pjsua" and context["identity_source"] == "from"
+    assert context["headers"] == {"X-Account": "A-42"}
+    assert context["called_number"] == "agent" and context["transport"] == "udp"
 
 
 # ------------------------------------------------------------------------------------ live call control
