@@ -20,13 +20,17 @@ from gateway.fleet.errors import CallNotFoundError
 from gateway.fleet.json_errors import ApiError
 from gateway.fleet.models import (
     AdmissionDecision,
+    AgentCommand,
+    AgentUpdateRequest,
     CallCreated,
     CallDirection,
     CallState,
     DrainRequest,
     DtmfRequest,
     HangupRequest,
+    InjectRequest,
     OriginateRequest,
+    SayRequest,
     TransferRequest,
     WorkerInfo,
 )
@@ -227,6 +231,27 @@ async def transfer(plane: PlaneDep, call_id: CallId, body: TransferRequest) -> R
 async def send_dtmf(plane: PlaneDep, call_id: CallId, body: DtmfRequest) -> Response:
     """Send DTMF digits (RFC 4733) to the caller."""
     await plane.send_dtmf(call_id, body.digits)
+    return Response(status_code=204)
+
+
+@router.post("/calls/{call_id}/say", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
+async def say(plane: PlaneDep, call_id: CallId, body: SayRequest) -> Response:
+    """The agent says ``text``: after its current turn, or at once (cutting it) with ``interrupt``."""
+    await plane.command_agent(call_id, AgentCommand(say=body))
+    return Response(status_code=204)
+
+
+@router.post("/calls/{call_id}/inject", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
+async def inject(plane: PlaneDep, call_id: CallId, body: InjectRequest) -> Response:
+    """Add a user or system message to the agent's conversation; ``respond`` asks it to answer now."""
+    await plane.command_agent(call_id, AgentCommand(inject=body))
+    return Response(status_code=204)
+
+
+@router.post("/calls/{call_id}/update", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
+async def update_agent(plane: PlaneDep, call_id: CallId, body: AgentUpdateRequest) -> Response:
+    """Change the running agent's instructions or voice; a fresh provider session carries the conversation."""
+    await plane.command_agent(call_id, AgentCommand(update=body))
     return Response(status_code=204)
 
 

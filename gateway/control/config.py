@@ -6,6 +6,10 @@ Routes are tried in file order; the first whose pattern matches the called numbe
 * ``did = "+1555*"``     prefix (a trailing ``*``; ``"*"`` alone matches every number)
 * ``did_regex = "^\\+44(20|161)"``  Python regular expression, searched in the number (anchor it yourself)
 
+A profile's ``instructions`` and ``greeting`` are templates over the call's context (``{caller_number}``,
+``{headers.X-Account}``: the names of :mod:`gateway.sip.caller_context`); ``[context]`` names the headers
+a call keeps and the trunks whose asserted identity is believed. An unknown name fails the load.
+
 Each route names a profile (``[profiles.<name>]``, the fields of
 :class:`gateway.providers.base.AgentProfile`, plus webhook tools) and may cap its own concurrent calls.
 Every problem is reported as ``<file>: <key>: <problem>``, all of them at once, before anything starts.
@@ -25,12 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.fleet.models import (
     BotModel,
     ComponentModel,
+    ContextPolicyModel,
     PipelineModel,
     ProfileModel,
     ToolModel,
     TurnDetectionModel,
     WebhookSpec,
 )
+from gateway.sip.caller_context import template_problems
 
 DEFAULT_SOURCE = "<built-in config>"
 
@@ -214,6 +220,7 @@ class _ConfigFile(_Section):
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     routes: list[RouteConfig] = Field(default_factory=list)
     profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
+    context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
 
 class GatewayConfig:
@@ -224,7 +231,10 @@ class GatewayConfig:
         self.limits = parsed.limits
         self.fleet = parsed.fleet
         self.routes: tuple[RouteConfig, ...] = tuple(parsed.routes)
-        self.profiles: dict[str, ProfileModel] = {name: p.to_model(name) for name, p in parsed.profiles.items()}
+        self.context = parsed.context
+        self.profiles: dict[str, ProfileModel] = {
+            name: p.to_model(name).model_copy(update={"context": parsed.context}) for name, p in parsed.profiles.items()
+        }
         self._routes_by_name = {route.name: route for route in self.routes}
 
     def resolve(self, called: str) -> RouteConfig | None:
@@ -270,7 +280,12 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
         if route.profile not in parsed.profiles:
             known = ", ".join(sorted(parsed.profiles)) or "none defined"
             problems.append(f"{source}: routes[{index}].profile: unknown profile {route.profile!r} (known: {known})")
+    policy = parsed.context.to_policy()
     for name, profile in parsed.profiles.items():
+        for key in ("instructions", "greeting"):
+            problems += [
+                f"{source}: profiles.{name}.{key}: {p}" for p in template_problems(getattr(profile, key), policy)
+            ]
         if profile.pipeline is not None:
             from gateway.providers.pipeline.components import problems as pipeline_problems
 

@@ -35,6 +35,7 @@ from gateway.fleet.models import (
     CAPACITY_SLACK,
     AdmissionDecision,
     AdmissionRequest,
+    AgentCommand,
     CallSnapshot,
     EventType,
     FleetEvent,
@@ -528,6 +529,11 @@ class ControlPlane:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         _, commands = await self._live_call_and_commands(call_id)
         await commands.send_dtmf(call_id, digits)
+
+    async def command_agent(self, call_id: str, command: AgentCommand) -> None:
+        """Live call control (say, inject, update), forwarded to the call's worker."""
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.command_agent(call_id, command)
 
     # ----------------------------------------------------------------------------------- events
 

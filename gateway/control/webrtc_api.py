@@ -34,15 +34,15 @@ import math
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.control.auth import bearer_scheme, require_api_token
@@ -87,7 +87,9 @@ class WebRtcApiSettings(BaseSettings):
 class WebRtcCallHandler(Protocol):
     """What answers an offer: the worker's WebRtcCalls. Raises OfferError (400) or CallRefusedError."""
 
-    async def answer(self, sdp: str, *, route: str | None, public: bool, client: str = "") -> WebRtcAnswer: ...
+    async def answer(
+        self, sdp: str, *, route: str | None, public: bool, client: str = "", metadata: Mapping[str, str] | None = None
+    ) -> WebRtcAnswer: ...
 
 
 # ------------------------------------------------------------------------------------------ models
@@ -112,11 +114,33 @@ class OfferAnswer(BaseModel):
     call_id: str = Field(description="Id of the call in /v1/calls")
 
 
+MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+MetadataValue = Annotated[str, StringConstraints(max_length=256)]
+MAX_METADATA_BYTES = 1024  # of its compact JSON: the token carries it, and a token is at most 2048 chars
+
+
 class TokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"route": "support", "ttl_s": 300}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"route": "support", "ttl_s": 300, "metadata": {"plan": "gold"}}]},
+    )
 
     route: str = Field(min_length=1, max_length=128)
     ttl_s: int = Field(default=300, ge=10, le=86_400, description="Lifetime in seconds")
+    metadata: dict[MetadataKey, MetadataValue] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Signed into the token and given to the call as its context ({metadata.<key>} in templates); "
+        "at most 16 keys, 1024 bytes of JSON",
+    )
+
+    @field_validator("metadata")
+    @classmethod
+    def _small(cls, value: dict[str, str]) -> dict[str, str]:
+        size = len(json.dumps(value, separators=(",", ":")).encode("utf-8"))
+        if size > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata is {size} bytes of JSON; at most {MAX_METADATA_BYTES}")
+        return value
 
 
 class TokenResponse(BaseModel):
@@ -137,6 +161,7 @@ class CallToken:
     route: str
     expires_at: int
     nonce: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
 
 def _b64encode(data: bytes) -> str:
@@ -147,16 +172,17 @@ def _b64decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def mint_call_token(key: bytes, *, route: str, expires_at: int) -> str:
-    payload = _b64encode(
-        json.dumps({"r": route, "e": expires_at, "n": secrets.token_urlsafe(12)}, separators=(",", ":")).encode()
-    )
+def mint_call_token(key: bytes, *, route: str, expires_at: int, metadata: Mapping[str, str] | None = None) -> str:
+    claims: dict[str, Any] = {"r": route, "e": expires_at, "n": secrets.token_urlsafe(12)}
+    if metadata:
+        claims["m"] = dict(metadata)
+    payload = _b64encode(json.dumps(claims, separators=(",", ":")).encode())
     mac = hmac.new(key, (TOKEN_PREFIX + payload).encode("ascii"), hashlib.sha256).digest()
     return f"{TOKEN_PREFIX}{payload}.{_b64encode(mac)}"
 
 
 def verify_call_token(key: bytes, token: str, *, now: float) -> CallToken:
-    if not token.startswith(TOKEN_PREFIX) or len(token) > 1024:
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 2048:
         raise InvalidCallTokenError("not a call token")
     payload, dot, mac_text = token[len(TOKEN_PREFIX) :].partition(".")
     if not dot or not payload or not mac_text:
@@ -174,9 +200,12 @@ def verify_call_token(key: bytes, token: str, *, now: float) -> CallToken:
     route, expires_at, nonce = data.get("r"), data.get("e"), data.get("n")
     if not isinstance(route, str) or not isinstance(expires_at, int) or not isinstance(nonce, str):
         raise InvalidCallTokenError("malformed call token")
+    metadata = data.get("m", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise InvalidCallTokenError("malformed call token")
     if expires_at <= now:
         raise InvalidCallTokenError("call token has expired")
-    return CallToken(route=route, expires_at=expires_at, nonce=nonce)
+    return CallToken(route=route, expires_at=expires_at, nonce=nonce, metadata=metadata)
 
 
 class SpentTokens:
@@ -337,7 +366,8 @@ def webrtc_router(
             if not spent.spend(grant, now) or not await plane.store.try_lock(f"webrtc-token:{grant.nonce}", lease_s):
                 raise ApiError(401, "token_spent", "this call token was already used; ask for a new one")
         try:
-            answer = await calls.answer(body.sdp, route=route.name, public=public, client=client)
+            metadata = grant.metadata if grant is not None else None
+            answer = await calls.answer(body.sdp, route=route.name, public=public, client=client, metadata=metadata)
         except OfferError as exc:
             raise ApiError(400, "bad_sdp", str(exc)) from None
         except CallRefusedError as exc:
@@ -363,7 +393,7 @@ def webrtc_router(
                 f"ttl_s may be at most {settings.max_token_ttl_s} s (GATEWAY_WEBRTC_MAX_TOKEN_TTL_S)",
             )
         expires_at = int(now_of(request)) + body.ttl_s
-        token = mint_call_token(key_of(request), route=body.route, expires_at=expires_at)
+        token = mint_call_token(key_of(request), route=body.route, expires_at=expires_at, metadata=body.metadata)
         return TokenResponse(token=token, expires_at=float(expires_at), route=body.route)
 
     def page_file(name: str, media_type: str) -> FileResponse:

@@ -29,6 +29,7 @@ from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkAu
 from gateway.fleet.models import (
     AdmissionDecision,
     AdmissionRequest,
+    AgentCommand,
     CallSnapshot,
     DrainRequest,
     DtmfRequest,
@@ -266,6 +267,9 @@ class HttpWorkerCommands:
 
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         await self._http.request("POST", f"/calls/{call_id}/dtmf", DtmfRequest(digits=digits).model_dump())
+
+    async def command_agent(self, call_id: str, command: AgentCommand) -> None:
+        await self._http.request("POST", f"/calls/{call_id}/agent", command.model_dump(mode="json"))
 
     async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
         body = OriginateCommand(request=request, admission=admission).model_dump(mode="json")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
+from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicyError
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
 CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
@@ -182,6 +183,40 @@ class CallStats(_Model):
     )
 
 
+class CallContextModel(_Model):
+    """What the call carried when it arrived (:class:`gateway.sip.caller_context.CallContext`), sanitised."""
+
+    caller_number: str = Field(default="", max_length=4096)
+    caller_name: str = Field(default="", max_length=4096)
+    identity_source: Literal["p-asserted-identity", "remote-party-id", "from", "page", "none"] = Field(
+        default="none",
+        description="Which header gave the caller: P-Asserted-Identity and Remote-Party-ID only from trusted "
+        "sources (RFC 3325), From otherwise; page: a browser page's metadata",
+    )
+    privacy: bool = Field(default=False, description="The caller asked for Privacy: id")
+    called_number: str = Field(default="", max_length=4096)
+    diverted_from: list[str] = Field(default_factory=list, description="Diversion, then History-Info numbers")
+    headers: dict[str, str] = Field(default_factory=dict, description="The configured headers the INVITE carried")
+    metadata: dict[str, str] = Field(default_factory=dict, description="A browser page's, from its token request")
+    transport: str = ""
+    source: str = ""
+
+    @classmethod
+    def of(cls, context: CallContext) -> CallContextModel:
+        return cls(
+            caller_number=context.caller_number,
+            caller_name=context.caller_name,
+            identity_source=context.identity_source,
+            privacy=context.privacy,
+            called_number=context.called_number,
+            diverted_from=list(context.diverted_from),
+            headers=dict(context.headers),
+            metadata=dict(context.metadata),
+            transport=context.transport,
+            source=context.source,
+        )
+
+
 class CallSnapshot(_Model):
     """The state of one call. Workers send these; the plane stores and publishes them."""
 
@@ -250,6 +285,7 @@ class CallSnapshot(_Model):
         default_factory=list, description="Tool calls with arguments and results (GET /v1/calls/{id} only)"
     )
     dtmf: str = Field(default="", max_length=256, description="DTMF digits the caller sent, in order")
+    context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
 
     @property
     def is_live(self) -> bool:
@@ -360,6 +396,39 @@ class BotModel(_Model):
         return BotSpec(url=self.url, audio=self.audio, parameters=dict(self.parameters))
 
 
+class ContextPolicyModel(_Model):
+    """The routes file's ``[context]``: which INVITE headers a call keeps, whose identity headers are believed."""
+
+    headers: list[str] = Field(
+        default_factory=list, description="SIP headers kept in the call's context, e.g. X-Account (case-insensitive)"
+    )
+    trusted_sources: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks (CIDR) of trusted trunks: only their P-Asserted-Identity / "
+        "Remote-Party-ID is believed (RFC 3325 §9.1)",
+    )
+    max_value_chars: int = Field(default=256, ge=1, le=4096, description="Longest kept value (longer: cut)")
+    max_headers: int = Field(default=16, ge=0, le=64, description="Most headers kept (and metadata entries)")
+    max_redirects: int = Field(default=8, ge=0, le=32, description="Most Diversion/History-Info numbers kept")
+
+    @model_validator(mode="after")
+    def _valid_policy(self) -> ContextPolicyModel:
+        try:
+            self.to_policy()
+        except ContextPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def to_policy(self) -> ContextPolicy:
+        return ContextPolicy(
+            headers=tuple(self.headers),
+            trusted_sources=tuple(self.trusted_sources),
+            max_value_chars=self.max_value_chars,
+            max_headers=self.max_headers,
+            max_redirects=self.max_redirects,
+        )
+
+
 class ProfileModel(_Model):
     """The wire form of :class:`gateway.providers.base.AgentProfile`, plus where webhook tools run."""
 
@@ -375,6 +444,8 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
+    context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
     def to_agent_profile(self) -> AgentProfile:
         td = self.turn_detection
@@ -492,6 +563,66 @@ class DtmfRequest(_Model):
         if not DTMF_DIGITS.fullmatch(value):
             raise ValueError("digits must be 1-64 of 0-9 * # A-D")
         return value.upper()
+
+
+class SayRequest(_Model):
+    """POST /v1/calls/{id}/say: the agent says ``text``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"text": "One moment.", "interrupt": False}]},
+    )
+
+    text: str = Field(min_length=1, max_length=4096, description="What the agent says, as written")
+    interrupt: bool = Field(
+        default=False, description="Cut what the agent is saying and say this now (false: after the current turn)"
+    )
+
+
+class InjectRequest(_Model):
+    """POST /v1/calls/{id}/inject: a message added to the agent's conversation."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"text": "The caller's order has shipped.", "role": "system"}]},
+    )
+
+    text: str = Field(min_length=1, max_length=16_384)
+    role: Literal["user", "system"] = Field(default="system", description="Who the message is from")
+    respond: bool = Field(default=False, description="Ask the agent to respond to it now")
+
+
+class AgentUpdateRequest(_Model):
+    """POST /v1/calls/{id}/update: change the running agent (a fresh provider session carries the transcript)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra={"examples": [{"instructions": "Speak French from now on."}]}
+    )
+
+    instructions: str | None = Field(default=None, min_length=1, max_length=32_768)
+    voice: str | None = Field(default=None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _something(self) -> AgentUpdateRequest:
+        if self.instructions is None and self.voice is None:
+            raise ValueError("give instructions or voice (or both)")
+        return self
+
+
+class AgentCommand(_Model):
+    """The control plane -> worker form of the live call control commands: exactly one is set."""
+
+    say: SayRequest | None = None
+    inject: InjectRequest | None = None
+    update: AgentUpdateRequest | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AgentCommand:
+        if sum(part is not None for part in (self.say, self.inject, self.update)) != 1:
+            raise ValueError("exactly one of say, inject, update")
+        return self
 
 
 class DrainRequest(_Model):

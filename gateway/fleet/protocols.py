@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 from gateway.fleet.models import (
     AdmissionDecision,
     AdmissionRequest,
+    AgentCommand,
     CallSnapshot,
     OriginateRequest,
     WorkerEvent,
@@ -36,6 +37,10 @@ class WorkerCommands(Protocol):
     async def transfer(self, call_id: str, target: str) -> None: ...
 
     async def send_dtmf(self, call_id: str, digits: str) -> None: ...
+
+    async def command_agent(self, call_id: str, command: AgentCommand) -> None:
+        """Live call control: the agent says, is told, or is changed (CommandRejectedError unless it is up)."""
+        ...
 
     async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
         """Start dialling; return the call id (``admission.call_id``) once the call exists on the worker."""

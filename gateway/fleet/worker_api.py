@@ -21,6 +21,7 @@ from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, FleetE
 from gateway.fleet.http import INTERNAL_PREFIX
 from gateway.fleet.json_errors import ApiError, error_response
 from gateway.fleet.models import (
+    AgentCommand,
     CallSnapshot,
     DrainRequest,
     DtmfRequest,
@@ -93,6 +94,11 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
     @router.post("/calls/{call_id}/dtmf", status_code=204, response_model=None)
     async def send_dtmf(call_id: str, body: DtmfRequest) -> Any:
         result = await _run(lambda: commands.send_dtmf(call_id, body.digits))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.post("/calls/{call_id}/agent", status_code=204, response_model=None)
+    async def command_agent(call_id: str, body: AgentCommand) -> Any:
+        result = await _run(lambda: commands.command_agent(call_id, body))
         return result if isinstance(result, Response) else Response(status_code=204)
 
     @router.post("/originate", status_code=201, response_model=None)

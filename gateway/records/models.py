@@ -1,8 +1,8 @@
 """The record of an ended call as the history API returns it, and its mapping to and from the tables.
 
 A :class:`CallRecord` is the call's last snapshot (the fleet contract's :class:`CallSnapshot`, so a history item
-reads like a live call) plus what the plane knows of it: the agent profile its route gave it, its context, and
-where its recording lies.
+reads like a live call) plus what the plane knows of it: the agent profile its route gave it and
+where its recording lies (its context, from the snapshot, is kept as JSON).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ class CallRecord(CallSnapshot):
     """One ended call, whole (the transcript and tool calls only on ``GET /v1/calls/{id}``)."""
 
     profile: str = Field(default="", description="The agent profile the call's route gave it")
-    context: dict[str, Any] | None = Field(default=None, description="The caller's context, as the call carried it")
     recording_path: str | None = Field(default=None, description="Where the call's recording lies (none yet)")
 
 
@@ -41,7 +40,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "profile": profile,
         "provider": call.provider,
         "worker": call.worker,
-        "context": None,
+        "context": call.context.model_dump(mode="json") if call.context is not None else None,
         "started_at": started,
         "answered_at": call.answered,
         "ended_at": ended,

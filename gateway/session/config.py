@@ -46,7 +46,8 @@ class LocalVadConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookToolConfig:
-    """A tool served by an HTTP endpoint: POST JSON ``{call_id, tool_call_id, name, arguments}``.
+    """A tool served by an HTTP endpoint: POST JSON ``{call_id, tool_call_id, name, arguments}``
+    (and ``context``, the caller's, when the worker set one).
 
     ``auth_header`` is sent as given, e.g. ``("Authorization", "Bearer ...")``. ``background`` lets a slow
     call be promoted to a background run after the session's grace period.
@@ -59,6 +60,8 @@ class WebhookToolConfig:
     timeout_s: float = 5.0
     auth_header: tuple[str, str] | None = None
     background: bool = True
+    # The call's context (CallContext.as_json), sent as "context" in each request when not empty.
+    context: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _TOOL_NAME.match(self.name):

@@ -61,9 +61,10 @@ class InterruptedItem:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BargedIn(SessionEvent):
-    """The caller interrupted the agent. ``truncated``: truncate/delete was sent for ``items``."""
+    """The caller (or the API's ``say`` with interrupt, trigger ``api``) interrupted the agent. ``truncated``:
+    truncate/delete was sent for ``items``."""
 
-    trigger: Literal["speech_started", "provider_interrupted", "local_vad"]
+    trigger: Literal["speech_started", "provider_interrupted", "local_vad", "api"]
     response_id: str
     items: tuple[InterruptedItem, ...]
     cancelled: bool

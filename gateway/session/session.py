@@ -317,6 +317,31 @@ class CallSession:
         finally:
             self._updating = False
 
+    # ------------------------------------------------------------------------------- live call control
+
+    def say(self, text: str, *, interrupt: bool = False) -> None:
+        """The agent says ``text``: once its current response is done, or at once when ``interrupt`` (what it was
+        saying is cut and truncated like a barge-in). SessionStateError unless the call is ACTIVE."""
+        self._require_active("say")
+        if interrupt:
+            self._barge_in("api")
+        self._request_response(f"Say exactly this, then stop: {text}")
+
+    def inject(self, text: str, *, role: Literal["user", "system"], respond: bool = False) -> None:
+        """Add a message to the conversation (kept in the transcript, so a resume replays it); ``respond`` asks
+        the agent to answer it. SessionStateError unless the call is ACTIVE."""
+        link = self._require_active("inject")
+        self._transcript.message(role, text)
+        self._pipe.enqueue(SendOp(name="inject", send=partial(send_text, text=text, role=role), epoch=link.epoch))
+        if respond:
+            self._request_response()
+
+    def _require_active(self, what: str) -> Link:
+        link = self._pipe.usable()
+        if self._state is not CallState.ACTIVE or link is None or self._close_task is not None:
+            raise SessionStateError(f"cannot {what} while the call is {self._state.value}")
+        return link
+
     # ------------------------------------------------------------------------------------ media tick
 
     def push_inbound(self, frame: Frame) -> None:
@@ -482,7 +507,7 @@ class CallSession:
             self._transcript.placeholder("user", item_id)
         self._barge_in(trigger)
 
-    def _barge_in(self, trigger: Literal["speech_started", "provider_interrupted", "local_vad"]) -> None:
+    def _barge_in(self, trigger: Literal["speech_started", "provider_interrupted", "local_vad", "api"]) -> None:
         """Stop agent audio within this tick; cancel, and truncate at what the caller actually heard. Idempotent."""
         link = self._pipe.usable()
         if self._state is not CallState.ACTIVE or link is None:

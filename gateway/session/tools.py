@@ -163,12 +163,14 @@ class WebhookTool:
         headers = {"Idempotency-Key": invocation.call_id}
         if config.auth_header is not None:
             headers[config.auth_header[0]] = config.auth_header[1]
-        body = {
+        body: dict[str, Any] = {
             "call_id": invocation.session_id,
             "tool_call_id": invocation.call_id,
             "name": config.name,
             "arguments": dict(invocation.arguments),
         }
+        if config.context:
+            body["context"] = dict(config.context)
         try:
             # httpx enforces its timeout in the network layer only; the outer bound covers everything.
             async with asyncio.timeout(config.timeout_s):

@@ -11,9 +11,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.fleet.models import CallSnapshot, CallStats, ToolCallLine, TranscriptLine
+from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, ToolCallLine, TranscriptLine
 from gateway.fleet.mos import estimate_mos
 from gateway.session.session import CallSession
+from gateway.sip.caller_context import CallContext
 from gateway.sip.uri import parse_name_addr
 
 TRANSCRIPT_TAIL = 50  # items in a live call's snapshot (the dashboard's view)
@@ -157,6 +158,7 @@ def build_snapshot(
     session: CallSession | None,
     srtp: str = "",
     transport: str = "",
+    context: CallContext | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     return CallSnapshot.model_validate(
@@ -182,5 +184,6 @@ def build_snapshot(
             "stats": CallStats(**{**stats, **session_fields(session)}),
             "transcript": transcript_of(session, ended=state == "ended"),
             "tools": tools_of(session) if state == "ended" else [],
+            "context": CallContextModel.of(context) if context is not None else None,
         }
     )

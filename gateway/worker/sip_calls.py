@@ -29,6 +29,7 @@ from gateway.fleet.models import (
     AdmissionRequest,
     CallSnapshot,
     OriginateRequest,
+    ProfileModel,
     WorkerEvent,
     WorkerEventType,
 )
@@ -43,6 +44,7 @@ from gateway.observability import (
 )
 from gateway.session.config import WebhookToolConfig
 from gateway.session.session import CallSession
+from gateway.sip.caller_context import CallContext, context_from_invite, render
 from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import (
     CallCancelled,
@@ -258,6 +260,7 @@ class SipCalls:
                 return
             leg.route = decision.route
             leg.profile = decision.profile or self._host.default_profile
+            leg.context = _inbound_context(leg, event, leg.profile)
             if not self._prepare_media(leg):
                 return
             assert leg.sip is not None and leg.sdp is not None and leg.sdp.local is not None
@@ -418,7 +421,14 @@ class SipCalls:
     def _make_session(self, leg: CallLeg) -> CallSession:
         """The call's session, created before the 200 OK so no caller frame arrives without one to hold it."""
         profile_model = leg.profile or self._host.default_profile
-        profile = replace(profile_model.to_agent_profile(), call_context=_call_context(leg))
+        context = leg.context = leg.context or _outbound_context(leg)
+        agent = profile_model.to_agent_profile()
+        profile = replace(
+            agent,
+            instructions=render(agent.instructions, context),
+            greeting=render(agent.greeting, context),
+            call_context=context.as_parameters(),
+        )
         config = self._host.session_config
         webhooks = tuple(
             WebhookToolConfig(
@@ -428,6 +438,7 @@ class SipCalls:
                 parameters=tool.parameters,
                 timeout_s=tool.webhook.timeout_s,
                 auth_header=("Authorization", tool.webhook.auth_header) if tool.webhook.auth_header else None,
+                context=context.as_json(),
             )
             for tool in profile_model.tools
             if tool.webhook is not None
@@ -656,6 +667,7 @@ class SipCalls:
             session=leg.session,
             srtp=srtp.suite if (srtp := self._srtp(leg)) is not None else "",
             transport=leg.transport,
+            context=leg.context,
         )
 
     async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
@@ -718,13 +730,33 @@ class SipCalls:
         return leg.id
 
 
-def _call_context(leg: CallLeg) -> dict[str, str]:
-    """What a provider may tell its peer about the call (the websocket provider's customParameters)."""
-    return {
-        "from_number": user_part(leg.from_uri),
-        "to_number": user_part(leg.to_uri),
-        "call_id": leg.id,
-        "direction": leg.direction,
-        "route": leg.route,
-        "transport": "sip",
-    }
+def _inbound_context(leg: CallLeg, event: CallOffered, profile: ProfileModel) -> CallContext:
+    """The caller's context from the INVITE, under the routes file's [context] policy."""
+    context = context_from_invite(
+        request_uri=event.request_uri,
+        from_header=event.from_uri,
+        from_display_name=event.from_display_name,
+        to_uri=event.to_uri,
+        headers=event.headers,
+        source=event.source,
+        transport=event.transport,
+        policy=profile.context.to_policy(),
+        call_id=leg.id,
+        route=leg.route,
+    )
+    for problem in context.problems:
+        log.info("call %s: caller context: %s", leg.id, problem)
+    return context
+
+
+def _outbound_context(leg: CallLeg) -> CallContext:
+    """The context of a call the gateway placed: the numbers it was asked to use."""
+    return CallContext(
+        call_id=leg.id,
+        direction=leg.direction,
+        route=leg.route,
+        transport=leg.transport,
+        source=leg.source,
+        caller_number=user_part(leg.from_uri),
+        called_number=user_part(leg.to_uri),
+    )

@@ -20,6 +20,7 @@ from gateway.media.call import MediaStats
 from gateway.media.errors import LocalMediaError
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
+from gateway.sip.caller_context import CallContext
 from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import CallHandle
 from gateway.sip.offer_answer import OfferAnswer
@@ -60,6 +61,7 @@ class CallLeg:
     transport: str = ""  # the SIP transport of its INVITE: udp, tcp or tls
     route: str = ""
     profile: ProfileModel | None = None
+    context: CallContext | None = None  # set once admitted (inbound: from the INVITE)
     provider: str = ""  # the provider actually used (profiles may say "default")
     state: LegState = LegState.ADMITTED
     rtp: RtpEndpoint | None = None

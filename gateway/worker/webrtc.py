@@ -21,6 +21,7 @@ import secrets
 import time
 import weakref
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -39,6 +40,7 @@ from gateway.fleet.models import (
 from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
+from gateway.sip.caller_context import CallContext, context_of_page, render
 from gateway.tasks import TaskSet
 from gateway.transport.webrtc import (
     CallRefusedError,
@@ -145,6 +147,8 @@ class WebRtcLeg:
     kind: LegKind = "webrtc"
     route: str = ""
     profile: ProfileModel | None = None
+    metadata: dict[str, str] = field(default_factory=dict)  # the page's, from its call token
+    context: CallContext | None = None
     state: LegState = LegState.ADMITTED
     peer: WebRtcPeer | None = None
     session: CallSession | None = None
@@ -259,8 +263,11 @@ class WebRtcCalls:
 
     # -------------------------------------------------------------------------------------- answer
 
-    async def answer(self, sdp: str, *, route: str | None, public: bool, client: str = "") -> WebRtcAnswer:
-        """Admit a browser call and answer its offer. Raises OfferError (400) or CallRefusedError."""
+    async def answer(
+        self, sdp: str, *, route: str | None, public: bool, client: str = "", metadata: Mapping[str, str] | None = None
+    ) -> WebRtcAnswer:
+        """Admit a browser call and answer its offer. Raises OfferError (400) or CallRefusedError. ``metadata``:
+        what the page's call token carried, the call's context."""
         worker = self._host
         if self._closing or worker.draining:
             raise CallRefusedError(503, "draining", "the gateway is not taking new calls", retry_after_s=5)
@@ -272,7 +279,9 @@ class WebRtcCalls:
                 retry_after_s=5,
             )
         check_offer(sdp)
-        leg = WebRtcLeg(id=f"w-{secrets.token_hex(6)}", client=client, owner=self, cost=self._cost)
+        leg = WebRtcLeg(
+            id=f"w-{secrets.token_hex(6)}", client=client, owner=self, cost=self._cost, metadata=dict(metadata or {})
+        )
         self.legs.add(leg)  # counts against the limit from now on
         try:
             await self._admit(leg, route=route, public=public)
@@ -371,9 +380,21 @@ class WebRtcCalls:
 
     def _new_session(self, leg: WebRtcLeg) -> CallSession:
         worker = self._host
-        profile = (leg.profile or _DEFAULT_PROFILE).to_agent_profile()
-        context = {"call_id": leg.id, "direction": "inbound", "route": leg.route, "transport": "webrtc"}
-        profile = replace(profile, call_context=context)
+        profile_model = leg.profile or _DEFAULT_PROFILE
+        context = leg.context = context_of_page(
+            metadata=leg.metadata,
+            policy=profile_model.context.to_policy(),
+            call_id=leg.id,
+            route=leg.route,
+            source=leg.client,
+        )
+        agent = profile_model.to_agent_profile()
+        profile = replace(
+            agent,
+            instructions=render(agent.instructions, context),
+            greeting=render(agent.greeting, context),
+            call_context=context.as_parameters(),
+        )
         model = worker.model_for(profile.provider)
         leg.cost = self._cost + self._costs.agent_cost(model, profile)
         return CallSession(
@@ -539,6 +560,7 @@ class WebRtcCalls:
             end_reason=leg.end_reason,
             stats=stats,
             session=leg.session,
+            context=leg.context,
         )
 
     async def snapshot(self) -> list[CallSnapshot]:

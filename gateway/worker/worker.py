@@ -27,6 +27,7 @@ from gateway.compiled import status as compiled_status
 from gateway.fleet.models import (
     CAPACITY_SLACK,
     AdmissionDecision,
+    AgentCommand,
     CallSnapshot,
     OriginateRequest,
     ProfileModel,
@@ -56,6 +57,7 @@ from gateway.sip.config import SipConfig
 from gateway.slices import SLICE_S, Slices
 from gateway.tasks import TaskSet
 from gateway.transport.clock import MediaClock
+from gateway.worker.agent_control import command_session
 from gateway.worker.assemble import assemble_worker
 from gateway.worker.counters import CounterExporter, live_call_figures
 from gateway.worker.legs import LegState
@@ -452,6 +454,10 @@ class MediaWorker:
 
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         self.legs.find(call_id).send_dtmf(digits)
+
+    async def command_agent(self, call_id: str, command: AgentCommand) -> None:
+        """Live call control of the call's session (gateway/worker/agent_control.py)."""
+        await command_session(self.legs.find(call_id), command)
 
     async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
         """Take no new calls; end those left ``deadline_s`` from now, politely (gateway/worker/drain.py)."""

@@ -70,6 +70,8 @@ class PjsuaPhone:
         tls_cert: Path | None = None,
         tls_key: Path | None = None,
         tls_verify_server: bool = False,
+        headers: Sequence[tuple[str, str]] = (),
+        display_name: str = "",
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
         (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
@@ -77,7 +79,9 @@ class PjsuaPhone:
 
         ``tls``: PJSIP's TLS transport too, on ``tls_port`` (a ``uri`` with ``;transport=tls`` or ``sips:`` takes
         it), serving ``tls_cert``/``tls_key``; ``tls_verify_server`` checks the server's chain against ``tls_ca``
-        and its name against the host dialled."""
+        and its name against the host dialled.
+
+        ``headers``: (name, value) pairs a caller adds to its INVITE; ``display_name``: the name in its From."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
         if mode == "caller" and not uri:
@@ -120,6 +124,9 @@ class PjsuaPhone:
                 self._argv.append("--tls-verify-server")
         if uri:
             self._argv.append(f"--uri={uri}")
+        self._argv += [f"--header={name}: {value}" for name, value in headers]
+        if display_name:
+            self._argv.append(f"--display-name={display_name}")
         if play is not None:
             self._argv.append(f"--play={play}")
         if self.recording is not None:

@@ -179,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
 
     account_cfg = pj.AccountConfig()
     account_cfg.idUri = f"sip:{args.user}@127.0.0.1:{args.port}"
+    if args.display_name:
+        account_cfg.idUri = f'"{args.display_name}" <{account_cfg.idUri}>'
     account_cfg.mediaConfig.transportConfig.port = args.rtp_port
     account_cfg.mediaConfig.transportConfig.portRange = 20
     account_cfg.mediaConfig.transportConfig.boundAddress = "127.0.0.1"
@@ -197,7 +199,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode == "caller":
         phone.call = PhoneCall(phone, account)
-        phone.call.makeCall(args.uri, pj.CallOpParam(True))
+        call_op = pj.CallOpParam(True)
+        for line in args.header:
+            name, _, value = line.partition(":")
+            header = pj.SipHeader()
+            header.hName, header.hValue = name.strip(), value.strip()
+            call_op.txOption.headers.append(header)
+        phone.call.makeCall(args.uri, call_op)
 
     dtmf_plan = parse_dtmf_plan(args.dtmf)
     deadline = _started + args.max_seconds
@@ -252,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=("caller", "callee"), required=True)
     parser.add_argument("--uri", help="SIP URI to dial (caller mode)")
     parser.add_argument("--user", default="pjsua")
+    parser.add_argument("--display-name", default="", help="the display name of its From")
+    parser.add_argument("--header", action="append", default=[], help="NAME: VALUE added to the INVITE (repeatable)")
     parser.add_argument("--port", type=int, required=True, help="SIP UDP port on 127.0.0.1")
     parser.add_argument("--rtp-port", type=int, required=True, help="first RTP port on 127.0.0.1")
     parser.add_argument("--play", help="WAV played into the call")

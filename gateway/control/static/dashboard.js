@@ -232,6 +232,21 @@
     return button;
   }
 
+  // The caller's context: name, where the identity came from, the kept headers (text only, never HTML).
+  function contextLine(context) {
+    if (!context) return null;
+    const parts = [];
+    if (context.caller_name) parts.push(context.caller_name);
+    for (const [name, value] of Object.entries(context.headers || {})) parts.push(`${name}: ${value}`);
+    for (const [key, value] of Object.entries(context.metadata || {})) parts.push(`${key}: ${value}`);
+    if (context.diverted_from && context.diverted_from.length) parts.push(`diverted from ${context.diverted_from[0]}`);
+    if (!parts.length) return null;
+    return {
+      text: parts.join(" · "),
+      title: `caller from ${context.identity_source}` + (context.source ? ` via ${context.source}` : ""),
+    };
+  }
+
   function buildRow(entry) {
     const { call } = entry;
     const stats = call.stats || {};
@@ -250,6 +265,12 @@
       ? `${call.id} · ${call.end_reason}`
       : `${call.id} · ${call.direction} ${call.kind}${call.transport ? `/${call.transport}` : ""}`;
     who.append(el("span", "sub call-id", detail));
+    const context = contextLine(call.context);
+    if (context) {
+      const line = el("span", "sub call-context", context.text);
+      line.title = context.title;
+      who.append(line);
+    }
     row.append(who);
 
     const route = el("td");

@@ -149,6 +149,41 @@ async def test_transfer_and_dtmf(env: Env) -> None:
     assert len(env.worker.dtmf) == 1
 
 
+async def test_say_inject_update_reach_the_worker_and_bad_ones_are_answered(env: Env) -> None:
+    decision = await env.worker.place_call("+15550199")
+    call_id = decision.call_id
+    for path, body in (
+        ("say", {"text": "One moment.", "interrupt": True}),
+        ("inject", {"text": "The order shipped.", "role": "system", "respond": True}),
+        ("update", {"instructions": "Speak French."}),
+    ):
+        response = await env.client.post(f"/v1/calls/{call_id}/{path}", headers=AUTH, json=body)
+        assert response.status_code == 204, (path, response.text)
+    commands = [command for _, command in env.worker.agent_commands]
+    assert commands[0].say is not None and commands[0].say.interrupt
+    assert commands[1].inject is not None and commands[1].inject.role == "system" and commands[1].inject.respond
+    assert commands[2].update is not None and commands[2].update.instructions == "Speak French."
+    for path, bad in (
+        ("say", {}),
+        ("say", {"text": ""}),
+        ("inject", {"text": "x", "role": "assistant"}),
+        ("update", {}),
+        ("update", {"tools": []}),
+    ):
+        response = await env.client.post(f"/v1/calls/{call_id}/{path}", headers=AUTH, json=bad)
+        assert response.status_code == 422, (path, bad)
+        assert response.json()["error"]["code"] == "validation_error"
+    assert len(env.worker.agent_commands) == 3
+    unknown = await env.client.post("/v1/calls/c-nope/say", headers=AUTH, json={"text": "hi"})
+    assert unknown.status_code == 404
+    await env.worker.update_call(call_id, state="resuming")
+    busy = await env.client.post(f"/v1/calls/{call_id}/say", headers=AUTH, json={"text": "hi"})
+    assert busy.status_code == 409 and "resuming" in busy.json()["error"]["message"]
+    await env.worker.end_call(call_id)
+    ended = await env.client.post(f"/v1/calls/{call_id}/inject", headers=AUTH, json={"text": "hi"})
+    assert ended.status_code == 409 and "ended" in ended.json()["error"]["message"]
+
+
 async def test_command_the_worker_rejects_is_409(env: Env) -> None:
     decision = await env.worker.place_call("+15550199")
     await env.worker.update_call(decision.call_id, state="resuming")

@@ -176,3 +176,41 @@ def test_gateway_config_env_is_used_by_create_app(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("GATEWAY_CONFIG", str(write(tmp_path, "[limits]\nmax_calls = 'x'\n")))
     with pytest.raises(ConfigError, match=r"limits\.max_calls"):
         create_app(ControlSettings())
+
+
+CONTEXT_CONFIG = """
+[context]
+headers = ["X-Account"]
+trusted_sources = ["10.0.0.0/8"]
+
+[[routes]]
+name = "support"
+did = "*"
+profile = "agent"
+
+[profiles.agent]
+instructions = "Caller {caller_number} on account {headers.X-Account}."
+greeting = "Hello {caller_name}!"
+"""
+
+
+def test_context_section_reaches_every_profile(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, CONTEXT_CONFIG))
+    profile = config.profiles["agent"]
+    assert profile.context.headers == ["X-Account"]
+    assert profile.context.to_policy().trusts("10.1.2.3")
+
+
+def test_an_unknown_template_name_fails_the_load_naming_it(tmp_path: Path) -> None:
+    text = CONTEXT_CONFIG.replace("{headers.X-Account}", "{headers.X-Acount}").replace("{caller_name}", "{callr}")
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert "profiles.agent.instructions: {headers.X-Acount}: header 'X-Acount' is not in context.headers" in message
+    assert "profiles.agent.greeting: {callr}: unknown name" in message
+
+
+def test_a_bad_context_section_names_the_problem(tmp_path: Path) -> None:
+    text = CONTEXT_CONFIG.replace('"10.0.0.0/8"', '"ten.zero"')
+    with pytest.raises(ConfigError, match=r"context: not an address or network: 'ten.zero'"):
+        load_config(write(tmp_path, text))

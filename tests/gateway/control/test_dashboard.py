@@ -94,6 +94,12 @@ async def test_dashboard_shows_live_calls_and_hangs_up(
             "level_history": _levels(-30, 60),
             "rtp_packets_in": 2400,
         },
+        context={
+            "caller_name": "Alice <b>Smith</b>",
+            "identity_source": "p-asserted-identity",
+            "headers": {"X-Account": "A-42"},
+            "source": "10.0.0.5:5060",
+        },
     )
     background = await other.place_call("+15550201", caller="+442071838750", codec="OPUS")
     await other.update_call(
@@ -116,6 +122,10 @@ async def test_dashboard_shows_live_calls_and_hangs_up(
             await expect(row).to_be_visible(timeout=10_000)
             await expect(row).to_contain_text("+15550123 → +15550199")
             await expect(row).to_contain_text("4.32")
+            # The caller's context, as text (a name with markup stays text).
+            context_line = row.locator(".call-context")
+            await expect(context_line).to_have_text("Alice <b>Smith</b> · X-Account: A-42")
+            assert await context_line.get_attribute("title") == "caller from p-asserted-identity via 10.0.0.5:5060"
             await expect(page.locator("#conn")).to_have_text("live", timeout=10_000)
             await expect(page.locator("#workers-up")).to_have_text("2")
             # Each worker card says how its trunk registration stands, and why it failed.

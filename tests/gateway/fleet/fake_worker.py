@@ -23,6 +23,7 @@ from gateway.fleet import (
     WorkerEvent,
     WorkerInfo,
 )
+from gateway.fleet.models import AgentCommand
 
 
 class FakeWorker:
@@ -45,6 +46,7 @@ class FakeWorker:
         self.hangups: list[tuple[str, str]] = []
         self.transfers: list[tuple[str, str]] = []
         self.dtmf: list[tuple[str, str]] = []
+        self.agent_commands: list[tuple[str, AgentCommand]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
         self.drains: list[bool] = []
         self.registration: TrunkRegistration | None = None  # what it reports of its trunk registration
@@ -73,6 +75,12 @@ class FakeWorker:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         self._live(call_id)
         self.dtmf.append((call_id, digits))
+
+    async def command_agent(self, call_id: str, command: AgentCommand) -> None:
+        call = self._live(call_id)
+        if call.state != "active":
+            raise CommandRejectedError(f"call {call_id} is {call.state}, not active")
+        self.agent_commands.append((call_id, command))
 
     async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
         self.originated.append((request, admission))

@@ -103,5 +103,13 @@ def ended_call(
                 )
             ],
             "dtmf": "12#",
+            "context": {
+                "caller_number": caller,
+                "caller_name": "Ada",
+                "identity_source": "p-asserted-identity",
+                "called_number": called,
+                "headers": {"X-Account": "42"},
+                "transport": "tls",
+            },
         }
     )

@@ -18,9 +18,10 @@ async def test_a_record_is_read_back_with_every_field(database_url: str) -> None
         await write_records(database, [(call, "support")], now=call.ended or 0.0)
         record = await get_record(database, "c-full")
         assert record is not None
-        assert record.profile == "support" and record.recording_path is None and record.context is None
-        # Everything the snapshot said comes back (the live-only level sparkline aside).
-        assert record.model_dump(exclude={"profile", "context", "recording_path"}) == call.model_dump()
+        assert record.profile == "support" and record.recording_path is None
+        # Everything the snapshot said comes back, its caller context too.
+        assert record.model_dump(exclude={"profile", "recording_path"}) == call.model_dump()
+        assert record.context is not None and record.context.headers == {"X-Account": "42"}
         assert [line.truncated for line in record.transcript] == [False, False, True]
         assert record.transcript[1].start_s == 2.4 and record.transcript[1].end_s == 4.8
         assert record.tools[0].arguments == '{"order": "A-17"}' and record.tools[0].duration_ms == 182.0

@@ -120,6 +120,24 @@ async def test_webhook_tool_success() -> None:
     await registry.aclose()
 
 
+async def test_webhook_requests_carry_the_callers_context() -> None:
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, json={"ok": True})
+
+    context = {"caller_number": "+15550100", "headers": {"X-Account": "A-42"}}
+    session, model, registry = _webhook_session(handler, context=context)
+    await session.start()
+    model.last.emit(ToolCallRequested(call_id="w2", name="weather", arguments="{}"))
+    assert await _output(model.last, "w2") == {"ok": True}
+    (request,) = requests
+    assert json.loads(request.content)["context"] == context
+    await session.aclose()
+    await registry.aclose()
+
+
 async def test_webhook_tool_raising_or_failing_returns_an_error_output() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if json.loads(request.content)["arguments"].get("city") == "Nowhere":

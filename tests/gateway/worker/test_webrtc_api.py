@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,13 @@ class FakeCalls:
     offers: list[dict[str, Any]] = field(default_factory=list)
     error: Exception | None = None
 
-    async def answer(self, sdp: str, *, route: str | None, public: bool, client: str = "") -> WebRtcAnswer:
-        self.offers.append({"route": route, "public": public, "client": client})
+    async def answer(
+        self, sdp: str, *, route: str | None, public: bool, client: str = "", metadata: Mapping[str, str] | None = None
+    ) -> WebRtcAnswer:
+        offer: dict[str, Any] = {"route": route, "public": public, "client": client}
+        if metadata:
+            offer["metadata"] = dict(metadata)
+        self.offers.append(offer)
         if self.error is not None:
             raise self.error
         return WebRtcAnswer(sdp="v=0\r\nanswer\r\n", call_id=f"w-{len(self.offers)}")
@@ -224,6 +229,20 @@ async def test_call_token_is_single_use_and_bound_to_its_route(api: Api) -> None
     forged = {"Authorization": f"Bearer {mint_call_token(b'z' * 32, route='support', expires_at=2_000_000_000)}"}
     assert _error(await api.offer(forged))[:2] == (401, "invalid_token")
     assert len(api.calls.offers) == 1
+
+
+async def test_a_tokens_metadata_reaches_the_call_and_is_bounded(api: Api) -> None:
+    metadata = {"plan": "gold", "user-id": "u-7"}
+    token = await api.mint("support", metadata=metadata)
+    assert (await api.offer({"Authorization": f"Bearer {token}"})).status_code == 200
+    assert api.calls.offers[-1]["metadata"] == metadata
+    for bad in ({"bad key": "x"}, {"k": "v" * 257}, {f"k{i}": "v" for i in range(17)}, {"k": 1}):
+        response = await api.client.post("/v1/webrtc/tokens", json={"route": "support", "metadata": bad}, headers=OPS)
+        assert _error(response)[:2] == (422, "validation_error"), bad
+    huge = {f"k{i}": "v" * 100 for i in range(12)}
+    response = await api.client.post("/v1/webrtc/tokens", json={"route": "support", "metadata": huge}, headers=OPS)
+    status, _, message = _error(response)
+    assert status == 422 and "at most 1024" in message
 
 
 async def test_bad_sdp_is_400_with_a_reason(api: Api) -> None:
