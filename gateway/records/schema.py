@@ -1,9 +1,9 @@
 """The tables of the database of calls (SQLAlchemy Core), as the newest migration leaves them.
 
 Times are Unix epoch seconds (double precision), as everywhere in the fleet contract. A call's transcript items
-and tool calls are rows of their own, keyed by (call id, position), deleted with their call. Columns for what the
-next slices of the records work add are here already, null until then: ``context`` (the call's context, JSON) and
-``recording_path`` (where its recording lies). Migrations under ``migrations/versions`` build this; a test checks
+and tool calls are rows of their own, keyed by (call id, position), deleted with their call. ``context`` holds
+the caller context as JSON; ``recording_path`` (where its recording lies) is here for the recordings slice, null
+until then. Migrations under ``migrations/versions`` build this; a test checks
 that the two agree.
 """
 
