@@ -40,6 +40,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.heartbeat",
         "the control plane's CPU per live call per heartbeat, state in Redis: batched store requests vs per call",
     ),
+    "call-records": (
+        "bench.call_records",
+        "the control plane's CPU per call for keeping its record in the database of calls (SQLite or PostgreSQL)",
+    ),
     "cluster": (
         "bench.cluster",
         "calls per core and setup latency: two workers behind Kamailio against one worker taken directly",

@@ -15,11 +15,21 @@ declare -A PKG=(
   [unshare]="util-linux"
   [gcc]="gcc libc6-dev"
   [docker-compose]="docker-compose"
+  [pg_ctl]="postgresql"  # the database of calls' PostgreSQL tests (tests/support/postgres.py)
 )
+
+# Debian keeps PostgreSQL's server programs off PATH, in /usr/lib/postgresql/<version>/bin.
+have() {
+  if [ "$1" = pg_ctl ]; then
+    compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null
+  else
+    command -v "$1" >/dev/null 2>&1
+  fi
+}
 
 missing=()
 for bin in "${!PKG[@]}"; do
-  command -v "$bin" >/dev/null 2>&1 || missing+=("$bin")
+  have "$bin" || missing+=("$bin")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-peers: all system peers present"
@@ -39,7 +49,7 @@ fi
 
 still=()
 for bin in "${missing[@]}"; do
-  command -v "$bin" >/dev/null 2>&1 || still+=("$bin")
+  have "$bin" || still+=("$bin")
 done
 if [ ${#still[@]} -gt 0 ]; then
   echo "install-peers: still missing: ${still[*]}"

@@ -238,3 +238,26 @@ async def exposition(registry: Collector = REGISTRY, *, slice_s: float = SLICE_S
         parts.append(generate_latest(_Family(family)))
         await slices.next()
     return b"".join(parts)
+
+
+DB_WRITE_BACKLOG = Gauge(
+    "gateway_db_write_backlog",
+    "Ended calls waiting to be written to the database of calls (bounded: GATEWAY_DB_WRITE_BACKLOG)",
+    registry=REGISTRY,
+)
+DB_WRITE_FAILURES_TOTAL = Counter(
+    "gateway_db_write_failures_total",
+    "Failed writes of call records (the batch is kept and retried with backoff)",
+    registry=REGISTRY,
+)
+DB_RECORDS_WRITTEN_TOTAL = Counter(
+    "gateway_db_records_written_total", "Call records written to the database of calls", registry=REGISTRY
+)
+DB_RECORDS_DROPPED_TOTAL = Counter(
+    "gateway_db_records_dropped_total",
+    "Call records dropped unwritten because the write backlog was full (the oldest goes)",
+    registry=REGISTRY,
+)
+DB_RECORDS_EXPIRED_TOTAL = Counter(
+    "gateway_db_records_expired_total", "Call records deleted by retention (GATEWAY_RETENTION_DAYS)", registry=REGISTRY
+)

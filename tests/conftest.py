@@ -9,9 +9,14 @@ bound) or that load the whole machine themselves.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Apps whose lifespan runs in a test open the database of calls in GATEWAY_STATE_DIR: never the user's own.
+os.environ.setdefault("GATEWAY_STATE_DIR", tempfile.mkdtemp(prefix="gateway-test-state-"))
 
 _ROOT = Path(__file__).resolve().parent
 

@@ -7,24 +7,23 @@ Commands go to the worker that holds the call (in-process or over HTTP); their e
 
 from __future__ import annotations
 
-import base64
-import binascii
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.control.auth import SSE_COOKIE, SSE_COOKIE_PATH, SSE_COOKIE_TTL_S, make_sse_cookie, require_api_token
+from gateway.control.history import CallHistory
 from gateway.control.plane import ControlPlane
+from gateway.fleet.errors import CallNotFoundError
 from gateway.fleet.json_errors import ApiError
 from gateway.fleet.models import (
     AdmissionDecision,
     AgentCommand,
     AgentUpdateRequest,
     CallCreated,
-    CallSnapshot,
+    CallDirection,
     CallState,
     DrainRequest,
     DtmfRequest,
@@ -35,6 +34,8 @@ from gateway.fleet.models import (
     TransferRequest,
     WorkerInfo,
 )
+from gateway.records import CallRecord
+from gateway.records.history import CursorError, HistoryQuery, SortKey, decode_cursor
 
 
 class ErrorDetail(BaseModel):
@@ -55,7 +56,7 @@ class ErrorBody(BaseModel):
 
 
 class CallPage(BaseModel):
-    items: list[CallSnapshot]
+    items: list[CallRecord]
     next_cursor: str | None = Field(default=None, description="Pass as ?cursor= for the next page")
     total: int = Field(description="Calls matching the filters")
     last_event_id: int = Field(description="Event id current when the page was read: ?last_event_id= for SSE")
@@ -80,23 +81,17 @@ def get_plane(request: Request) -> ControlPlane:
     return plane
 
 
+def get_history(request: Request) -> CallHistory:
+    history: CallHistory = request.app.state.history
+    return history
+
+
 PlaneDep = Annotated[ControlPlane, Depends(get_plane)]
+HistoryDep = Annotated[CallHistory, Depends(get_history)]
 CallId = Annotated[str, Path(min_length=1, max_length=128, description="Call id")]
 WorkerId = Annotated[str, Path(min_length=1, max_length=128, description="Worker id")]
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_token)])
-
-
-def _encode_cursor(call: CallSnapshot) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps([call.started or 0.0, call.id])).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        started, call_id = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return float(started), str(call_id)
-    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
-        raise ApiError(422, "invalid_cursor", "cursor is not one this API returned") from None
 
 
 def _rejected(decision: AdmissionDecision) -> ApiError:
@@ -104,42 +99,102 @@ def _rejected(decision: AdmissionDecision) -> ApiError:
     return ApiError(decision.status, decision.code or "rejected", decision.reason, headers=headers)
 
 
+class HistoryFilters:
+    """The query parameters of ``GET /v1/calls`` and its export that pick calls (FastAPI dependency)."""
+
+    def __init__(
+        self,
+        since: Annotated[float | None, Query(ge=0, description="Calls started at or after (epoch s)")] = None,
+        until: Annotated[float | None, Query(ge=0, description="Calls started before (epoch s)")] = None,
+        number: Annotated[
+            str | None, Query(min_length=1, max_length=256, description="The caller's or called number contains this")
+        ] = None,
+        direction: Annotated[CallDirection | None, Query()] = None,
+        end_reason: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        profile: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        worker: Annotated[str | None, Query(max_length=128)] = None,
+        route: Annotated[str | None, Query(max_length=128)] = None,
+        text: Annotated[
+            str | None, Query(min_length=1, max_length=256, description="A transcript item contains this (any case)")
+        ] = None,
+        sort: Annotated[SortKey, Query(description="started or duration; a leading - sorts descending")] = "-started",
+    ) -> None:
+        if since is not None and until is not None and until <= since:
+            raise ApiError(422, "invalid_time_range", f"until ({until}) must be after since ({since})")
+        self.query = HistoryQuery(
+            since=since,
+            until=until,
+            number=number,
+            direction=direction,
+            end_reason=end_reason,
+            profile=profile,
+            worker=worker,
+            route=route,
+            text=text,
+            sort=sort,
+        )
+
+
+FiltersDep = Annotated[HistoryFilters, Depends()]
+
+
 @router.get("/calls", response_model=CallPage, tags=["calls"], responses=errors())
 async def list_calls(
     plane: PlaneDep,
+    history: HistoryDep,
+    filters: FiltersDep,
     state: Annotated[CallState | None, Query(description="Only calls in this state")] = None,
-    worker: Annotated[str | None, Query(max_length=128)] = None,
-    route: Annotated[str | None, Query(max_length=128)] = None,
     live: Annotated[bool | None, Query(description="true: not ended; false: ended only")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     cursor: Annotated[str | None, Query(max_length=512, description="next_cursor of the previous page")] = None,
 ) -> Any:
-    """Calls, newest first, with filters and keyset pagination (transcripts only on GET /v1/calls/{id})."""
+    """The call history: live calls and the ended calls of the database, newest first by default, with filters,
+    sorting and keyset pagination (transcripts only on GET /v1/calls/{id})."""
     last_event_id = await plane.store.last_event_id()
-    calls = await plane.list_calls()
-    selected = [
-        call
-        for call in calls
-        if (state is None or call.state == state)
-        and (worker is None or call.worker == worker)
-        and (route is None or call.route == route)
-        and (live is None or call.is_live == live)
-    ]
-    selected.sort(key=lambda c: (c.started or 0.0, c.id), reverse=True)
-    total = len(selected)
+    query = filters.query
+    after = None
     if cursor is not None:
-        after = _decode_cursor(cursor)
-        selected = [c for c in selected if (c.started or 0.0, c.id) < after]
-    page = selected[:limit]
-    next_cursor = _encode_cursor(page[-1]) if len(selected) > limit else None
-    items = [call.model_copy(update={"transcript": []}) for call in page]
-    return CallPage(items=items, next_cursor=next_cursor, total=total, last_event_id=last_event_id)
+        try:
+            after = decode_cursor(cursor, query.sort)
+        except CursorError as exc:
+            raise ApiError(422, "invalid_cursor", str(exc)) from None
+    page = await history.page(
+        HistoryQuery(**{**_fields(query), "limit": limit, "after": after}), state=state, live=live
+    )
+    return CallPage(items=page.items, next_cursor=page.next_cursor, total=page.total, last_event_id=last_event_id)
 
 
-@router.get("/calls/{call_id}", response_model=CallSnapshot, tags=["calls"], responses=errors(404))
-async def get_call(plane: PlaneDep, call_id: CallId) -> Any:
-    """One call with its statistics and transcript (kept for a while after it ended)."""
-    return await plane.get_call(call_id)
+def _fields(query: HistoryQuery) -> dict[str, Any]:
+    return {name: getattr(query, name) for name in HistoryQuery.__dataclass_fields__}
+
+
+@router.get(
+    "/calls/export",
+    tags=["calls"],
+    response_class=StreamingResponse,
+    responses={
+        **errors(),
+        200: {"content": {"text/csv": {"schema": {"type": "string"}}, "application/x-ndjson": {}}},
+    },
+)
+async def export_calls(
+    history: HistoryDep,
+    filters: FiltersDep,
+    format: Annotated[Literal["csv", "jsonl"], Query(description="csv: one line per call; jsonl: one record")] = "csv",
+) -> StreamingResponse:
+    """Every ended call matching the filters, streamed in the sort's order (without transcripts)."""
+    media_type = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson"
+    headers = {"Content-Disposition": f'attachment; filename="calls.{format}"'}
+    return StreamingResponse(history.export(filters.query, format), media_type=media_type, headers=headers)
+
+
+@router.get("/calls/{call_id}", response_model=CallRecord, tags=["calls"], responses=errors(404))
+async def get_call(history: HistoryDep, call_id: CallId) -> Any:
+    """One call with its statistics, transcript and tool calls: live, or ended (from the database of calls)."""
+    record = await history.get(call_id)
+    if record is None:
+        raise CallNotFoundError(call_id)
+    return record
 
 
 @router.post(

@@ -27,16 +27,21 @@ from pydantic import BaseModel
 from gateway.control import api, events, internal
 from gateway.control.auth import require_api_token
 from gateway.control.config import GatewayConfig, load_config
+from gateway.control.history import CallHistory
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControlSettings
 from gateway.control.store import MemoryStore, StateStore
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkError, WorkerNotFoundError
 from gateway.fleet.json_errors import error_response, install_json_errors
 from gateway.observability import REGISTRY, exposition
+from gateway.records import Database, DatabaseError, DatabaseTooNewError, RecordWriter, RetentionJob, open_database
 
 log = logging.getLogger(__name__)
 
 StartupHook = Callable[[ControlPlane], Awaitable[None]]
+
+# How long a stopping plane waits for the record writer to write what it holds.
+RECORDS_FLUSH_S = 5.0
 
 STATIC_DIR = resources.files("gateway.control") / "static"
 _SECURITY_HEADERS = {
@@ -82,30 +87,38 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     startup: Sequence[StartupHook] = (),
     sweeper: bool = True,
+    records: bool = True,
 ) -> FastAPI:
-    """Build the control-plane app. Config comes from ``settings.config`` (TOML) unless given."""
+    """Build the control-plane app. Config comes from ``settings.config`` (TOML) unless given.
+
+    ``records``: the lifespan opens (and migrates) the database of calls and writes ended calls to it.
+    """
     settings = settings or ControlSettings()
     config = config or load_config(settings.config)
     owns_store = store is None
     store = store or build_store(settings, config)
     plane = ControlPlane(config, store, token=settings.token, clock=clock)
+    history = CallHistory(plane)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         plane.shutting_down.clear()  # a host may run the lifespan again after a shutdown
-        sweeper_task = asyncio.create_task(plane.run_sweeper(), name="control-sweeper") if sweeper else None
-        try:
-            for hook in startup:
-                await hook(plane)
-            yield
-        finally:
-            plane.shutting_down.set()
-            if sweeper_task is not None:
-                sweeper_task.cancel()
-                await asyncio.gather(sweeper_task, return_exceptions=True)
-            await plane.aclose()
-            if owns_store:
-                await store.aclose()
+        async with contextlib.AsyncExitStack() as stack:
+            if records:
+                await stack.enter_async_context(_records(settings, plane, history, clock))
+            sweeper_task = asyncio.create_task(plane.run_sweeper(), name="control-sweeper") if sweeper else None
+            try:
+                for hook in startup:
+                    await hook(plane)
+                yield
+            finally:
+                plane.shutting_down.set()
+                if sweeper_task is not None:
+                    sweeper_task.cancel()
+                    await asyncio.gather(sweeper_task, return_exceptions=True)
+                await plane.aclose()
+        if owns_store:
+            await store.aclose()
 
     app = FastAPI(
         title="Voice gateway control plane",
@@ -117,6 +130,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.plane = plane
+    app.state.history = history
     app.state.settings = settings
     app.state.token = settings.token
     app.state.clock = clock
@@ -131,6 +145,76 @@ def create_app(
     _add_operational_routes(app, settings)
     _add_dashboard(app)
     return app
+
+
+@contextlib.asynccontextmanager
+async def _records(
+    settings: ControlSettings, plane: ControlPlane, history: CallHistory, clock: Callable[[], float]
+) -> AsyncIterator[None]:
+    """The database of calls for the app's life: opened and migrated, its writer and retention job running.
+
+    A database a newer gateway migrated stops the start-up. One that cannot be reached does not: calls need the
+    plane more than their records, so it starts, its ended calls wait in the writer's backlog, and the database
+    is opened again with backoff until it answers.
+    """
+    writer = RecordWriter(None, capacity=settings.db_write_backlog, clock=clock)
+    plane.records = writer
+    tasks = {asyncio.create_task(writer.run(), name="records-writer")}
+    opened: list[Database] = []
+
+    def start(database: Database) -> None:
+        opened.append(database)
+        writer.attach(database)
+        history.attach(database, writer)
+        if settings.retention_days > 0:
+            retention = RetentionJob(
+                database,
+                retention_days=settings.retention_days,
+                clock=clock,
+                lease=lambda ttl_s: plane.store.try_lock("retention", ttl_s=ttl_s),
+            )
+            tasks.add(asyncio.create_task(retention.run(), name="records-retention"))
+
+    async def open_later(first_error: DatabaseError) -> None:
+        delay = 1.0
+        error: DatabaseError = first_error
+        while True:
+            log.error("the database of calls cannot be opened (records wait; next try in %.0f s): %s", delay, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            try:
+                database = await open_database(settings.records_url)
+            except DatabaseTooNewError as exc:
+                log.error("the database of calls is refused, records are not kept: %s", exc)
+                return
+            except DatabaseError as exc:
+                error = exc
+                continue
+            log.warning("the database of calls is open; %d records waiting are written now", writer.backlog)
+            start(database)
+            return
+
+    try:
+        try:
+            start(await open_database(settings.records_url))
+        except DatabaseTooNewError as exc:
+            log.error("control plane cannot start: %s", exc)
+            raise
+        except DatabaseError as exc:
+            tasks.add(asyncio.create_task(open_later(exc), name="records-open"))
+        yield
+    finally:
+        plane.records = None
+        if opened and not await writer.flush(RECORDS_FLUSH_S):
+            log.error("stopping with %d call records unwritten: the database of calls is down", writer.backlog)
+        elif not opened and writer.backlog:
+            log.error("stopping with %d call records unwritten: the database of calls never opened", writer.backlog)
+        history.detach()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for database in opened:
+            await database.aclose()
 
 
 def _install_fleet_errors(app: FastAPI) -> None:

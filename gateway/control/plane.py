@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.control.config import GatewayConfig, RouteConfig
 from gateway.control.store import CallWrite, NewEvent, Reservation, StateStore
@@ -62,6 +62,12 @@ TRACK_BATCH = 250
 _TRACK_ROUNDS = 3
 
 
+class RecordSink(Protocol):
+    """Where ended calls go to be kept (:class:`gateway.records.RecordWriter`): never waits, never fails a call."""
+
+    def submit(self, call: CallSnapshot, profile: str) -> None: ...
+
+
 class ControlPlane:
     """Implements :class:`gateway.fleet.ControlPlaneApi` plus the operations behind the ops API."""
 
@@ -83,6 +89,12 @@ class ControlPlane:
         self._http_commands: dict[str, HttpWorkerCommands] = {}
         self._unknown_fields: dict[str, frozenset[str]] = {}  # by worker: what its messages carried, last logged
         self.shutting_down = asyncio.Event()
+        self.records: RecordSink | None = None  # the database of calls' writer, attached by the app's lifespan
+
+    def profile_name(self, route_name: str) -> str:
+        """The name of the agent profile a route gives its calls ("" for a route the config does not know)."""
+        route = self.config.route_named(route_name) if route_name else None
+        return route.profile if route is not None else ""
 
     # ------------------------------------------------------------------------------ worker registry
 
@@ -324,6 +336,9 @@ class ControlPlane:
                 continue
             if call.state == "ended":
                 released.append(call.id)
+                if self.records is not None:
+                    # Written off the call path (a bounded, retried backlog): this never waits on the database.
+                    self.records.submit(call, self.profile_name(call.route))
                 if ended is None:
                     events.append(("call.ended", _event_view(call)))
             else:
@@ -552,6 +567,7 @@ class ControlPlane:
 
 def _event_view(call: CallSnapshot) -> dict[str, Any]:
     """The call as published on the event stream: everything but the transcript (GET /v1/calls/{id} has it)."""
-    data = call.model_dump(mode="json", by_alias=True, exclude={"transcript"})
+    data = call.model_dump(mode="json", by_alias=True, exclude={"transcript", "tools"})
     data["transcript"] = []
+    data["tools"] = []
     return data

@@ -8,6 +8,7 @@ how this process runs, the config says what the gateway does.
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -39,6 +40,34 @@ class ControlSettings(BaseSettings):
     metrics_public: bool = Field(
         default=False, description="Serve `/metrics` without the token (control plane and workers)."
     )
+    state_dir: Path = Field(
+        default=Path("~/.local/state/voice-gateway"),
+        description="Where the control plane keeps files it makes: the SQLite database of calls (`calls.db`).",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="The database of calls: `postgresql://USER:PASSWORD@HOST/DB` for a fleet (asyncpg) or "
+        "`sqlite:///PATH`; unset: SQLite in `GATEWAY_STATE_DIR`/calls.db. Migrated at start-up.",
+    )
+    retention_days: float = Field(
+        default=90.0,
+        ge=0.0,
+        description="Records of calls that ended longer ago are deleted (checked hourly); 0 keeps them forever.",
+    )
+    db_write_backlog: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Ended calls held for the database while it is slow or down (retried with backoff); past this "
+        "the oldest is dropped, counted in `gateway_db_records_dropped_total`.",
+    )
+
+    @property
+    def records_url(self) -> str:
+        """The database of calls' URL: ``database_url``, or the SQLite file in the state directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.state_dir.expanduser() / 'calls.db'}"
 
     @property
     def token(self) -> str | None:

@@ -134,6 +134,19 @@ class WorkerInfo(_Model):
 class TranscriptLine(_Model):
     role: Literal["user", "assistant", "system"]
     text: str
+    start_s: float | None = Field(default=None, ge=0.0, description="When the item began, seconds into the call")
+    end_s: float | None = Field(default=None, ge=0.0, description="When it ended, seconds into the call")
+    truncated: bool = Field(default=False, description="The agent was interrupted: the caller heard only part of it")
+
+
+class ToolCallLine(_Model):
+    """One tool the agent called: its arguments, its result and how long it ran (when the worker reports them)."""
+
+    name: str = Field(max_length=64)
+    arguments: str = Field(default="", description="The arguments, as the model sent them (JSON text)")
+    result: str = Field(default="", description="What the tool returned (JSON text); empty while it runs")
+    start_s: float | None = Field(default=None, ge=0.0, description="When it was called, seconds into the call")
+    duration_ms: float | None = Field(default=None, ge=0.0)
 
 
 class CallStats(_Model):
@@ -268,6 +281,10 @@ class CallSnapshot(_Model):
     end_reason: str = ""
     stats: CallStats = Field(default_factory=CallStats)
     transcript: list[TranscriptLine] = Field(default_factory=list)
+    tools: list[ToolCallLine] = Field(
+        default_factory=list, description="Tool calls with arguments and results (GET /v1/calls/{id} only)"
+    )
+    dtmf: str = Field(default="", max_length=256, description="DTMF digits the caller sent, in order")
     context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
 
     @property

@@ -211,6 +211,11 @@ class CallSession:
         return self._transcript.entries()
 
     @property
+    def started_at(self) -> float:
+        """When the session started, on its clock (the one its transcript entries' ``at`` is read from)."""
+        return self._started_at
+
+    @property
     def profile(self) -> AgentProfile:
         return self._profile
 

@@ -11,13 +11,15 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, TranscriptLine
+from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, ToolCallLine, TranscriptLine
 from gateway.fleet.mos import estimate_mos
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
 from gateway.sip.uri import parse_name_addr
 
-TRANSCRIPT_TAIL = 50
+TRANSCRIPT_TAIL = 50  # items in a live call's snapshot (the dashboard's view)
+TRANSCRIPT_MAX = 2000  # items in an ended call's last snapshot: its record in the database of calls
+TOOL_TEXT_MAX = 8192  # characters of a tool call's arguments or result kept in the record
 
 
 def user_part(uri: str) -> str:
@@ -85,10 +87,48 @@ def level_fields(last_level: float | None, levels: Iterable[float]) -> dict[str,
     return {"level_dbfs": min(last_level, 0.0), "level_history": [min(v, 0.0) for v in levels]}
 
 
-def transcript_of(session: CallSession | None) -> list[TranscriptLine]:
+def transcript_of(session: CallSession | None, *, ended: bool = False) -> list[TranscriptLine]:
+    """What was said, each item with when it began in the call; a live call's tail, an ended call's whole (bounded).
+
+    Tool calls are not transcript lines: :func:`tools_of` reports them."""
     if session is None:
         return []
-    return [TranscriptLine(role=entry.role, text=entry.text) for entry in session.transcript[-TRANSCRIPT_TAIL:]]
+    said = [entry for entry in session.transcript if entry.kind == "message"]
+    said = said[:TRANSCRIPT_MAX] if ended else said[-TRANSCRIPT_TAIL:]
+    began = session.started_at
+    return [
+        TranscriptLine(role=entry.role, text=entry.text, start_s=max(0.0, entry.at - began) if entry.at else None)
+        for entry in said
+    ]
+
+
+def tools_of(session: CallSession | None) -> list[ToolCallLine]:
+    """The tools the agent called, with their arguments and results (paired by call id), in call order."""
+    if session is None:
+        return []
+    began = session.started_at
+    calls: dict[str, ToolCallLine] = {}
+    done: dict[str, tuple[str, float]] = {}
+    for entry in session.transcript:
+        if entry.kind == "function_call" and entry.call_id not in calls:
+            calls[entry.call_id] = ToolCallLine(
+                name=entry.name[:64],
+                arguments=entry.arguments[:TOOL_TEXT_MAX],
+                start_s=max(0.0, entry.at - began) if entry.at else None,
+            )
+        elif entry.kind == "function_call_output":
+            done[entry.call_id] = (entry.output[:TOOL_TEXT_MAX], entry.at)
+    tools = []
+    for call_id, call in calls.items():
+        if call_id in done:
+            result, at = done[call_id]
+            # The output enters the transcript when it reached the provider: the duration is call to delivery.
+            duration = (at - began - call.start_s) * 1000 if call.start_s is not None and at else None
+            call = call.model_copy(
+                update={"result": result, "duration_ms": max(0.0, duration) if duration is not None else None}
+            )
+        tools.append(call)
+    return tools
 
 
 def call_state(leg_state: str, session: CallSession | None) -> str:
@@ -142,7 +182,8 @@ def build_snapshot(
             "duration_s": max(0.0, end - (answered or started)),
             "end_reason": end_reason if state == "ended" else "",
             "stats": CallStats(**{**stats, **session_fields(session)}),
-            "transcript": transcript_of(session),
+            "transcript": transcript_of(session, ended=state == "ended"),
+            "tools": tools_of(session) if state == "ended" else [],
             "context": CallContextModel.of(context) if context is not None else None,
         }
     )

@@ -141,6 +141,8 @@ def container_env(spec: Mapping[str, Any]) -> dict[str, str]:
             env[item["name"]] = FIELD_VALUES[source["fieldRef"]["fieldPath"]]
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
+            if ref.get("optional") and ref["key"] not in secrets[ref["name"]]:
+                continue  # an optional key the Secret does not hold: the kubelet leaves the variable unset
             env[item["name"]] = secrets[ref["name"]][ref["key"]]
         else:
             raise AssertionError(f"unexpected env source {source}")

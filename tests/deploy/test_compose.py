@@ -176,9 +176,12 @@ def test_control_plane_reads_the_example_routes_from_redis_backed_state() -> Non
     found = services()
     control = found["control"]
     env = control["environment"]
-    (mount,) = control["volumes"]
+    mount, records = control["volumes"]
     source, target, mode = mount.split(":")
     assert target == env["GATEWAY_CONFIG"] and mode == "ro"
+    # The database of calls outlives the container: a named volume at the image's GATEWAY_STATE_DIR.
+    volume, state_dir = records.split(":")
+    assert volume in s.load_yaml_documents(s.COMPOSE)[0]["volumes"] and state_dir == "/var/lib/gateway"
     config = load_config(str(s.REPO / source))
     assert config.routes, "the example routes load"
     redis_port = found["redis"]["command"][found["redis"]["command"].index("--port") + 1]

@@ -72,6 +72,9 @@ def test_the_image_runs_as_a_numeric_non_root_user_after_every_install() -> None
     assert all(c.cmd != "RUN" for c in runtime[index:]), "nothing runs as root after USER"
     created = " ".join(" ".join(c.value) for c in runtime[:index] if c.cmd == "RUN")
     assert f"--uid {uid}" in created and f"--gid {gid}" in created, "the user exists in the image"
+    # The one directory it writes (the control plane's SQLite database of calls) is its own.
+    env = dict(zip(*[iter(next(c for c in runtime if c.cmd == "ENV").value)] * 2, strict=True))
+    assert f"install -d -o {uid} -g {gid} -m 0750 {env['GATEWAY_STATE_DIR']}" in created
 
 
 def test_exposed_ports_are_the_defaults_of_the_settings() -> None:

@@ -71,6 +71,8 @@ async def start_gateway(
         "GATEWAY_RTP_PORTS": f"{rtp_low}-{rtp_low + 199}",
         "GATEWAY_API_TOKEN": token,
         "GATEWAY_PROVIDER": "echo",
+        # Each process its own database of calls: a test's history holds its own calls only.
+        "GATEWAY_STATE_DIR": str(procs.log_dir / f"{name}-state-{http_port}"),
         "PYTHONUNBUFFERED": "1",
         **(env or {}),
     }

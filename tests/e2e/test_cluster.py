@@ -91,7 +91,10 @@ async def start_control(
     procs: ProcessGroup, name: str, *, config: Path, redis_url: str, port: int | None = None
 ) -> Plane:
     port = port or free_ports(1)[0]
+    # The planes of one fleet share its database of calls (a file here; PostgreSQL in production).
+    records = f"sqlite:///{config.parent / 'calls.db'}"
     env = _env(GATEWAY_HTTP_PORT=str(port), GATEWAY_CONFIG=str(config), GATEWAY_REDIS_URL=redis_url)
+    env["GATEWAY_DATABASE_URL"] = records
     process = await procs.start(name, [sys.executable, "-m", "gateway", "control"], env=env, lifetime=280)
     await process.wait_for_port(port, within=30)
     return Plane(process=process, port=port)

@@ -26,6 +26,8 @@ def _free_port() -> int:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    # The suite's own state dir (tests/conftest.py): the database of calls never lands in the user's home.
+    env["GATEWAY_STATE_DIR"] = os.environ["GATEWAY_STATE_DIR"]
     env.update(extra)
     return env
 

@@ -51,7 +51,7 @@ async def test_a_newer_workers_heartbeat_is_taken_and_the_worker_stays_up(
     assert (call["state"], call["stats"]["mos"], call["transcript"]) == (
         "active",
         4.2,
-        [{"role": "user", "text": "Hello"}],
+        [{"role": "user", "text": "Hello", "start_s": None, "end_s": None, "truncated": False}],
     )
     assert "recording" not in call and "dtx_frames" not in call["stats"]  # what the plane does not know, it drops
     skew = [r.getMessage() for r in caplog.records if "does not know" in r.getMessage()]
