@@ -30,9 +30,9 @@ class Reader:
         self._describe = describe
         self.seen: list[ProviderEvent] = []
 
-    async def until(self, kind: type[E], **match: Any) -> E:
+    async def until(self, kind: type[E], *, within_s: float | None = None, **match: Any) -> E:
         try:
-            async with asyncio.timeout(self._within_s):
+            async with asyncio.timeout(self._within_s if within_s is None else within_s):
                 async for event in self._events:
                     self.seen.append(event)
                     if isinstance(event, kind) and all(getattr(event, k) == v for k, v in match.items()):
