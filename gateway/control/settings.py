@@ -62,6 +62,13 @@ class ControlSettings(BaseSettings):
         "the oldest is dropped, counted in `gateway_db_records_dropped_total`.",
     )
 
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs the call-time application hook and the event webhooks (Standard Webhooks: "
+        "`webhook-signature` is HMAC-SHA256 over id.timestamp.body); `whsec_` + base64 or any string. Unset: "
+        "requests go unsigned and a warning is logged once.",
+    )
+
     @property
     def records_url(self) -> str:
         """The database of calls' URL: ``database_url``, or the SQLite file in the state directory."""
