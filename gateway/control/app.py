@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from gateway.control import api, events, internal
+from gateway.control import api, call_hook, call_hook_client, events, internal
 from gateway.control.auth import require_api_token
 from gateway.control.config import GatewayConfig, load_config
 from gateway.control.history import CallHistory
@@ -106,6 +106,7 @@ def create_app(
         async with contextlib.AsyncExitStack() as stack:
             if records:
                 await stack.enter_async_context(_records(settings, plane, history, clock))
+            await stack.enter_async_context(call_hook_client.attached(plane, settings))
             sweeper_task = asyncio.create_task(plane.run_sweeper(), name="control-sweeper") if sweeper else None
             try:
                 for hook in startup:
@@ -128,6 +129,7 @@ def create_app(
             '`Authorization: Bearer <GATEWAY_API_TOKEN>`. Errors are always `{"error": {"code", "message"}}`.'
         ),
         lifespan=lifespan,
+        webhooks=call_hook.webhooks,
     )
     app.state.plane = plane
     app.state.history = history

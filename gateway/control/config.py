@@ -182,6 +182,20 @@ class ProfileConfig(_Section):
         )
 
 
+class ApplicationConfig(_Section):
+    """``application = { url = "https://...", timeout_s = 2, fallback = "profile" }``: the route's call-time
+    application, asked before each call is answered (:mod:`gateway.control.call_hook`)."""
+
+    url: str = Field(pattern=r"^https?://", max_length=2048, description="Where each new call's context is POSTed")
+    timeout_s: float | None = Field(
+        default=None, gt=0.0, le=4.0, description="Deadline of the answer; unset: GATEWAY_CALL_HOOK_TIMEOUT_S"
+    )
+    fallback: Literal["profile", "reject"] = Field(
+        default="profile",
+        description="When the application is slow, down or answers badly: the route's own profile, or 503",
+    )
+
+
 class RouteConfig(_Section):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
     did: str | None = Field(default=None, min_length=1, max_length=256)
@@ -189,6 +203,7 @@ class RouteConfig(_Section):
     profile: str = Field(min_length=1)
     max_calls: int | None = Field(default=None, ge=0, description="Concurrent calls on this route")
     webrtc_public: bool = Field(default=False, description="Browsers may call this route without the API token")
+    application: ApplicationConfig | None = Field(default=None, description="The call-time application")
 
     @field_validator("did_regex")
     @classmethod
