@@ -3,12 +3,16 @@ sources other parts are adding: agent.handed_off, guardrail.tripped, a recording
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
+import pytest
 
+from gateway.control.config import ConfigError
 from gateway.control.webhook_events import EVENT_SOURCES, WEBHOOK_EVENT_TYPES, from_record, from_stream
-from gateway.control.webhooks import Endpoint, WebhookFeed, body_of
+from gateway.control.webhooks import Endpoint, EventWebhookSettings, WebhookFeed, body_of, endpoints_of
+from tests.gateway.control.conftest import make_config
 from tests.gateway.records.conftest import ended_call
 
 CALL = {"id": "c-1", "direction": "inbound", "kind": "sip", "from": "+1555", "to": "+1666", "state": "ringing"}
@@ -86,3 +90,37 @@ def test_the_feed_sends_each_endpoint_only_what_it_subscribed_to() -> None:
         ("ends", "call.ended"),
     ]
     assert len({row.msg_id for row in rows}) == 4
+
+
+def test_endpoints_come_from_the_routes_file_and_the_settings() -> None:
+    config = make_config(
+        webhooks=[
+            {"name": "crm", "url": "https://crm.example/hooks", "events": ["call.ended"], "secret": "own-secret"},
+            {"name": "all", "url": "http://127.0.0.1:9/hooks"},
+        ]
+    )
+    settings = EventWebhookSettings(url="http://127.0.0.1:9/env", events="call.started, call.ended")
+    crm, everything, default = endpoints_of(config, settings, "the-shared-secret")
+    assert (crm.name, crm.events) == ("crm", frozenset({"call.ended"}))
+    assert crm.signer is not None and crm.signer.secret == "own-secret"
+    assert everything.events == frozenset(WEBHOOK_EVENT_TYPES)
+    assert everything.signer is not None and everything.signer.secret == "the-shared-secret"
+    assert default.name == "default" and default.events == frozenset({"call.started", "call.ended"})
+    assert endpoints_of(make_config(), EventWebhookSettings(), None) == ()
+    with pytest.raises(ValueError, match=r"call\.nope"):
+        endpoints_of(make_config(), EventWebhookSettings(url="http://127.0.0.1:9/", events="call.nope"), None)
+
+
+@pytest.mark.parametrize(
+    ("webhooks", "problem"),
+    [
+        ([{"name": "a", "url": "ftp://x"}], "webhooks[0].url"),
+        ([{"name": "a", "url": "http://x", "events": ["call.nope"]}], "webhooks[0].events[0]"),
+        ([{"name": "a", "url": "http://x", "events": []}], "webhooks[0].events"),
+        ([{"name": "a", "url": "http://x"}, {"name": "a", "url": "http://y"}], "duplicate endpoint name 'a'"),
+        ([{"name": "a b", "url": "http://x"}], "webhooks[0].name"),
+    ],
+)
+def test_a_bad_subscription_fails_the_load_naming_it(webhooks: list[dict[str, Any]], problem: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        make_config(webhooks=webhooks)
