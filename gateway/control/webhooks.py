@@ -44,7 +44,7 @@ from gateway.records.errors import DatabaseError
 from gateway.records.outbox import (
     Delivery,
     OutboxEvent,
-    count_by_status,
+    count_pending,
     pending_heads,
     record_attempt,
     write_events,
@@ -271,6 +271,10 @@ class WebhookDeliverer:
         self._client = client
         self._wake = asyncio.Event()
         self._inflight: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._counted_at = float("-inf")
+        # Rows whose attempt ended during this pass: the pass's read may predate their update, so it must not
+        # start them again from what it read.
+        self._settled: set[int] = set()
 
     def wake(self) -> None:
         """New events are in the outbox (or one was made due again): look now."""
@@ -306,13 +310,15 @@ class WebhookDeliverer:
         """Start the due deliveries there is room for; how long until the next one is due."""
         if self._lease is not None and not await self._lease(self.poll_s * 3):
             return self.poll_s
-        counts = await count_by_status(self.database)
-        WEBHOOK_PENDING.set(counts["pending"])
         now = self._clock()
+        if now - self._counted_at >= 1.0:  # the gauge, at most once a second however busy the loop is
+            WEBHOOK_PENDING.set(await count_pending(self.database))
+            self._counted_at = now
         wait = self.poll_s
+        self._settled.clear()
         for head in await pending_heads(self.database, limit=self.settings.concurrency * 8):
             key = (head.endpoint, head.call_id)
-            if key in self._inflight:
+            if key in self._inflight or head.id in self._settled:
                 continue
             due_in = (head.next_attempt_at or 0.0) - now
             if due_in > 0:
@@ -322,11 +328,12 @@ class WebhookDeliverer:
                 break  # a finishing delivery wakes the loop
             task = asyncio.create_task(self._deliver(client, head), name=f"webhook-{head.id}")
             self._inflight[key] = task
-            task.add_done_callback(lambda _, key=key: self._done(key))
+            task.add_done_callback(lambda _, key=key, row=head.id: self._done(key, row))
         return wait
 
-    def _done(self, key: tuple[str, str]) -> None:
+    def _done(self, key: tuple[str, str], row: int) -> None:
         self._inflight.pop(key, None)
+        self._settled.add(row)
         self._wake.set()
 
     async def _deliver(self, client: httpx.AsyncClient, head: Delivery) -> None:

@@ -206,13 +206,35 @@ async def get_delivery(database: Database, delivery_id: int) -> Delivery | None:
     return _delivery(row) if row is not None else None
 
 
-async def count_by_status(database: Database) -> dict[str, int]:
+async def count_pending(database: Database) -> int:
+    """Rows waiting to be delivered (read on the status index: delivered rows are not counted one by one)."""
     async with database.engine.connect() as connection:
-        rows = (
+        count = (
             await connection.execute(
-                sa.select(webhook_outbox.c.status, sa.func.count()).group_by(webhook_outbox.c.status)
+                sa.select(sa.func.count()).select_from(webhook_outbox).where(webhook_outbox.c.status == "pending")
             )
-        ).all()
-    counts: dict[str, int] = dict.fromkeys(DELIVERY_STATUSES, 0)
-    counts.update({status: int(count) for status, count in rows})
-    return counts
+        ).scalar_one()
+    return int(count)
+
+
+async def delete_settled_before(database: Database, cutoff: float, *, batch: int = 1000) -> int:
+    """Delete delivered and failed rows created before ``cutoff`` (retention), ``batch`` per transaction; how many."""
+    deleted = 0
+    while True:
+        async with database.engine.begin() as connection:
+            ids = (
+                (
+                    await connection.execute(
+                        sa.select(webhook_outbox.c.id)
+                        .where(webhook_outbox.c.status != "pending")
+                        .where(webhook_outbox.c.created_at < cutoff)
+                        .limit(batch)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            if not ids:
+                return deleted
+            await connection.execute(sa.delete(webhook_outbox).where(webhook_outbox.c.id.in_(ids)))
+        deleted += len(ids)

@@ -6,6 +6,7 @@ deliveries API lists, filters, pages and redelivers."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,8 @@ from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControlSettings
 from gateway.control.webhooks import EventWebhookSettings
 from gateway.fleet.models import CallSnapshot, WorkerEvent
-from gateway.records import RecordWriter
+from gateway.observability import REGISTRY
+from gateway.records import RecordWriter, RetentionJob
 from tests.gateway.control.conftest import AUTH, TOKEN, make_config
 from tests.gateway.records.conftest import database_url, ended_call, postgres
 from tests.support.webhook_receiver import WebhookReceiver
@@ -128,12 +130,20 @@ async def test_every_event_arrives_once_in_order_through_failures_and_an_outage(
     assert len(await plane.deliveries(call_id="c-b", type="call.ended")) == 1
 
 
+def _metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_the_log_filters_pages_and_redelivers(plane: Plane, receiver: WebhookReceiver) -> None:
+    delivered_before = _metric("gateway_webhook_delivered_total")
+    ok_before = _metric("gateway_webhook_attempts_total", outcome="ok")
     await receiver.start()
     for call_id in ("c-a", "c-b"):
         await plane.call(call_id)
     await receiver.wait_for(lambda r: len(r.unique()) == 10, within=20)
     await plane.wait_deliveries(lambda rows: all(r["status"] == "delivered" for r in rows), within=10)
+    assert _metric("gateway_webhook_delivered_total") - delivered_before == 10
+    assert _metric("gateway_webhook_attempts_total", outcome="ok") - ok_before == 10
     assert len(await plane.deliveries(type="call.ended")) == 2
     assert [r["type"] for r in reversed(await plane.deliveries(call_id="c-a"))] == EXPECTED
     assert await plane.deliveries(endpoint="nobody") == []
@@ -160,6 +170,13 @@ async def test_the_log_filters_pages_and_redelivers(plane: Plane, receiver: Webh
     assert (await plane.client.get("/v1/webhooks/deliveries", params={"status": "lost"})).status_code == 422
     assert (await plane.client.get("/v1/webhooks/deliveries", params={"type": "call.nope"})).status_code == 422
     assert (await plane.client.get("/v1/webhooks/deliveries", headers={"Authorization": "Bearer x"})).status_code == 401
+
+    # Retention deletes the log with the records: two days on, a one-day retention leaves nothing delivered.
+    await plane.wait_deliveries(lambda rows: all(r["status"] == "delivered" for r in rows), within=10)
+    database = plane.app.state.webhooks.database
+    later = RetentionJob(database, retention_days=1, clock=lambda: time.time() + 2 * 86_400)
+    assert await later.sweep() == 2
+    assert await plane.deliveries() == []
 
 
 @pytest.mark.parametrize("plane", [{"max_attempts": 3}], indirect=True)
