@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 import httpx
 import orjson
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.control.config import GatewayConfig
@@ -83,6 +83,15 @@ class EventWebhookSettings(BaseSettings):
     concurrency: int = Field(
         default=16, ge=1, le=1000, description="Requests in flight at once (each to a different call or endpoint)."
     )
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, value: str) -> str:
+        unknown = {name.strip() for name in value.split(",") if name.strip()} - set(WEBHOOK_EVENT_TYPES)
+        if unknown:
+            raise ValueError(f"names {', '.join(sorted(unknown))}: the events are {', '.join(WEBHOOK_EVENT_TYPES)}")
+        return value
+
     buffer: int = Field(
         default=100_000,
         ge=1,
@@ -111,10 +120,6 @@ def endpoints_of(config: GatewayConfig, settings: EventWebhookSettings, secret: 
         found.append(Endpoint(endpoint.name, endpoint.url, frozenset(endpoint.events), signer))
     if settings.url:
         events = frozenset(name.strip() for name in settings.events.split(",") if name.strip())
-        unknown = events - set(WEBHOOK_EVENT_TYPES)
-        if unknown:
-            known = ", ".join(WEBHOOK_EVENT_TYPES)
-            raise ValueError(f"GATEWAY_EVENT_WEBHOOK_EVENTS names {', '.join(sorted(unknown))}: the events are {known}")
         signer = WebhookSigner(secret) if secret else None
         found.append(Endpoint("default", settings.url, events or frozenset(WEBHOOK_EVENT_TYPES), signer))
     if any(endpoint.signer is None for endpoint in found):
