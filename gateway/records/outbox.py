@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.records.database import Database
@@ -97,6 +96,9 @@ async def insert_events(connection: AsyncConnection, events: Sequence[OutboxEven
     """Insert events in order inside the caller's transaction; one already there (same key) is left as it is."""
     if not events:
         return
+    # The dialects' insert (for ON CONFLICT) is imported here: only a process that writes events pays for it.
+    from sqlalchemy.dialects import postgresql, sqlite
+
     rows = [event.row() for event in events]
     if connection.dialect.name == "postgresql":
         statement: Any = postgresql.insert(webhook_outbox).on_conflict_do_nothing()
