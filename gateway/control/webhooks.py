@@ -64,7 +64,11 @@ class EventWebhookSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_EVENT_WEBHOOK_", frozen=True, extra="ignore")
 
-    url: str = Field(default="", description="An endpoint (named `default`) that gets the event webhooks; unset: none.")
+    url: str = Field(
+        default="",
+        pattern=r"^(https?://.+)?$",
+        description="An endpoint (named `default`) that gets the event webhooks; unset: none.",
+    )
     events: str = Field(
         default="",
         description="The events `GATEWAY_EVENT_WEBHOOK_URL` gets, comma-separated (e.g. `call.started,call.ended`); "
