@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from gateway.control.config import ConfigError
 from gateway.control.webhook_events import EVENT_SOURCES, WEBHOOK_EVENT_TYPES, from_record, from_stream
-from gateway.control.webhooks import Endpoint, EventWebhookSettings, WebhookFeed, body_of, endpoints_of
+from gateway.control.webhooks import Endpoint, EventWebhookSettings, WebhookFeed, backoff_s, body_of, endpoints_of
 from tests.gateway.control.conftest import make_config
 from tests.gateway.records.conftest import ended_call
 
@@ -125,3 +125,10 @@ def test_endpoints_come_from_the_routes_file_and_the_settings() -> None:
 def test_a_bad_subscription_fails_the_load_naming_it(webhooks: list[dict[str, Any]], problem: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(problem)):
         make_config(webhooks=webhooks)
+
+
+def test_backoff_doubles_from_the_minimum_up_to_the_maximum() -> None:
+    settings = EventWebhookSettings(backoff_min_s=1.0, backoff_max_s=300.0)
+    assert [backoff_s(n, settings) for n in (1, 2, 3, 4, 9, 10, 500)] == [1.0, 2.0, 4.0, 8.0, 256.0, 300.0, 300.0]
+    with pytest.raises(ValidationError, match="url"):
+        EventWebhookSettings(url="ftp://example.com/hooks")
