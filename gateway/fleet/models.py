@@ -149,6 +149,14 @@ class ToolCallLine(_Model):
     duration_ms: float | None = Field(default=None, ge=0.0)
 
 
+class DtmfLine(_Model):
+    """One DTMF digit of the call: received from the caller or sent to it, and when."""
+
+    digit: str = Field(min_length=1, max_length=1)
+    direction: Literal["received", "sent"]
+    at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
+
+
 class CallStats(_Model):
     """Media and agent statistics of one call, as the worker measured them."""
 
@@ -177,6 +185,7 @@ class CallStats(_Model):
     barge_ins: int = Field(default=0, ge=0)
     resumes: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
+    handoffs: int = Field(default=0, ge=0, description="Times the call was handed to another agent")
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"
@@ -285,7 +294,13 @@ class CallSnapshot(_Model):
         default_factory=list, description="Tool calls with arguments and results (GET /v1/calls/{id} only)"
     )
     dtmf: str = Field(default="", max_length=256, description="DTMF digits the caller sent, in order")
+    dtmf_events: list[DtmfLine] = Field(
+        default_factory=list, description="Each DTMF digit received or sent, with its time (ended calls only)"
+    )
     context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
+    trace_id: str = Field(
+        default="", max_length=32, description="The call's OpenTelemetry trace id (32 hex digits; empty: not traced)"
+    )
 
     @property
     def is_live(self) -> bool:
@@ -502,6 +517,11 @@ class AdmissionRequest(_Model):
         le=1000.0,
         description="Capacity the call takes on its worker: 1 for G.711, the worker's Opus cost for Opus",
     )
+    traceparent: str = Field(
+        default="",
+        max_length=55,
+        description="W3C traceparent of the call's span on the worker (empty when tracing is off): one trace per call",
+    )
 
 
 class AdmissionDecision(_Model):
@@ -518,6 +538,11 @@ class AdmissionDecision(_Model):
     )
     reason: str = ""
     retry_after_s: int | None = None
+    traceparent: str = Field(
+        default="",
+        max_length=55,
+        description="W3C traceparent of an originated call's span on the control plane (empty when tracing is off)",
+    )
 
 
 # ---------------------------------------------------------------------------------------- commands

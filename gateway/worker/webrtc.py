@@ -521,6 +521,8 @@ class WebRtcCalls:
     def send_dtmf_leg(self, leg: WebRtcLeg, digits: str) -> None:
         if leg.peer is None or not leg.peer.send_message({"type": "dtmf", "digits": digits}):
             raise CommandRejectedError("the browser's control channel is not open")
+        if leg.session is not None:
+            leg.session.dtmf_sent(digits)
 
     # ----------------------------------------------------------------------------------- reporting
 
