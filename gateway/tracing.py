@@ -66,7 +66,7 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] = os.environ
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    resource = Resource.create({"service.name": service_name}).merge(Resource.create())
+    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME", "").strip() or service_name})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)

@@ -74,6 +74,10 @@ async def test_an_ended_call_is_found_by_the_history_filters(tmp_path: Path, dat
         assert whole["end_reason"] == reason and whole["stats"]["rtp_packets_in"] == call["stats"]["rtp_packets_in"]
         pressed = [line for line in whole["transcript"] if "pressed 7" in line["text"]]
         assert len(pressed) == 1 and pressed[0]["role"] == "user" and 0 < pressed[0]["start_s"] < 10
+        # The digit with its time (received), beside the transcript's text.
+        assert [(d["digit"], d["direction"]) for d in whole["dtmf_events"]] == [("7", "received")]
+        assert whole["dtmf"] == "7" and 0 < whole["dtmf_events"][0]["at_s"] < 10
+        assert whole["stats"]["handoffs"] == 0 and "trace_id" in whole
         async with again.client() as client:
             export = await client.get("/v1/calls/export", params={"format": "csv", "number": DIALLED})
         assert export.status_code == 200 and export.text.count("\n") == 3 and call["id"] in export.text
