@@ -57,6 +57,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.pipeline",
         "the cascaded pipeline through the session core with loopback fakes: latency, CPU, barge-in",
     ),
+    "tracing": (
+        "bench.tracing",
+        "CPU per call-frame of a traced call: no instrumentation, tracing off (no-op API), on (in-memory export)",
+    ),
     "local-pipeline": (
         "bench.local_pipeline",
         "the local pipeline's turn latency and CPU per call (Whisper, Silero, espeak-ng): no keys, no network",
