@@ -503,6 +503,9 @@ class CallSession:
         turns = self._turns
         if isinstance(event, AudioReceived):
             turns.audio(event, law=None if self._g711 is None else self._g711.law)  # codes stay codes
+            # The agent's item takes its place (and start) in the transcript with its first audio: a barge-in can
+            # then mark it cut even when its words come later, or never.
+            self._transcript.placeholder("assistant", event.item_id)
         elif isinstance(event, AudioDone):
             turns.audio_done(event)
         elif isinstance(event, AudioMarked):

@@ -107,7 +107,9 @@ class Transcript:
         entry.final = final
 
     def message(self, role: Literal["user", "assistant", "system"], text: str) -> None:
-        self._add(_Entry(kind="message", role=role, text=text))
+        """A whole message at once (a keypress, an injected text): it begins and ends now."""
+        entry = self._add(_Entry(kind="message", role=role, text=text))
+        entry.ended_at = entry.at
 
     def function_call(self, call_id: str, name: str, arguments: str) -> None:
         if call_id not in self._calls:
