@@ -9,7 +9,9 @@ timing) run through the session core three ways, interleaved ``--repeats`` times
 - ``on``: the SDK's tracer provider exporting to its in-memory exporter (spans recorded and exported).
 
 The figure is process CPU time per call-frame (one frame in and one out); the ratios to ``none`` say what the
-trace costs. Spans are made from call events only, so the per-frame path carries no tracing call either way.
+trace costs. Spans are made from call events only, so the per-frame path carries no tracing call either way. The
+echo agent has no turns, so the cost of one event's span (a turn's, made whole as the session makes it) is timed
+apart: µs per span, off and on.
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ async def _run(kind: str, *, calls: int, frames: list[Frame], tracer: Tracer | N
     return time.process_time() - began
 
 
+def _span_us(tracer: Tracer, count: int) -> float:
+    """CPU µs per turn span (one per turn of a call), as :meth:`CallTrace.span` makes it."""
+    call = CallTrace("b-span", "call", tracer=tracer)
+    began = time.process_time()
+    for index in range(count):
+        end = time.time()
+        call.span("call.turn", {"gateway.turn.index": index, "gateway.turn.latency_ms": 612.5}, start_time_s=end - 0.6)
+    spent = time.process_time() - began
+    call.close()
+    return spent * 1e6 / count
+
+
 def measure(*, calls: int, frames: int, repeats: int) -> dict[str, Any]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -92,6 +106,13 @@ def measure(*, calls: int, frames: int, repeats: int) -> dict[str, Any]:
             seconds = asyncio.run(_run(kind, calls=calls, frames=pcm, tracer=tracers[kind]))
             runs[kind].append(seconds * 1e6 / (calls * frames))
     spans = len(exporter.get_finished_spans())
+    span_runs: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(repeats):
+        for kind in span_runs:
+            tracer = tracers[kind]
+            assert tracer is not None
+            exporter.clear()
+            span_runs[kind].append(_span_us(tracer, 5000))
     medians = {kind: statistics.median(values) for kind, values in runs.items()}
     return {
         "calls": calls,
@@ -102,6 +123,7 @@ def measure(*, calls: int, frames: int, repeats: int) -> dict[str, Any]:
         "ratio_off": medians["off"] / medians["none"],
         "ratio_on": medians["on"] / medians["none"],
         "spans_per_call_on": spans / calls,
+        "us_per_turn_span": {kind: statistics.median(values) for kind, values in span_runs.items()},
     }
 
 
@@ -125,4 +147,6 @@ def main(args: argparse.Namespace) -> int:
     for kind in KINDS:
         print(f"{kind:<8} {medians[kind]:>8.2f} {medians[kind] / medians['none']:>7.3f}x")
     print(f"spans per call with tracing on: {result['spans_per_call_on']:.1f}")
+    span = result["us_per_turn_span"]
+    print(f"µs of CPU per turn span: off {span['off']:.2f}, on (in-memory export) {span['on']:.2f}")
     return 0

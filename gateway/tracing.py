@@ -192,6 +192,8 @@ class CallTrace:
     ) -> Span:
         """Open a span named ``name`` under the root (or under the open span ``parent``), kept under ``key``
         until :meth:`end`. A span already open under ``key`` is ended first (an event seen twice)."""
+        if not self.recording:  # tracing off: the root is the API's no-op, and so would this be
+            return self.root
         self.end(key)
         under = self._open.get(parent, self.root) if parent is not None else self.root
         span = self.tracer.start_span(
@@ -224,6 +226,8 @@ class CallTrace:
         self, name: str, attributes: Attributes = None, *, start_time_s: float, end_time_s: float | None = None
     ) -> None:
         """A whole span at once, for an interval known when it is over (a turn's wait for the agent)."""
+        if not self.recording:
+            return
         span = self.tracer.start_span(
             name,
             context=trace.set_span_in_context(self.root),
