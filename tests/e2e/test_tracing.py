@@ -183,6 +183,27 @@ async def test_a_call_is_one_trace_across_control_plane_and_worker(
     log_text = await asyncio.to_thread(worker.process.log_path.read_text)
     assert any(f"call {call_id}" in line and f"trace_id={trace_id}" in line for line in log_text.splitlines())
 
+    # A call the control plane places (POST /v1/calls): its trace starts on the plane, the worker's call continues it.
+    bob = BaresipPhone(
+        peer_procs, tmp_path, source_wav=speech_8k, name="bob", user="bob", auto_answer=True, tail_silence=20
+    )
+    async with plane.client() as client, bob:
+        response = await client.post("/v1/calls", json={"to": bob.sip_uri, "caller_id": "+15550199"})
+        assert response.status_code == 201, response.text
+        placed = response.json()["id"]
+        await bob.wait_established(within=15)
+        assert (await client.post(f"/v1/calls/{placed}/hangup")).status_code == 204
+        await bob.wait_closed(within=10)
+    (outbound,) = await _until(
+        lambda: [s for s in receiver.named("call") if s["attributes"]["gateway.call.id"] == placed],
+        within=20,
+        what="the placed call's span",
+    )
+    originate = [s for s in receiver.named("control.originate") if s["trace_id"] == outbound["trace_id"]]
+    assert len(originate) == 1 and originate[0]["service"] == "gateway-control"
+    assert outbound["parent"] == originate[0]["span_id"] and outbound["trace_id"] != trace_id
+    assert originate[0]["attributes"]["gateway.call.id"] == placed
+
 
 async def _until_record(client: Any, call_id: str) -> dict[str, Any]:
     deadline = time.monotonic() + 20
