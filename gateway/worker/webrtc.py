@@ -336,6 +336,7 @@ class WebRtcCalls:
             call_id=leg.id,
             public=public,
             cost=leg.cost,
+            metadata=dict(leg.metadata),
             traceparent=traceparent_of(leg.trace.start("admit", "call.admit", parent="setup")) if leg.trace else "",
         )
         try:
@@ -355,6 +356,8 @@ class WebRtcCalls:
             )
         leg.route = decision.route
         leg.profile = decision.profile or _DEFAULT_PROFILE
+        if decision.metadata:  # the call-time application's, added to the page's
+            leg.metadata = {**leg.metadata, **decision.metadata}
 
     # --------------------------------------------------------------------------------- media edges
 
