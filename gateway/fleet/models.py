@@ -17,7 +17,7 @@ from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, Pipelin
 from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicyError
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
-CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
+CallState = Literal["admitted", "ringing", "active", "held", "resuming", "ending", "ended"]
 CallDirection = Literal["inbound", "outbound"]
 CallKind = Literal["sip", "webrtc"]
 
@@ -25,6 +25,8 @@ CallKind = Literal["sip", "webrtc"]
 EventType = Literal[
     "call.started",
     "call.updated",
+    "call.held",
+    "call.resumed",
     "call.ended",
     "worker.registered",
     "worker.updated",
@@ -34,7 +36,7 @@ EventType = Literal[
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
-WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone"]
+WorkerEventType = Literal["call.started", "call.updated", "call.held", "call.resumed", "call.ended", "worker.gone"]
 
 LEVEL_HISTORY_MAX = 120
 DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
@@ -444,6 +446,24 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    no_input_prompt_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of caller silence, while the agent waits, before the agent says no_input_prompt "
+        "(agent speech, tool runs and hold do not count); 0: no prompt",
+    )
+    no_input_hangup_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of further silence before the agent says no_input_goodbye and hangs up with end "
+        "reason no_input; 0: never",
+    )
+    no_input_prompt: str = Field(default="Are you still there?", max_length=500)
+    no_input_goodbye: str = Field(
+        default="I have not heard from you, so I will end the call now. Goodbye.", max_length=500
+    )
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
@@ -467,6 +487,10 @@ class ProfileModel(_Model):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
+            no_input_prompt_s=self.no_input_prompt_s,
+            no_input_hangup_s=self.no_input_hangup_s,
+            no_input_prompt=self.no_input_prompt,
+            no_input_goodbye=self.no_input_goodbye,
         )
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:

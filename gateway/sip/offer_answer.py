@@ -17,6 +17,7 @@ States and inputs (anything else raises :class:`~gateway.sip.errors.LocalProtoco
     REOFFERED   take_answer(answer) -> NEGOTIATED   (Refused: back to the state before the re-offer)
     REOFFERED   update(offer)       -> NEGOTIATED   (our re-offer is dropped: see below)
     REOFFERED   offer()             -> REOFFERED    (our unanswered re-offer is replaced)
+    REOFFERED   offer_refused()     -> NEGOTIATED   (the peer refused our re-offer: the call goes on as it was)
 
 Rules followed, and why:
 
@@ -302,6 +303,15 @@ class OfferAnswer:
         self._pending = None
         self._state = OfferAnswerState.NEGOTIATED
         return Answered(media=media, srtp=srtp, rekeyed=rekeyed, changed=before != (media, srtp))
+
+    def offer_refused(self) -> None:
+        """The peer refused our re-offer (a non-2xx to our re-INVITE): the call goes on as negotiated, and our
+        wish goes back to what the negotiated direction says of it (a refused hold is no hold)."""
+        self._expect("drop a refused re-offer", OfferAnswerState.REOFFERED)
+        self._pending = None
+        self._state = OfferAnswerState.NEGOTIATED
+        if self._media is not None:
+            self._wish = "sendrecv" if self._media.direction in ("sendrecv", "recvonly") else self._wish
 
     # -------------------------------------------------------------------------------------------- inside
 

@@ -43,6 +43,7 @@ from gateway.observability import (
     SIP_CALLS_TOTAL,
 )
 from gateway.session.config import WebhookToolConfig
+from gateway.session.hold import HoldBy
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext, context_from_invite, render
 from gateway.sip.errors import LocalProtocolError
@@ -55,6 +56,8 @@ from gateway.sip.events import (
     DtmfInfoReceived,
     OutboundCallAnswered,
     OutboundCallFailed,
+    ReinviteAnswered,
+    ReinviteFailed,
     ReinviteReceived,
     SipEvent,
     TransferFailed,
@@ -148,6 +151,10 @@ class SipCalls:
                     leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
             elif isinstance(event, ReinviteReceived):
                 self._reinvite(leg, event)
+            elif isinstance(event, ReinviteAnswered):
+                self._reinvite_answered(leg, event)
+            elif isinstance(event, ReinviteFailed):
+                self._reinvite_failed(leg, event)
             elif isinstance(event, TransferProgressed):
                 leg.transfer_seen_progress = True
                 if event.final and leg.referral is not None and not leg.referral.done():
@@ -396,13 +403,21 @@ class SipCalls:
         assert sdp.local is not None
         self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
 
-    @staticmethod
-    def _hold_state(leg: CallLeg, *, held: bool) -> None:
-        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off."""
+    def _hold_state(self, leg: CallLeg, *, held: bool, by: HoldBy = "caller") -> None:
+        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off, or we do: the
+        session pauses or continues the agent's playout (gateway/session/hold.py) and the control plane is told."""
+        if leg.session is not None and leg.session.held not in (None, by):
+            return  # held by the other side: its own resume ends the hold
         if held and leg.state is LegState.ACTIVE:
             move(leg, LegState.HELD)
         elif not held and leg.state is LegState.HELD:
             move(leg, LegState.ACTIVE)
+        else:
+            return
+        if leg.session is not None:
+            leg.session.set_held(held, by=by)
+        kind: WorkerEventType = "call.held" if held else "call.resumed"
+        self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
 
     def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
         """The remote's answer to our offer, then the call's media; False when it cannot be used."""
@@ -578,6 +593,45 @@ class SipCalls:
             host = leg.source.rsplit(":", 1)[0] if leg.source else self._sip_settings.sip_host
             uri = f"sip:{target}@{host}"
         self._signalling.refer(leg.sip, uri)
+
+    def start_hold(self, leg: CallLeg, held: bool) -> None:
+        """The ops API's hold: our re-INVITE with a=sendonly (or a=sendrecv to resume); the session pauses and
+        plays the hold audio once the phone has answered it (:meth:`_reinvite_answered`)."""
+        from gateway.fleet.errors import CommandRejectedError
+
+        sdp, session = leg.sdp, leg.session
+        if leg.sip is None or sdp is None or session is None or not leg.media_added:
+            raise CommandRejectedError("the call is not answered yet")
+        if leg.hold_pending is not None or sdp.state is not OfferAnswerState.NEGOTIATED:
+            raise CommandRejectedError("an offer of this call awaits its answer; try again")
+        if held and session.held is not None:
+            raise CommandRejectedError(f"the call is on hold already (by the {session.held})")
+        if not held and session.held != "gateway":
+            raise CommandRejectedError("the gateway does not hold this call")
+        if leg.state not in (LegState.ACTIVE, LegState.HELD):
+            raise CommandRejectedError(f"the call is {leg.state.value}")
+        leg.hold_pending = held
+        self._signalling.reinvite(leg.sip, sdp.offer(direction="sendonly" if held else "sendrecv").to_bytes())
+
+    def _reinvite_answered(self, leg: CallLeg, event: ReinviteAnswered) -> None:
+        pending, leg.hold_pending = leg.hold_pending, None
+        sdp = leg.sdp
+        if sdp is None or sdp.state is not OfferAnswerState.REOFFERED:
+            return
+        result = sdp.take_answer(event.body)
+        if isinstance(result, Refused):
+            log.info("call %s: the answer to our re-INVITE is unusable: %s", leg.id, result.reason)
+            return
+        if leg.media_added:
+            self._plant.engine.set_direction(leg.id, result.media.direction)
+        if pending is not None:
+            self._hold_state(leg, held=pending, by="gateway")
+
+    def _reinvite_failed(self, leg: CallLeg, event: ReinviteFailed) -> None:
+        leg.hold_pending = None
+        if leg.sdp is not None and leg.sdp.state is OfferAnswerState.REOFFERED:
+            leg.sdp.offer_refused()
+        log.info("call %s: our re-INVITE was refused: %d %s", leg.id, event.status, event.reason)
 
     def start_transfer(self, leg: CallLeg, target: str) -> None:
         """The ops API's blind transfer: runs in the background (:meth:`transfer_and_end`)."""

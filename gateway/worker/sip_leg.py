@@ -45,6 +45,8 @@ class SipLegOwner(Protocol):
 
     def start_transfer(self, leg: CallLeg, target: str) -> None: ...
 
+    def start_hold(self, leg: CallLeg, held: bool) -> None: ...
+
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot: ...
 
 
@@ -77,6 +79,7 @@ class CallLeg:
     task: asyncio.Task[None] | None = None
     referral: asyncio.Future[TransferOutcome] | None = None  # our REFER's outcome, while it is pending
     transfer_seen_progress: bool = False
+    hold_pending: bool | None = None  # our re-INVITE that holds (True) or resumes (False) awaits its answer
     answered: asyncio.Future[bool] | None = None  # outbound: resolved on answer / failure
     levels: deque[float] = field(default_factory=lambda: deque(maxlen=120))
     last_level: float | None = None
@@ -105,6 +108,9 @@ class CallLeg:
 
     def transfer(self, target: str) -> None:
         self.owner.start_transfer(self, target)
+
+    def hold(self, held: bool) -> None:
+        self.owner.start_hold(self, held)
 
 
 class SipCallControl:
