@@ -69,23 +69,23 @@ async def test_the_callers_hold_pauses_the_agent_and_the_truncate_is_what_the_ph
     peer_procs: ProcessGroup, tmp_path: Path
 ) -> None:
     _require_peers()
-    # An 8 s reply streamed at four times real time: at the hold the provider has delivered far more than the
-    # caller heard, so counting frames during the hold (or at the received position) would be caught.
+    # A 20 s reply streamed at four times real time: at the hold the provider is still generating and has
+    # delivered far more than the caller heard, so counting frames during the hold would be caught.
     fake = await start_fake_provider(
-        peer_procs, "--mode", "tone", "--reply-ms", "8000", "--paced", "--pace", "4", "--chunk-ms", "100"
+        peer_procs, "--mode", "tone", "--reply-ms", "20000", "--paced", "--pace", "4", "--chunk-ms", "100"
     )
     gateway = await start_gateway_on_fake(peer_procs, tmp_path, fake)
     # The caller speaks (the agent answers with the tone), is silent through the hold, then cuts in.
-    source = caller_wav(tmp_path / "caller.wav", [TURN_C, 6.6, TURN_B, 1.0])
+    source = caller_wav(tmp_path / "caller.wav", [TURN_C, 5.6, TURN_B, 1.0])
     phone = PjsuaPhone(
         peer_procs,
         tmp_path,
         mode="caller",
         uri=gateway.sip_uri,
         play=source,
-        hold_at=5.0,
-        unhold_at=7.0,
-        hangup_after=10.5,
+        hold_at=4.5,
+        unhold_at=6.5,
+        hangup_after=9.8,
         codecs=("PCMU",),
         max_seconds=25,
     )
@@ -125,6 +125,7 @@ async def test_the_callers_hold_pauses_the_agent_and_the_truncate_is_what_the_ph
     heard_ms = sum(b.duration_ms for b in tones)
     assert abs(heard_ms - sent_ms) <= HEARD_TOLERANCE_MS, (tones, sent_ms)
     assert 2000 < sent_ms < 6000, sent_ms
+    print(f"hold: truncated at {sent_ms} ms; the phone heard {heard_ms:.0f} ms in {len(tones)} stretches")
 
 
 async def _state_is(gateway: Any, call_id: str, state: str) -> dict[str, Any] | None:

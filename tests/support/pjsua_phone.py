@@ -92,7 +92,10 @@ class PhoneCall(pj.Call):  # type: ignore[misc]
             if media.type != pj.PJMEDIA_TYPE_AUDIO:
                 continue
             emit("media_state", status=int(media.status), dir=int(media.dir), rx_packets=rx_packets(self, index))
-            if media.status not in (pj.PJSUA_CALL_MEDIA_ACTIVE, pj.PJSUA_CALL_MEDIA_REMOTE_HOLD):
+            # On hold too: a port left unconnected is not clocked, so the WAV would stop playing (a held phone
+            # sends on) and the recording would lose the time of the hold.
+            live = (pj.PJSUA_CALL_MEDIA_ACTIVE, pj.PJSUA_CALL_MEDIA_LOCAL_HOLD, pj.PJSUA_CALL_MEDIA_REMOTE_HOLD)
+            if media.status not in live:
                 continue
             audio = self.getAudioMedia(index)
             stream = self.getStreamInfo(index)
