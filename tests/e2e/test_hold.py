@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from tests.e2e.provider_harness import (
     start_fake_provider,
     start_gateway_on_fake,
 )
-from tests.support.audio import read_wav
+from tests.support.audio import read_wav, silence, tone, write_wav
 from tests.support.fixtures import require_speech_tools
 from tests.support.peers import require_module
 from tests.support.pjsua import PjsuaEvent, PjsuaPhone
@@ -131,3 +132,51 @@ async def test_the_callers_hold_pauses_the_agent_and_the_truncate_is_what_the_ph
 async def _state_is(gateway: Any, call_id: str, state: str) -> dict[str, Any] | None:
     call: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call_id}")
     return call if call["state"] == state else None
+
+
+HOLD_HZ = 660.0  # the hold audio of the gateway-hold test
+
+
+async def test_the_gateway_holds_the_caller_with_hold_audio(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    _require_peers()
+    fake = await start_fake_provider(peer_procs, "--mode", "tone", "--reply-ms", "400")
+    music = write_wav(tmp_path / "hold.wav", tone(HOLD_HZ, 0.5, 16000, amplitude=0.3), 16000)
+    gateway = await start_gateway_on_fake(peer_procs, tmp_path, fake, env={"GATEWAY_HOLD_AUDIO_FILE": str(music)})
+    quiet = write_wav(tmp_path / "quiet.wav", silence(12.0, 8000), 8000)  # the caller never speaks
+    phone = PjsuaPhone(
+        peer_procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=7.0, codecs=("PCMU",)
+    )
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, phone:
+        await phone.wait_state("CONFIRMED", within=15)
+        call = await _live_call(gateway)
+        async with gateway.client() as client:
+            path = f"/v1/calls/{call['id']}"
+            refused = await client.post(f"{path}/unhold")
+            assert refused.status_code == 409 and "does not hold" in refused.text, refused.text
+            assert (await client.post("/v1/calls/c-nosuchcall/hold")).status_code == 404
+            assert (await client.post(f"{path}/hold")).status_code == 204
+            held = await phone.wait_event("media_state", within=10, where=lambda e: e.get("status") == 3)
+            again = await client.post(f"{path}/hold")
+            assert again.status_code == 409 and "on hold already" in again.text, again.text
+            await stream.wait_for(lambda e: e.type == "call.held" and e.call_id == call["id"], within=10)
+            assert (await gateway.api("GET", path))["state"] == "held"
+            await asyncio.sleep(2.0)  # the length of the hold is the scenario's, not a wait for something to settle
+            assert (await client.post(f"{path}/unhold")).status_code == 204
+            resumed = await phone.wait_event(
+                "media_state", within=10, where=lambda e: e.t > held.t and e.get("status") == 1
+            )
+            await stream.wait_for(lambda e: e.type == "call.resumed" and e.call_id == call["id"], within=10)
+        assert await phone.wait_done(within=30) == 0
+
+    # The phone was offered a=sendonly (it answered recvonly: status REMOTE_HOLD, decoding only), then sendrecv.
+    assert held.get("dir") == 2 and resumed.get("dir") == 3
+    offers = re.findall(r"a=(sendonly|sendrecv|recvonly|inactive)", phone.pjsip_log.read_text(errors="replace"))
+    assert "sendonly" in offers, offers
+    # It heard the hold audio while held, and only then.
+    heard = read_wav(phone.recording)  # type: ignore[arg-type]
+    media_at = next(e.t for e in phone.events if e.name == "media_active")
+    music_heard = [b for b in bursts(heard) if abs(b.frequency_hz - HOLD_HZ) < 10]
+    assert music_heard, bursts(heard)
+    start, end = held.t - media_at, resumed.t - media_at
+    assert all(start - 0.1 <= b.start_s and b.end_s <= end + 0.2 for b in music_heard), (music_heard, start, end)
+    assert sum(b.duration_ms for b in music_heard) > 0.8 * (end - start) * 1000
