@@ -36,9 +36,9 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(120)]
 TURN_C = "Wait, one more thing please."  # 2.4 s
 TURN_B = "My order number is four five six seven."  # 3.1 s
 TONE_HZ = 440.0
-# The phone's own jitter buffer may conceal a late packet (which plays on as tone) at each of the two edges of
-# each burst, plus the 5 ms envelope window of ``bursts``.
-HEARD_TOLERANCE_MS = 45
+# Per stretch of tone: a packet the phone's jitter buffer conceals or drops at an edge (20 ms), plus the 5 ms
+# envelope window of ``bursts`` at each of its two edges; two stretches. Runs measured 36-37 ms short.
+HEARD_TOLERANCE_MS = 60
 
 
 def _require_peers() -> None:
