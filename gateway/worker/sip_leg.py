@@ -135,6 +135,12 @@ class SipCallControl:
             raise LocalMediaError("the call has ended")
         leg.owner.send_dtmf_leg(leg, digits)
 
+    async def hold(self, held: bool) -> None:
+        leg = self._leg_ref()
+        if leg is None:
+            raise LocalMediaError("the call has ended")
+        leg.owner.start_hold(leg, held)
+
     async def transfer(self, target: str) -> TransferOutcome:
         leg = self._leg_ref()
         if leg is None or not leg.live or leg.sip is None:

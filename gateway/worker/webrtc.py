@@ -225,6 +225,9 @@ class WebRtcCallControl:
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
 
+    async def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
+
 
 class WebRtcCalls:
     """The worker's browser calls, built with the call host port, their own settings, what a browser call costs,

@@ -3,10 +3,20 @@ the caller left off, and a barge-in after the unhold truncates at what the calle
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from gateway.providers.base import AudioReceived, ResponseDone, ResponseStarted, SpeechStarted
+from gateway.providers.base import (
+    AgentProfile,
+    AudioReceived,
+    ResponseDone,
+    ResponseStarted,
+    SpeechStarted,
+    ToolCallRequested,
+    ToolSpec,
+)
 from gateway.session.events import BargedIn, CallHeld, CallResumed
 from gateway.session.hold import HOLD_NOTE, RESUME_NOTE, HoldState
 from tests.gateway.session.fakes import (
@@ -108,3 +118,29 @@ def test_hold_state_tone_when_no_audio_is_configured() -> None:
     assert loud == [True] * 20 + [False] * 80
     assert state.resume("caller", now=1.0) is None
     assert state.resume("gateway", now=3.0) == 3.0 and not state.held
+
+
+async def test_the_agents_hold_tools_are_opt_in_and_hold_through_the_call_control() -> None:
+    model = FakeModel()
+    session, control = make_session(model)
+    await session.start()
+    offered = {spec.name for spec in model.last.profile.tools}
+    assert "hold_caller" not in offered and "resume_caller" not in offered, "a profile must name them"
+    await session.aclose()
+
+    model = FakeModel()
+    tools = (ToolSpec(name="hold_caller", description=""), ToolSpec(name="resume_caller", description=""))
+    session, control = make_session(model, profile=AgentProfile(name="agent", tools=tools))
+    await session.start()
+    fake = model.last
+    assert {spec.name for spec in fake.profile.tools} == {"hold_caller", "resume_caller"}
+    fake.emit(ToolCallRequested(call_id="h1", name="hold_caller", arguments="{}"))
+    await fake.wait_sent(lambda s: [e for e in s if e[0] == "tool_result" and e[1] == "h1"])
+    fake.emit(ToolCallRequested(call_id="h2", name="resume_caller", arguments="{}"))
+    await fake.wait_sent(lambda s: [e for e in s if e[0] == "tool_result" and e[1] == "h2"])
+    assert control.holds == [True, False]
+    assert [json.loads(e[2]) for e in fake.of("tool_result")] == [
+        {"ok": True, "status": "held"},
+        {"ok": True, "status": "resumed"},
+    ]
+    await session.aclose()
