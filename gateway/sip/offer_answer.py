@@ -36,9 +36,9 @@ Rules followed, and why:
   its own side; our key changes only when the suite does, or when we rekey by ``offer(rekey=True)``. Moving a
   call between RTP and SRTP mid-call is refused (488).
 * Media addresses must be IP literals: a host name in ``c=`` would need a DNS lookup for every packet sent.
-* The SIP core answers a re-INVITE without an offer with our re-offer and absorbs the ACK that answers it, so
-  that answer may never reach us; a later offer from the peer, or a new re-offer of ours, therefore replaces a
-  re-offer still pending.
+* A re-INVITE without an offer is answered with our re-offer; the ACK carries the peer's answer (the SIP core's
+  ``ReinviteAcked``). An ACK without one (a broken peer) leaves the re-offer pending: a later offer from the
+  peer, or a new re-offer of ours, therefore replaces a re-offer still pending.
 
 Refusals are values, not exceptions: :class:`Refused` carries the status (488), a reason phrase naming the
 problem (the parser's line, the crypto line, the codec) and a short ``code`` for metrics and end reasons.

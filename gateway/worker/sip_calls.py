@@ -56,6 +56,7 @@ from gateway.sip.events import (
     DtmfInfoReceived,
     OutboundCallAnswered,
     OutboundCallFailed,
+    ReinviteAcked,
     ReinviteAnswered,
     ReinviteFailed,
     ReinviteReceived,
@@ -64,7 +65,7 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.headers import reason_value
-from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
+from gateway.sip.offer_answer import Answered, MediaPolicy, OfferAnswer, OfferAnswerState, Refused
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
@@ -153,6 +154,8 @@ class SipCalls:
                 self._reinvite(leg, event)
             elif isinstance(event, ReinviteAnswered):
                 self._reinvite_answered(leg, event)
+            elif isinstance(event, ReinviteAcked):
+                self._reinvite_acked(leg, event)
             elif isinstance(event, ReinviteFailed):
                 self._reinvite_failed(leg, event)
             elif isinstance(event, TransferProgressed):
@@ -390,6 +393,13 @@ class SipCalls:
             log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
             self._signalling.reject_reinvite(leg.sip, result.status, result.reason)
             return
+        self._media_changed(leg, result)
+        assert sdp.local is not None
+        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
+
+    def _media_changed(self, leg: CallLeg, result: Answered) -> None:
+        """A new offer/answer of the peer's (or its answer to the re-offer our 2xx made): direction, address,
+        keys and cost follow it, and the call goes on or off the caller's hold."""
         negotiated = result.media
         if leg.media_added:
             self._plant.engine.set_direction(leg.id, negotiated.direction)
@@ -400,8 +410,17 @@ class SipCalls:
                 self._plant.engine.set_srtp(leg.id, config)
         leg.cost = leg.agent_cost + self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
         self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
-        assert sdp.local is not None
-        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
+
+    def _reinvite_acked(self, leg: CallLeg, event: ReinviteAcked) -> None:
+        """The ACK carried the answer to the offer our 2xx made to a re-INVITE without one."""
+        sdp = leg.sdp
+        if sdp is None or sdp.state is not OfferAnswerState.REOFFERED:
+            return
+        result = sdp.take_answer(event.body)
+        if isinstance(result, Refused):
+            log.info("call %s: the ACK's answer is unusable: %s", leg.id, result.reason)
+            return
+        self._media_changed(leg, result)
 
     def _hold_state(self, leg: CallLeg, *, held: bool, by: HoldBy = "caller") -> None:
         """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off, or we do: the
