@@ -35,7 +35,6 @@ from gateway.fleet.models import (
 )
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
-from gateway.media.srtp import SrtpConfig
 from gateway.observability import (
     ACTIVE_CALLS,
     CALL_SETUP_SECONDS,
@@ -43,7 +42,6 @@ from gateway.observability import (
     SIP_CALLS_TOTAL,
 )
 from gateway.session.config import WebhookToolConfig
-from gateway.session.hold import HoldBy
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext, context_from_invite, render
 from gateway.sip.errors import LocalProtocolError
@@ -65,7 +63,7 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.headers import reason_value
-from gateway.sip.offer_answer import Answered, MediaPolicy, OfferAnswer, OfferAnswerState, Refused
+from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
@@ -74,6 +72,7 @@ from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
+from gateway.worker.sip_midcall import MidCall, srtp_config
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +87,6 @@ def _offer_answer(settings: MediaSettings) -> OfferAnswer:
     from ``os.urandom`` (the sans-I/O core takes them injected)."""
     policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
     return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
-
-
-def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
-    if srtp is None:
-        return None
-    return SrtpConfig(
-        suite=srtp.suite, local_key=srtp.local_key, remote_key=srtp.remote_key, replay_window=srtp.replay_window or 0
-    )
 
 
 class SipCalls:
@@ -126,6 +117,7 @@ class SipCalls:
         self._trunk_credentials = trunk_credentials
         self.closing = False  # the worker is shutting down: no new calls
         self.by_handle: dict[CallHandle, CallLeg] = {}
+        self.midcall = MidCall(signalling=signalling, engine=plant.engine, costs=costs, report=self._report_later)
         # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
         self.rtp_in_done = 0
         self.rtp_out_done = 0
@@ -151,13 +143,13 @@ class SipCalls:
                 if leg.session is not None:
                     leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
             elif isinstance(event, ReinviteReceived):
-                self._reinvite(leg, event)
+                self.midcall.reinvite_received(leg, event)
             elif isinstance(event, ReinviteAnswered):
-                self._reinvite_answered(leg, event)
+                self.midcall.reinvite_answered(leg, event)
             elif isinstance(event, ReinviteAcked):
-                self._reinvite_acked(leg, event)
+                self.midcall.reinvite_acked(leg, event)
             elif isinstance(event, ReinviteFailed):
-                self._reinvite_failed(leg, event)
+                self.midcall.reinvite_failed(leg, event)
             elif isinstance(event, TransferProgressed):
                 leg.transfer_seen_progress = True
                 if event.final and leg.referral is not None and not leg.referral.done():
@@ -354,7 +346,7 @@ class SipCalls:
             direction=negotiated.direction,
             latch_any_source=not self._media_settings.rtp_strict_source,
             jitter=self._media_settings.jitter_config,
-            srtp=_srtp_config(srtp),
+            srtp=srtp_config(srtp),
         )
         now = self._plant.now()
         self._plant.engine.add_call(config, now=now)
@@ -375,68 +367,6 @@ class SipCalls:
             return
         if not self._take_answer(leg, event.body):  # a late offer: the ACK carries the caller's answer to ours
             self.end(leg, "bad_sdp")
-
-    def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
-        """A re-INVITE or UPDATE: hold, resume, rekey, a new address or a refresh; or, without a body, our
-        re-offer. A refused re-offer leaves the call as it was."""
-        assert leg.sip is not None
-        sdp = leg.sdp
-        taking = (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
-        if leg.rtp is None or sdp is None or sdp.state not in taking:
-            self._signalling.reject_reinvite(leg.sip, 488)
-            return
-        if not event.body:
-            self._signalling.answer_reinvite(leg.sip, sdp.offer().to_bytes())
-            return
-        result = sdp.update(event.body)
-        if isinstance(result, Refused):
-            log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
-            self._signalling.reject_reinvite(leg.sip, result.status, result.reason)
-            return
-        self._media_changed(leg, result)
-        assert sdp.local is not None
-        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
-
-    def _media_changed(self, leg: CallLeg, result: Answered) -> None:
-        """A new offer/answer of the peer's (or its answer to the re-offer our 2xx made): direction, address,
-        keys and cost follow it, and the call goes on or off the caller's hold."""
-        negotiated = result.media
-        if leg.media_added:
-            self._plant.engine.set_direction(leg.id, negotiated.direction)
-            if not negotiated.on_hold:
-                self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
-            config = _srtp_config(result.srtp)
-            if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
-                self._plant.engine.set_srtp(leg.id, config)
-        leg.cost = leg.agent_cost + self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
-        self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
-
-    def _reinvite_acked(self, leg: CallLeg, event: ReinviteAcked) -> None:
-        """The ACK carried the answer to the offer our 2xx made to a re-INVITE without one."""
-        sdp = leg.sdp
-        if sdp is None or sdp.state is not OfferAnswerState.REOFFERED:
-            return
-        result = sdp.take_answer(event.body)
-        if isinstance(result, Refused):
-            log.info("call %s: the ACK's answer is unusable: %s", leg.id, result.reason)
-            return
-        self._media_changed(leg, result)
-
-    def _hold_state(self, leg: CallLeg, *, held: bool, by: HoldBy = "caller") -> None:
-        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off, or we do: the
-        session pauses or continues the agent's playout (gateway/session/hold.py) and the control plane is told."""
-        if leg.session is not None and leg.session.held not in (None, by):
-            return  # held by the other side: its own resume ends the hold
-        if held and leg.state is LegState.ACTIVE:
-            move(leg, LegState.HELD)
-        elif not held and leg.state is LegState.HELD:
-            move(leg, LegState.ACTIVE)
-        else:
-            return
-        if leg.session is not None:
-            leg.session.set_held(held, by=by)
-        kind: WorkerEventType = "call.held" if held else "call.resumed"
-        self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
 
     def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
         """The remote's answer to our offer, then the call's media; False when it cannot be used."""
@@ -614,43 +544,8 @@ class SipCalls:
         self._signalling.refer(leg.sip, uri)
 
     def start_hold(self, leg: CallLeg, held: bool) -> None:
-        """The ops API's hold: our re-INVITE with a=sendonly (or a=sendrecv to resume); the session pauses and
-        plays the hold audio once the phone has answered it (:meth:`_reinvite_answered`)."""
-        from gateway.fleet.errors import CommandRejectedError
-
-        sdp, session = leg.sdp, leg.session
-        if leg.sip is None or sdp is None or session is None or not leg.media_added:
-            raise CommandRejectedError("the call is not answered yet")
-        if leg.hold_pending is not None or sdp.state is not OfferAnswerState.NEGOTIATED:
-            raise CommandRejectedError("an offer of this call awaits its answer; try again")
-        if held and session.held is not None:
-            raise CommandRejectedError(f"the call is on hold already (by the {session.held})")
-        if not held and session.held != "gateway":
-            raise CommandRejectedError("the gateway does not hold this call")
-        if leg.state not in (LegState.ACTIVE, LegState.HELD):
-            raise CommandRejectedError(f"the call is {leg.state.value}")
-        leg.hold_pending = held
-        self._signalling.reinvite(leg.sip, sdp.offer(direction="sendonly" if held else "sendrecv").to_bytes())
-
-    def _reinvite_answered(self, leg: CallLeg, event: ReinviteAnswered) -> None:
-        pending, leg.hold_pending = leg.hold_pending, None
-        sdp = leg.sdp
-        if sdp is None or sdp.state is not OfferAnswerState.REOFFERED:
-            return
-        result = sdp.take_answer(event.body)
-        if isinstance(result, Refused):
-            log.info("call %s: the answer to our re-INVITE is unusable: %s", leg.id, result.reason)
-            return
-        if leg.media_added:
-            self._plant.engine.set_direction(leg.id, result.media.direction)
-        if pending is not None:
-            self._hold_state(leg, held=pending, by="gateway")
-
-    def _reinvite_failed(self, leg: CallLeg, event: ReinviteFailed) -> None:
-        leg.hold_pending = None
-        if leg.sdp is not None and leg.sdp.state is OfferAnswerState.REOFFERED:
-            leg.sdp.offer_refused()
-        log.info("call %s: our re-INVITE was refused: %d %s", leg.id, event.status, event.reason)
+        """The ops API's (or the agent's) hold: :meth:`MidCall.start_hold`."""
+        self.midcall.start_hold(leg, held)
 
     def start_transfer(self, leg: CallLeg, target: str) -> None:
         """The ops API's blind transfer: runs in the background (:meth:`transfer_and_end`)."""
@@ -742,6 +637,9 @@ class SipCalls:
             transport=leg.transport,
             context=leg.context,
         )
+
+    def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:
+        self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
 
     async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
         if self._host.link is None:
