@@ -176,6 +176,7 @@ class OfferAnswer:
         self._port: int | None = None
         self._state = OfferAnswerState.IDLE
         self._wish: Direction = "sendrecv"
+        self._wish_before: Direction = "sendrecv"  # our wish before the re-offer pending, restored if it is refused
         self._media: NegotiatedMedia | None = None
         self._srtp: SrtpNegotiated | None = None
         self._remote: SessionDescription | None = None
@@ -263,6 +264,8 @@ class OfferAnswer:
         (``sendonly`` to hold the peer, ``sendrecv`` to resume); None keeps it."""
         self._expect("make an offer", OfferAnswerState.IDLE, OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
         address, port = self._bound()
+        if self._state is OfferAnswerState.NEGOTIATED:
+            self._wish_before = self._wish
         if direction is not None:
             self._wish = direction
         if self._state is OfferAnswerState.IDLE:
@@ -305,13 +308,12 @@ class OfferAnswer:
         return Answered(media=media, srtp=srtp, rekeyed=rekeyed, changed=before != (media, srtp))
 
     def offer_refused(self) -> None:
-        """The peer refused our re-offer (a non-2xx to our re-INVITE): the call goes on as negotiated, and our
-        wish goes back to what the negotiated direction says of it (a refused hold is no hold)."""
+        """The peer refused our re-offer (a non-2xx to our re-INVITE): the call goes on as negotiated, with our
+        wish as it was before the re-offer (a refused hold is no hold; a refused resume leaves the hold)."""
         self._expect("drop a refused re-offer", OfferAnswerState.REOFFERED)
         self._pending = None
         self._state = OfferAnswerState.NEGOTIATED
-        if self._media is not None:
-            self._wish = "sendrecv" if self._media.direction in ("sendrecv", "recvonly") else self._wish
+        self._wish = self._wish_before
 
     # -------------------------------------------------------------------------------------------- inside
 
