@@ -100,7 +100,7 @@ class PhoneCall(pj.Call):  # type: ignore[misc]
             audio = self.getAudioMedia(index)
             stream = self.getStreamInfo(index)
             phone, args = self.phone, self.phone.args
-            if phone.recorder is None and phone.player is None:
+            if media.status == pj.PJSUA_CALL_MEDIA_ACTIVE:
                 emit("media_active", codec=stream.codecName, clock_rate=int(stream.codecClockRate))
             if args.record and phone.recorder is None:
                 phone.recorder = pj.AudioMediaRecorder()
