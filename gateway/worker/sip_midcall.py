@@ -143,6 +143,8 @@ class MidCall:
             self._engine.set_direction(leg.id, result.media.direction)
         if pending is not None:
             self._hold_state(leg, held=pending, by="gateway")
+        if result.media.on_hold:  # the phone holds the call itself meanwhile: its own unhold ends that
+            self._hold_state(leg, held=True, by="caller")
 
     def reinvite_failed(self, leg: CallLeg, event: ReinviteFailed) -> None:
         leg.hold_pending = None
