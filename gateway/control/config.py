@@ -30,6 +30,7 @@ from gateway.fleet.models import (
     BotModel,
     ComponentModel,
     ContextPolicyModel,
+    GuardrailModel,
     PipelineModel,
     ProfileModel,
     ToolModel,
@@ -145,13 +146,19 @@ class ProfileConfig(_Section):
     pipeline: PipelineConfig | None = None
     # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
     bot: BotModel | None = None
+    # Output guardrails ([[profiles.<name>.guardrails]]) and how often they check the agent's transcript.
+    guardrails: list[GuardrailModel] = Field(default_factory=list)
+    guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
-        names = [tool.name for tool in self.tools]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        for kind, names in (
+            ("tool", [tool.name for tool in self.tools]),
+            ("guardrail", [guardrail.name for guardrail in self.guardrails]),
+        ):
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise ValueError(f"duplicate {kind} names: {', '.join(duplicates)}")
         return self
 
     def to_model(self, name: str) -> ProfileModel:
@@ -179,6 +186,8 @@ class ProfileConfig(_Section):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
             bot=self.bot,
+            guardrails=self.guardrails,
+            guardrail_every_chars=self.guardrail_every_chars,
         )
 
 

@@ -14,6 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
+from gateway.session.config import GuardrailConfig
+from gateway.session.errors import SessionConfigError
+from gateway.session.guardrail_checks import PII_KINDS, PiiKind
 from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicyError
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
@@ -337,6 +340,38 @@ class ToolModel(_Model):
     )
 
 
+class GuardrailModel(_Model):
+    """An output guardrail of a profile (``[[profiles.<name>.guardrails]]``): docs/operations.md, "Output
+    guardrails". Validated when loaded (patterns compile, the kind has what it needs)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    kind: Literal["blocked", "pii", "http"]
+    phrases: list[str] = Field(default_factory=list, max_length=1000)
+    patterns: list[str] = Field(default_factory=list, max_length=100)
+    pii: list[PiiKind] = Field(default_factory=lambda: list(PII_KINDS))
+    url: str = Field(default="", max_length=2048)
+    timeout_s: float = Field(default=1.0, gt=0.0, le=30.0)
+
+    @model_validator(mode="after")
+    def _valid(self) -> GuardrailModel:
+        try:
+            self.to_config()
+        except SessionConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def to_config(self) -> GuardrailConfig:
+        return GuardrailConfig(
+            name=self.name,
+            kind=self.kind,
+            phrases=tuple(self.phrases),
+            patterns=tuple(self.patterns),
+            pii=tuple(self.pii),
+            url=self.url,
+            timeout_s=self.timeout_s,
+        )
+
+
 class TurnDetectionModel(_Model):
     kind: Literal["server_vad", "semantic_vad", "none"] = "server_vad"
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
@@ -444,6 +479,8 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    guardrails: list[GuardrailModel] = Field(default_factory=list)
+    guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
@@ -468,6 +505,9 @@ class ProfileModel(_Model):
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
         )
+
+    def guardrail_configs(self) -> tuple[GuardrailConfig, ...]:
+        return tuple(guardrail.to_config() for guardrail in self.guardrails)
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:
         for tool in self.tools:

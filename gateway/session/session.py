@@ -73,6 +73,7 @@ from gateway.session.events import (
     TranscriptUpdated,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
+from gateway.session.guardrails import Guardrails, Trip, tripped_event
 from gateway.session.host import SessionToolHost
 from gateway.session.pipe import (
     Link,
@@ -93,7 +94,7 @@ from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
 from gateway.session.transcript import Transcript, TranscriptEntry
-from gateway.session.turns import LatencyObserver, Turns
+from gateway.session.turns import Cut, LatencyObserver, Turns
 from telcodecs.frames import Frame, unchecked_frame
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,17 @@ class CallSession:
         )
         self._host = host
         self._tools = ToolRunner(host, self._registry, config)
+        self._guardrails = Guardrails(
+            config.guardrails,
+            every_chars=config.guardrail_every_chars,
+            call_id=call_id,
+            tasks=self._tasks,
+            clock=clock,
+            on_trip=self._guardrail_tripped,
+            on_error=self._error,
+        )
+        self._trips_pending: list[tuple[Trip, Cut | None, bool]] = []  # recorded by the next tick (its time, index)
+        self._followed_up = False  # a follow-up was asked for since the caller last spoke
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -377,6 +389,8 @@ class CallSession:
         if state is CallState.ENDING or state is CallState.ENDED:
             return None
         now = self._clock()
+        if self._trips_pending:
+            self._record_trips(now, index)
         if now >= self._rotation.next_at:
             self._maybe_rotate(now)
         if now >= self._deadline:
@@ -473,6 +487,11 @@ class CallSession:
                 self._request_response(wanted[0])
             self._tasks.pulse()
         elif isinstance(event, TranscriptReceived):
+            if event.role == "assistant" and self._guardrails.enabled:
+                response_id = turns.active_response
+                self._guardrails.feed(
+                    response_id=response_id, item_id=event.item_id, text=event.text, final=event.final
+                )
             self._transcript.speech(event.role, event.item_id, event.text, final=event.final)
             if event.final:
                 self._record(TranscriptUpdated(role=event.role, item_id=event.item_id, text=event.text))
@@ -503,6 +522,7 @@ class CallSession:
 
     def _caller_started(self, trigger: Literal["speech_started", "local_vad"], *, item_id: str) -> None:
         self._turns.caller_started()
+        self._followed_up = False
         if item_id:
             self._transcript.placeholder("user", item_id)
         self._barge_in(trigger)
@@ -512,14 +532,37 @@ class CallSession:
         link = self._pipe.usable()
         if self._state is not CallState.ACTIVE or link is None:
             return
+        cut = self._cut(link, cancel=trigger != "provider_interrupted")
+        if cut is None:
+            return
+        self._counts["barge_ins"] += 1
+        items = cut.items
+        described = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
+        log.info(
+            "call %s: barge-in (%s) response=%s cancelled=%s items=%s",
+            *(self.call_id, trigger, cut.response_id, cut.cancelled, described),
+        )
+        self._record(
+            BargedIn(
+                trigger=trigger,
+                response_id=cut.response_id,
+                items=items,
+                cancelled=cut.cancelled,
+                truncated=cut.truncated,
+            )
+        )
+        self._tasks.pulse()
+
+    def _cut(self, link: Link, *, cancel: bool) -> Cut | None:
+        """Drop queued agent audio (the next tick sends none), cancel the response when ``cancel``, and truncate
+        each item at what the caller was actually sent. None when nothing was playing or running."""
         interruption = self._turns.interrupt()
         if self._turns.playout.markers_due:
             self._report_markers()
         if interruption is None:
-            return
-        self._counts["barge_ins"] += 1
+            return None
         response, items = interruption.response_id, interruption.items
-        cancel = response is not None and trigger != "provider_interrupted"
+        cancel = cancel and response is not None
         if cancel:
             self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
         truncate = self._caps.truncate and bool(items)
@@ -535,14 +578,35 @@ class CallSession:
                 send = partial(delete_item, item_id=item.item_id)
             self._pipe.enqueue(SendOp(name="truncate", send=send, epoch=link.epoch))
         response_id = response or (items[0].response_id if items else "")
-        cut = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
-        log.info(
-            "call %s: barge-in (%s) response=%s cancelled=%s items=%s", self.call_id, trigger, response_id, cancel, cut
+        return Cut(response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
+
+    def _guardrail_tripped(self, trip: Trip) -> None:
+        """Cut the agent at once (like a barge-in) and send one follow-up naming the guardrail; the event is
+        recorded at the next tick, the first to send none of the cut audio."""
+        link = self._pipe.usable()
+        if self._state is not CallState.ACTIVE or link is None or self._close_task is not None:
+            return
+        turns = self._turns
+        playing = (bool(trip.response_id) and turns.active_response == trip.response_id) or turns.playout.has_item(
+            trip.item_id
         )
-        self._record(
-            BargedIn(trigger=trigger, response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
-        )
+        cut = self._cut(link, cancel=True) if playing else None
+        # One follow-up until the caller speaks again: a follow-up that trips too is cut without another (no loop).
+        follow_up = not self._followed_up
+        if follow_up:
+            self._followed_up = True
+            text = self._config.guardrail_follow_up.format(guardrail=trip.guardrail, reason=trip.reason)
+            self._transcript.message("system", text)
+            send = partial(send_text, text=text, role="system")
+            self._pipe.enqueue(SendOp(name="guardrail_follow_up", send=send, epoch=link.epoch))
+            self._request_response()
+        self._trips_pending.append((trip, cut, follow_up))
         self._tasks.pulse()
+
+    def _record_trips(self, now: float | None, index: int | None) -> None:
+        pending, self._trips_pending = self._trips_pending, []
+        for trip, cut, follow_up in pending:
+            self._record(tripped_event(trip, cut, followed_up=follow_up, stopped_at=now, stopped_frame=index))
 
     def _report_markers(self) -> None:
         """Call back the provider's markers whose audio was sent (cleared False) or dropped by a barge-in."""
@@ -724,6 +788,7 @@ class CallSession:
             if self._state is not CallState.ENDING:
                 self._transition(CallState.ENDING, reason)
             leaked = await self._tasks.cancel_all(timeout_s=self._config.close_timeout_s)
+            await self._guardrails.aclose()
             if leaked:
                 self._record(ErrorOccurred(where="teardown", error_type="TaskLeak", message=", ".join(leaked)))
             if self._hang_up_reason is not None:
@@ -742,6 +807,8 @@ class CallSession:
                     self._error("closing the tool registry", exc)
         finally:
             self._transition(CallState.ENDED, reason)
+            if self._trips_pending:
+                self._record_trips(None, None)
             self._record(SessionEnded(reason=reason))
             self._events.close()
             self._tasks.release()

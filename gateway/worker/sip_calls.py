@@ -445,6 +445,12 @@ class SipCalls:
         )
         if webhooks:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
+        if profile_model.guardrails:
+            config = replace(
+                config,
+                guardrails=profile_model.guardrail_configs(),
+                guardrail_every_chars=profile_model.guardrail_every_chars,
+            )
         model = self._host.model_for(profile.provider)
         leg.provider = model.name
         leg.agent_cost = self._costs.agent_cost(model, profile)
