@@ -606,7 +606,13 @@ class CallSession:
     def _record_trips(self, now: float | None, index: int | None) -> None:
         pending, self._trips_pending = self._trips_pending, []
         for trip, cut, follow_up in pending:
-            self._record(tripped_event(trip, cut, followed_up=follow_up, stopped_at=now, stopped_frame=index))
+            event = tripped_event(trip, cut, followed_up=follow_up, stopped_at=now, stopped_frame=index)
+            described = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in event.items)
+            log.info(
+                "call %s: guardrail %s tripped response=%s received_at=%.6f stopped_at=%s stopped_frame=%s items=%s",
+                *(self.call_id, trip.guardrail, event.response_id, trip.received_at, now, index, described or "-"),
+            )
+            self._record(event)
 
     def _report_markers(self) -> None:
         """Call back the provider's markers whose audio was sent (cleared False) or dropped by a barge-in."""

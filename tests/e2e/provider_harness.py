@@ -128,7 +128,11 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string literal is a valid TOML basic string
 
 
-def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = (), audio_format: str = "pcm24k") -> Path:
+def write_config(
+    path: Path, *, tools: tuple[WebhookToolSpec, ...] = (), audio_format: str = "pcm24k", extra_toml: str = ""
+) -> Path:
+    """The routes file: every number to one ``openai`` profile ("agent"); ``extra_toml`` is appended as written
+    (e.g. ``[[profiles.agent.guardrails]]`` tables)."""
     lines = [
         "[[routes]]",
         'name = "all"',
@@ -149,7 +153,7 @@ def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = (), audio_f
             f"url = {_toml_string(tool.url)}",
             f"timeout_s = {tool.timeout_s}",
         ]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + extra_toml)
     return path
 
 
@@ -161,8 +165,9 @@ async def start_gateway_on_fake(
     tools: tuple[WebhookToolSpec, ...] = (),
     audio_format: str = "pcm24k",
     env: dict[str, str] | None = None,
+    extra_toml: str = "",
 ) -> GatewayProcess:
-    config = write_config(tmp_path / "gateway.toml", tools=tools, audio_format=audio_format)
+    config = write_config(tmp_path / "gateway.toml", tools=tools, audio_format=audio_format, extra_toml=extra_toml)
     return await start_gateway(
         procs,
         env={
@@ -227,6 +232,45 @@ def barge_in_lines(gateway: GatewayProcess) -> list[BargeInLine]:
                 trigger=match.group(2),
                 response_id=match.group(3),
                 cancelled=match.group(4) == "True",
+                items=items,
+            )
+        )
+    return found
+
+
+_TRIPPED = re.compile(
+    r"call (\S+): guardrail (\S+) tripped response=(\S*) received_at=(\S+) stopped_at=(\S+) stopped_frame=(\S+) "
+    r"items=([^\n]*)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TripLine:
+    guardrail: str
+    response_id: str
+    received_at: float  # the session clock when the judged text reached the gateway
+    stopped_at: float | None  # ... and at the first media tick that sent none of the cut audio
+    stopped_frame: int | None
+    items: dict[str, tuple[int, int]]  # item_id -> (sent_ms, received_ms)
+
+
+def trip_lines(gateway: GatewayProcess) -> list[TripLine]:
+    """The session's ``guardrail ... tripped`` log lines."""
+    found = []
+    for match in _TRIPPED.finditer(gateway.process.output):
+        items = {}
+        for part in match.group(7).split():
+            if part != "-":
+                item_id, sent, received = part.split(":")
+                items[item_id] = (int(sent.removeprefix("sent_ms=")), int(received.removeprefix("received_ms=")))
+        stopped_at, stopped_frame = match.group(5), match.group(6)
+        found.append(
+            TripLine(
+                guardrail=match.group(2),
+                response_id=match.group(3),
+                received_at=float(match.group(4)),
+                stopped_at=None if stopped_at == "None" else float(stopped_at),
+                stopped_frame=None if stopped_frame == "None" else int(stopped_frame),
                 items=items,
             )
         )
