@@ -77,7 +77,7 @@ async def test_a_blocked_phrase_stops_the_agent_within_two_ticks_and_truncates_a
     (trip,) = trip_lines(gateway)
     assert trip.guardrail == "no-competitors"
     ((item_id, (sent_ms, received_ms)),) = trip.items.items()
-    assert 0 < sent_ms and received_ms > sent_ms + 300, "the provider was not ahead of the caller: nothing proven"
+    assert sent_ms > 0 and received_ms > sent_ms + 300, "the provider was not ahead of the caller: nothing proven"
     # The stopping tick: the first after the delta with "Corp." was handled (the session clock, both ends).
     assert trip.stopped_at is not None and trip.stopped_frame is not None
     assert 0 <= trip.stopped_at - trip.received_at <= 0.040, trip

@@ -222,7 +222,8 @@ GUARDRAILS_HEAD = "[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\ngua
 def test_guardrails_load_into_the_profile_and_the_session_config(tmp_path: Path) -> None:
     text = (
         GUARDRAILS_HEAD
-        + "[[profiles.p.guardrails]]\nname='no-acme'\nkind='blocked'\nphrases=['acme corp']\npatterns=['free\\s+money']\n"
+        + "[[profiles.p.guardrails]]\nname='no-acme'\nkind='blocked'\nphrases=['acme corp']\n"
+        + "patterns=['free\\s+money']\n"
         + "[[profiles.p.guardrails]]\nname='pii'\nkind='pii'\n"
         + "[[profiles.p.guardrails]]\nname='mod'\nkind='http'\nurl='http://127.0.0.1:9000/moderate'\ntimeout_s=0.5\n"
     )
