@@ -4,9 +4,10 @@ debounce that decides when the accumulating transcript is checked.
 Checks are pure: text in, a :class:`Verdict` (or None) out. They see the whole text of the agent's item so far, so
 a phrase split across transcript deltas is still found. The PII check reads digits as the agent would say them
 ("four one one one ..." as well as "4111"): a payment card number is 13 to 19 digits that pass the Luhn check, a
-US social security number is 9 digits with a valid area, group and serial (area 000, 666 and 9xx, group 00 and
-serial 0000 are never issued). Digits count as one number while only spaces, hyphens, dots, commas and the word
-"dash" separate them; "double"/"triple" repeat the next digit as a caller would hear it.
+US social security number is 9 digits that can have been issued (python-stdnum validates both). Digits count
+as one number while only spaces, hyphens, dots, commas and the word "dash" separate them; "double"/"triple"
+repeat the next digit as a caller would hear it. Reading spoken digits is hand-rolled (no library reads them):
+docs/adr/0031-guardrails-spoken-digits.md says why.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
+
+from stdnum import luhn
+from stdnum.us import ssn
 
 from gateway.session.errors import SessionConfigError
 
@@ -87,20 +91,12 @@ class BlockedTerms:
 
 
 def luhn_valid(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return total % 10 == 0
+    return bool(luhn.is_valid(digits))
 
 
 def ssn_valid(digits: str) -> bool:
-    area, group, serial = digits[:3], digits[3:5], digits[5:]
-    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+    """An SSN that can have been issued (python-stdnum's rules: area, group, serial and known-public ones)."""
+    return bool(ssn.is_valid(digits))
 
 
 def digit_runs(text: str) -> list[tuple[str, int]]:
