@@ -294,6 +294,10 @@ class ControlPlane:
                 await self._worker_gone(event.worker)
             elif event.call is not None:
                 await self._track_one(event.call.model_copy(update={"worker": event.worker}))
+                if event.type == "guardrail.tripped" and event.call.stats.guardrail_trips:
+                    trip = event.call.stats.guardrail_trips[-1]
+                    data = {"call_id": event.call.id, **trip.model_dump(mode="json")}
+                    await self.store.append_events([("guardrail.tripped", data)], self._clock())
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)

@@ -34,10 +34,11 @@ EventType = Literal[
     "worker.draining",
     "worker.lost",
     "worker.gone",
+    "guardrail.tripped",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
-WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone"]
+WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone", "guardrail.tripped"]
 
 LEVEL_HISTORY_MAX = 120
 DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
@@ -152,6 +153,18 @@ class ToolCallLine(_Model):
     duration_ms: float | None = Field(default=None, ge=0.0)
 
 
+class GuardrailTripLine(_Model):
+    """One output guardrail trip (docs/operations.md, "Output guardrails")."""
+
+    guardrail: str = Field(max_length=64)
+    reason: str = Field(max_length=200)
+    response_id: str = Field(default="", max_length=128)
+    item_id: str = Field(default="", max_length=128)
+    at_s: float | None = Field(default=None, ge=0.0, description="When it tripped, seconds into the call")
+    heard_ms: int = Field(default=0, ge=0, description="Audio of the cut reply the caller was sent")
+    followed_up: bool = Field(default=True, description="A follow-up naming the guardrail was asked for")
+
+
 class CallStats(_Model):
     """Media and agent statistics of one call, as the worker measured them."""
 
@@ -180,6 +193,9 @@ class CallStats(_Model):
     barge_ins: int = Field(default=0, ge=0)
     resumes: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
+    guardrail_trips: list[GuardrailTripLine] = Field(
+        default_factory=list, max_length=50, description="Output guardrail trips, oldest first"
+    )
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"

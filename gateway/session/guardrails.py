@@ -30,6 +30,15 @@ from gateway.session.turns import Cut
 
 log = logging.getLogger(__name__)
 
+
+def _ignore_trip(trip: Trip) -> None:
+    pass
+
+
+def _ignore_error(where: str, exc: BaseException) -> None:
+    pass
+
+
 _TRIPPED_MEMORY = 64  # responses and items remembered as tripped; their late text arrives within the response
 
 
@@ -124,6 +133,12 @@ class Guardrails:
                 return
         for hook in self._hooks:
             self._ask(item, hook)
+
+    def release(self) -> None:
+        """The call has ended: drop the callbacks into the session (so reference counting frees the call, ADR 0006)."""
+        self._on_trip = _ignore_trip
+        self._on_error = _ignore_error
+        self._items.clear()
 
     async def aclose(self) -> None:
         self._items.clear()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -60,6 +61,7 @@ from gateway.session.events import (
     DtmfReceived,
     ErrorOccurred,
     EventRing,
+    GuardrailTripped,
     NoticeReceived,
     ProfileUpdated,
     ProfileUpdateFailed,
@@ -100,6 +102,7 @@ from telcodecs.frames import Frame, unchecked_frame
 log = logging.getLogger(__name__)
 
 _DTMF = frozenset("0123456789*#ABCD")
+_TRIPS_KEPT = 50
 ResumeCause = Literal["dropped", "errored", "expiring", "rotation"]
 
 
@@ -121,6 +124,7 @@ class CallSession:
         tools: ToolRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_latency: LatencyObserver | None = None,
+        on_guardrail_tripped: Callable[[GuardrailTripped], object] | None = None,
     ) -> None:
         self.call_id = call_id
         self._profile = profile
@@ -186,6 +190,8 @@ class CallSession:
         )
         self._trips_pending: list[tuple[Trip, Cut | None, bool]] = []  # recorded by the next tick (its time, index)
         self._followed_up = False  # a follow-up was asked for since the caller last spoke
+        self._trip_log: deque[tuple[float, GuardrailTripped]] = deque(maxlen=_TRIPS_KEPT)  # (at, event)
+        self._on_guardrail_tripped = on_guardrail_tripped
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -230,6 +236,11 @@ class CallSession:
     @property
     def profile(self) -> AgentProfile:
         return self._profile
+
+    @property
+    def guardrail_trips(self) -> tuple[tuple[float, GuardrailTripped], ...]:
+        """The guardrail trips of the call (the last few), each with the session clock when it was recorded."""
+        return tuple(self._trip_log)
 
     @property
     def agent_audio_gaps(self) -> int:
@@ -613,6 +624,12 @@ class CallSession:
                 *(self.call_id, trip.guardrail, event.response_id, trip.received_at, now, index, described or "-"),
             )
             self._record(event)
+            self._trip_log.append((self._clock(), event))
+            if self._on_guardrail_tripped is not None:
+                try:
+                    self._on_guardrail_tripped(event)
+                except Exception as exc:
+                    self._error("guardrail observer", exc)
 
     def _report_markers(self) -> None:
         """Call back the provider's markers whose audio was sent (cleared False) or dropped by a barge-in."""
@@ -821,6 +838,8 @@ class CallSession:
             self._pipe.release()
             self._connections.release()
             self._host.release()
+            self._guardrails.release()
+            self._on_guardrail_tripped = None
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 

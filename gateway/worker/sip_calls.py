@@ -462,6 +462,9 @@ class SipCalls:
             control=SipCallControl(leg),
             config=config,
             on_latency=latency_observer(self._host.id, model.name),
+            on_guardrail_tripped=lambda _event: self._host.spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)

@@ -411,6 +411,9 @@ class WebRtcCalls:
             control=WebRtcCallControl(leg),
             config=config,
             on_latency=latency_observer(worker.id, model.name),
+            on_guardrail_tripped=lambda _event: self._spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
 
     async def _run(self, leg: WebRtcLeg) -> None:

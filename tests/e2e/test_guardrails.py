@@ -19,6 +19,7 @@ import pytest
 from tests.e2e.provider_harness import (
     bursts,
     caller_wav,
+    only_call,
     session_counters,
     start_fake_provider,
     start_gateway_on_fake,
@@ -106,6 +107,11 @@ async def test_a_blocked_phrase_stops_the_agent_within_two_ticks_and_truncates_a
     assert len(systems) == 1 and "no-competitors" in json.dumps(systems[0])
     assert kinds.count("response.create") == 1
     assert kinds.index("conversation.item.truncate") < kinds.index("response.create")
+
+    # The call's record (ops API): the trip, with what the caller heard of the cut reply.
+    call = await only_call(gateway)
+    (line,) = call["stats"]["guardrail_trips"]
+    assert (line["guardrail"], line["heard_ms"], line["followed_up"]) == ("no-competitors", sent_ms, True)
 
     # Independently, the phone: the cut reply lasted what the gateway sent (within a frame), then the follow-up.
     heard = bursts(read_wav(phone.last_recording().decoded))
