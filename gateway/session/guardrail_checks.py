@@ -61,13 +61,20 @@ class BlockedTerms:
     (case-insensitive) the agent must not say. Bad patterns raise SessionConfigError when built."""
 
     def __init__(self, *, phrases: Iterable[str] = (), patterns: Iterable[str] = ()) -> None:
-        self._checks: list[tuple[str, re.Pattern[str]]] = []
+        self._phrases: dict[str, str] = {}  # the phrase's words, lower-cased and single-spaced -> its label
         for phrase in phrases:
             words = phrase.split()
             if not words:
                 raise SessionConfigError("a blocked phrase must not be empty")
-            regex = r"(?<!\w)" + r"\s+".join(re.escape(w) for w in words) + r"(?!\w)"
-            self._checks.append((f"blocked phrase {' '.join(words)!r}", re.compile(regex, re.IGNORECASE)))
+            self._phrases[" ".join(words).lower()] = f"blocked phrase {' '.join(words)!r}"
+        # All phrases in one alternation: one pass over the text whatever their number.
+        alternatives = sorted(
+            (r"\s+".join(re.escape(w) for w in key.split()) for key in self._phrases), key=len, reverse=True
+        )
+        self._phrase_regex = (
+            re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)", re.IGNORECASE) if alternatives else None
+        )
+        self._patterns: list[tuple[str, re.Pattern[str]]] = []
         for number, pattern in enumerate(patterns, start=1):
             try:
                 compiled = re.compile(pattern, re.IGNORECASE)
@@ -77,13 +84,17 @@ class BlockedTerms:
                 ) from exc
             if compiled.fullmatch(""):
                 raise SessionConfigError(f"blocked pattern {pattern!r} matches the empty text")
-            self._checks.append((f"blocked pattern #{number}", compiled))
-        if not self._checks:
+            self._patterns.append((f"blocked pattern #{number}", compiled))
+        if not self._phrases and not self._patterns:
             raise SessionConfigError("a blocked guardrail needs at least one phrase or pattern")
 
     def check(self, text: str) -> Verdict | None:
         found: Verdict | None = None
-        for label, regex in self._checks:
+        if self._phrase_regex is not None:
+            match = self._phrase_regex.search(text)
+            if match is not None:
+                found = Verdict(reason=self._phrases[" ".join(match.group().split()).lower()], start=match.start())
+        for label, regex in self._patterns:
             match = regex.search(text)
             if match is not None and (found is None or match.start() < found.start):
                 found = Verdict(reason=label, start=match.start())

@@ -39,6 +39,7 @@ def _ignore_error(where: str, exc: BaseException) -> None:
     pass
 
 
+_OVERLAP = 256  # characters re-read before the new text at each check: longer matches than this may be missed
 _TRIPPED_MEMORY = 64  # responses and items remembered as tripped; their late text arrives within the response
 
 
@@ -61,6 +62,7 @@ class _Item:
     item_id: str
     debounce: Debounce
     text: str = ""
+    checked: int = 0  # length of the text at the last check
     received_at: float = 0.0
     asking: set[str] = field(default_factory=set)  # HTTP hooks with a request in flight
     again: set[str] = field(default_factory=set)  # ... and those with a check point reached meanwhile
@@ -122,9 +124,13 @@ class Guardrails:
         item.received_at = self._clock()
         if not item.debounce.due(text if not final else "", final=final):
             return
+        # The text since the last check, with enough before it for a match that straddles the last check point:
+        # each check costs what arrived since, not the whole item again.
+        window = item.text if final else item.text[max(0, item.checked - _OVERLAP) :]
+        item.checked = len(item.text)
         for name, check in self._checks:
             try:
-                verdict = check.check(item.text)
+                verdict = check.check(window)
             except Exception as exc:  # a check is skipped, never fatal to the call
                 self._on_error(f"guardrail {name}", exc)
                 continue

@@ -153,3 +153,36 @@ async def test_a_follow_up_that_trips_again_is_cut_without_another_follow_up() -
         creates = [e for e in record.events if e["type"] == "response.create"]
         assert len(creates) == 2, "the inject's response and one follow-up: no loop"
         await session.aclose()
+
+
+async def test_each_check_reads_the_new_text_and_finds_a_phrase_split_across_check_points() -> None:
+    from gateway.session.guardrails import Guardrails, Trip
+    from gateway.session.tasks import TaskOwner
+
+    trips: list[Trip] = []
+    errors: list[str] = []
+    guardrails = Guardrails(
+        (BLOCKED, GuardrailConfig(name="pii", kind="pii")),
+        every_chars=40,
+        call_id="c1",
+        tasks=TaskOwner(prefix="call-c1", on_error=lambda where, exc: errors.append(where), on_critical=lambda: None),
+        clock=lambda: 1.0,
+        on_trip=trips.append,
+        on_error=lambda where, exc: errors.append(where),
+    )
+    filler = "and then we talked about the weather for a while. " * 20  # 1000 characters, checked as they come
+    for at in range(0, len(filler), 7):
+        guardrails.feed(response_id="r1", item_id="i1", text=filler[at : at + 7], final=False)
+    assert trips == []
+    # The phrase straddles a check point: "... Acme" is checked first, then " Corp." arrives.
+    guardrails.feed(response_id="r1", item_id="i1", text="x" * 33 + " Acme", final=False)
+    assert trips == []
+    guardrails.feed(response_id="r1", item_id="i1", text=" Corp.", final=False)
+    assert [(t.guardrail, t.response_id) for t in trips] == [("no-acme", "r1")]
+    guardrails.feed(response_id="r1", item_id="i1", text=" Card 4111 1111 1111 1111.", final=False)
+    assert len(trips) == 1, "one trip per response"
+    # Spoken digits split over deltas in a new response.
+    for word in ["my", "card", "is", "four", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one."]:
+        guardrails.feed(response_id="r2", item_id="i2", text=word + " ", final=False)
+    assert [t.guardrail for t in trips] == ["no-acme", "pii"] and errors == []
+    await guardrails.aclose()
