@@ -182,7 +182,27 @@ async def test_each_check_reads_the_new_text_and_finds_a_phrase_split_across_che
     guardrails.feed(response_id="r1", item_id="i1", text=" Card 4111 1111 1111 1111.", final=False)
     assert len(trips) == 1, "one trip per response"
     # Spoken digits split over deltas in a new response.
-    for word in ["my", "card", "is", "four", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one", "one."]:
+    for word in [
+        "my",
+        "card",
+        "is",
+        "four",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one",
+        "one.",
+    ]:
         guardrails.feed(response_id="r2", item_id="i2", text=word + " ", final=False)
     assert [t.guardrail for t in trips] == ["no-acme", "pii"] and errors == []
     await guardrails.aclose()
