@@ -458,6 +458,12 @@ class SipCalls:
         )
         if webhooks:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
+        if profile_model.guardrails:
+            config = replace(
+                config,
+                guardrails=profile_model.guardrail_configs(),
+                guardrail_every_chars=profile_model.guardrail_every_chars,
+            )
         model = self._host.model_for(profile.provider)
         leg.provider = model.name
         leg.agent_cost = self._costs.agent_cost(model, profile)
@@ -470,6 +476,9 @@ class SipCalls:
             config=config,
             on_latency=latency_observer(self._host.id, model.name),
             trace=leg.trace,
+            on_guardrail_tripped=lambda _event: self._host.spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
