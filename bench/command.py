@@ -49,6 +49,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "calls per core and setup latency: two workers behind Kamailio against one worker taken directly",
     ),
     "webrtc": ("bench.webrtc", "worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"),
+    "recording": (
+        "bench.recording",
+        "CPU per call-frame of recording a call (WAV, Ogg/Opus) against the same calls unrecorded; disk per hour",
+    ),
     "websocket-bot": (
         "bench.websocket_bot",
         "CPU per call-frame of a call answered by a websocket bot, against an echo call",

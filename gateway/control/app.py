@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from gateway.control import api, events, internal
+from gateway.control import api, events, internal, recordings
 from gateway.control.auth import require_api_token
 from gateway.control.config import GatewayConfig, load_config
 from gateway.control.history import CallHistory
@@ -139,6 +139,7 @@ def create_app(
 
     app.include_router(events.router)
     app.include_router(api.router)
+    app.include_router(recordings.router)
     app.include_router(internal.router)
     for extra in routers:
         app.include_router(extra)
@@ -172,6 +173,7 @@ async def _records(
                 retention_days=settings.retention_days,
                 clock=clock,
                 lease=lambda ttl_s: plane.store.try_lock("retention", ttl_s=ttl_s),
+                recordings_dir=settings.recordings_path,
             )
             tasks.add(asyncio.create_task(retention.run(), name="records-retention"))
 

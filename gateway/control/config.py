@@ -145,6 +145,11 @@ class ProfileConfig(_Section):
     pipeline: PipelineConfig | None = None
     # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
     bot: BotModel | None = None
+    # Recordings (docs/operations.md#recordings): which sides, in which format and rate, after which notice.
+    record: Literal["off", "caller", "agent", "both"] = "off"
+    record_format: Literal["wav", "ogg"] = "wav"
+    record_sample_rate: Literal[8000, 16000, 24000, 48000] = 16000
+    record_notice: str = Field(default="", max_length=1024)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -179,6 +184,10 @@ class ProfileConfig(_Section):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
             bot=self.bot,
+            record=self.record,
+            record_format=self.record_format,
+            record_sample_rate=self.record_sample_rate,
+            record_notice=self.record_notice,
         )
 
 
@@ -189,6 +198,9 @@ class RouteConfig(_Section):
     profile: str = Field(min_length=1)
     max_calls: int | None = Field(default=None, ge=0, description="Concurrent calls on this route")
     webrtc_public: bool = Field(default=False, description="Browsers may call this route without the API token")
+    record: Literal["off", "caller", "agent", "both"] | None = Field(
+        default=None, description="Overrides the profile's record for this route's calls"
+    )
 
     @field_validator("did_regex")
     @classmethod
@@ -248,7 +260,10 @@ class GatewayConfig:
         return self._routes_by_name.get(name)
 
     def profile_for(self, route: RouteConfig) -> ProfileModel:
-        return self.profiles[route.profile]
+        profile = self.profiles[route.profile]
+        if route.record is not None and route.record != profile.record:
+            return profile.model_copy(update={"record": route.record})
+        return profile
 
 
 def _key(location: tuple[int | str, ...]) -> str:

@@ -11,7 +11,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, ToolCallLine, TranscriptLine
+from gateway.fleet.models import (
+    CallContextModel,
+    CallSnapshot,
+    CallStats,
+    RecordingModel,
+    ToolCallLine,
+    TranscriptLine,
+)
 from gateway.fleet.mos import estimate_mos
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
@@ -159,6 +166,7 @@ def build_snapshot(
     srtp: str = "",
     transport: str = "",
     context: CallContext | None = None,
+    recording: RecordingModel | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     return CallSnapshot.model_validate(
@@ -185,5 +193,6 @@ def build_snapshot(
             "transcript": transcript_of(session, ended=state == "ended"),
             "tools": tools_of(session) if state == "ended" else [],
             "context": CallContextModel.of(context) if context is not None else None,
+            "recording": recording,
         }
     )
