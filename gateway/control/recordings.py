@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import FileResponse
 
+from gateway.control.api import errors
 from gateway.control.auth import require_api_token
 from gateway.control.history import CallHistory
 from gateway.fleet.errors import CallNotFoundError
@@ -37,8 +38,9 @@ def recording_file(directory: FilePath, relative: str) -> FilePath | None:
     tags=["calls"],
     response_class=FileResponse,
     responses={
+        **errors(404, 416),
         200: {"content": {"audio/wav": {}, "audio/ogg": {}}, "description": "The recording (206 for a Range)"},
-        404: {"description": "No such call, or it has no recording (code not_found or no_recording)"},
+        206: {"content": {"audio/wav": {}, "audio/ogg": {}}, "description": "The ranges asked for"},
     },
 )
 async def get_recording(
