@@ -5,8 +5,9 @@ The tick never waits on a disk. Each tick, for every recorded call, it hands the
 queue drained by one writer thread; the queue is bounded in ticks by a semaphore taken without blocking, so a
 writer that falls behind (a slow disk) costs dropped ticks, counted in
 ``gateway_recording_ticks_dropped_total`` and written as silence so that what follows stays aligned, never a
-late tick. The thread mixes each call's tick (:class:`~gateway.media.recording.RecordingMixer`), buffers a
-fraction of a second and writes it out: a WAV file with the streaming header (rewritten with the real sizes on
+late tick. The thread mixes each tick of every recorded call at once
+(:class:`~gateway.media.recording.RecordingMixdown`: one batched resampling per rate), buffers a fraction of a
+second and writes it out: a WAV file with the streaming header (rewritten with the real sizes on
 close) or Ogg/Opus through PyAV with short pages flushed as they are made. A worker killed mid-call leaves a
 file that plays up to its last chunk or page.
 
@@ -33,7 +34,7 @@ from typing import IO, Any, Final, Literal
 import numpy as np
 
 from gateway.fleet.models import ProfileModel, RecordingModel
-from gateway.media.recording import RecordFormat, RecordingMixer, RecordMode, wav_header
+from gateway.media.recording import RecordFormat, RecordingMixdown, RecordingTrack, RecordMode, wav_header
 from gateway.media.tick import OutboundFrame
 from gateway.observability import RECORDING_TICKS_DROPPED_TOTAL, RECORDINGS_TOTAL
 from telcodecs.frames import FRAME_SAMPLES, SAMPLE_RATE, Frame, unchecked_frame
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_TICKS: Final = 10  # buffered ticks per write: what a killed worker may lose at most, besides the OS's
 DEFAULT_QUEUE_TICKS: Final = 250
+OPUS_BITS_PER_CHANNEL: Final = 16_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 __all__ = ["CallRecorder", "Recordings", "load_notice", "recording_path"]
@@ -108,12 +110,14 @@ class CallRecorder:
 
 
 class _FileWriter:
-    """The writer thread's side of one recording: mixes ticks, buffers a few and appends them to the file."""
+    """The writer thread's side of one recording: buffers its mixed ticks and appends them to the file."""
 
     def __init__(self, path: Path, info: RecordingModel, mode: RecordMode) -> None:
         self.path = path
         self.info = info
-        self.mixer = RecordingMixer(mode=mode, sample_rate=info.sample_rate)
+        self.mode: RecordMode = mode
+        self.track: RecordingTrack | None = None  # its place in the thread's mixdown, from open() on
+        self.flush_bytes = FLUSH_TICKS * 2 * info.channels * (info.sample_rate // 50)
         self.buffer = bytearray()
         self.audio_bytes = 0
         self.failed = False
@@ -131,9 +135,9 @@ class _FileWriter:
         else:
             self._ogg = _OggFile(self.path, self.info.sample_rate, self.info.channels)
 
-    def write(self, tick: int, caller: Frame | None, agent: OutboundFrame) -> None:
-        self.buffer += self.mixer.tick(tick, caller, agent)
-        if len(self.buffer) >= FLUSH_TICKS * self.mixer.frame_bytes:
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) >= self.flush_bytes:
             self.flush()
 
     def flush(self) -> None:
@@ -173,7 +177,11 @@ class _FileWriter:
 
 
 class _OggFile:
-    """Opus in Ogg through PyAV (libopus), pages of a quarter second flushed as they are made."""
+    """Opus in Ogg through PyAV (libopus): pages of a quarter second, flushed to the file as they are made.
+
+    Speech for review, not music: 16 kbit/s per channel, 60 ms Opus frames and libopus complexity 3, which costs
+    a fraction of the default complexity 10 for a slightly larger file (docs/performance/2026-12-07-recording.md).
+    PyAV cuts the chunks it is given into the encoder's frames."""
 
     def __init__(self, path: Path, rate: int, channels: int) -> None:
         import av
@@ -184,23 +192,22 @@ class _OggFile:
         self._rate = rate
         self._channels = channels
         self._pts = 0
-        self._frame = rate // 50
         self.container = av.open(
             str(path), mode="w", format="ogg", options={"page_duration": "250000", "flush_packets": "1"}
         )
-        self.stream = self.container.add_stream("libopus", rate=rate, layout=layout)
+        self.stream = self.container.add_stream(
+            "libopus", rate=rate, layout=layout, options={"frame_duration": "60", "compression_level": "3"}
+        )
+        self.stream.bit_rate = OPUS_BITS_PER_CHANNEL * channels
 
     def write(self, data: bytes) -> None:
         pcm = np.frombuffer(data, dtype="<i2")
-        step = self._frame * self._channels
-        for start in range(0, len(pcm), step):
-            chunk = pcm[start : start + step]
-            frame = self._av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout=self._layout)
-            frame.sample_rate = self._rate
-            frame.pts = self._pts
-            self._pts += len(chunk) // self._channels
-            for packet in self.stream.encode(frame):
-                self.container.mux(packet)
+        frame = self._av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout=self._layout)
+        frame.sample_rate = self._rate
+        frame.pts = self._pts
+        self._pts += len(pcm) // self._channels
+        for packet in self.stream.encode(frame):
+            self.container.mux(packet)
 
     def close(self) -> None:
         for packet in self.stream.encode(None):
@@ -321,18 +328,37 @@ class Recordings:
             self._thread = None
 
     def _run(self) -> None:
+        mixdown = RecordingMixdown()  # the thread's own: only this thread touches it
         while (item := self._queue.get()) is not None:
             if isinstance(item, _Batch):
                 try:
-                    for writer, caller, agent in item.entries:
-                        if not writer.failed:
-                            self._guard(writer, writer.write, item.tick, caller, agent)
+                    self._write(mixdown, item)
                 finally:
                     self._room.release()
             elif item.kind == "open":
-                self._guard(item.writer, item.writer.open)
+                writer = item.writer
+                writer.track = mixdown.open(mode=writer.mode, sample_rate=writer.info.sample_rate)
+                self._guard(writer, writer.open)
             else:
+                if item.writer.track is not None:
+                    mixdown.close(item.writer.track)
+                    item.writer.track = None
                 item.done(self._finish(item.writer))
+
+    def _write(self, mixdown: RecordingMixdown, batch: _Batch) -> None:
+        writers: list[_FileWriter] = []
+        entries: list[tuple[RecordingTrack, Frame | None, OutboundFrame]] = []
+        for writer, caller, agent in batch.entries:
+            if not writer.failed and writer.track is not None:
+                writers.append(writer)
+                entries.append((writer.track, caller, agent))
+        try:
+            chunks = mixdown.mix(batch.tick, entries)
+        except Exception:  # a bug of ours: the tick is lost (its recordings go on), never the thread
+            log.exception("recordings: tick %d cannot be mixed; written as silence", batch.tick)
+            return
+        for writer, chunk in zip(writers, chunks, strict=True):
+            self._guard(writer, writer.write, chunk)
 
     @staticmethod
     def _finish(writer: _FileWriter) -> RecordingModel | None:

@@ -115,31 +115,46 @@ async def test_the_notice_plays_before_the_agent_and_ogg_recordings_play(tmp_pat
     assert info.bytes > 0
 
 
-def test_a_recording_cut_short_plays_up_to_its_last_chunk(tmp_path: Path) -> None:
-    """The writer's file as a killed worker leaves it: the streaming header, never rewritten."""
+def _cut_short(directory: Path, fmt: str, ticks: int) -> Path:
+    """A recording as a killed worker leaves it: ticks written, the writer stopped with no close (no WAV header
+    fix, no Ogg trailer)."""
 
     async def write_without_closing() -> None:
-        recordings = Recordings(tmp_path, worker_id="w-cut")
-        recorder = recordings.open("c-cut", ProfileModel(record="both", record_sample_rate=24_000), wall=0.0)
+        recordings = Recordings(directory, worker_id="w-cut")
+        profile = ProfileModel(record="both", record_sample_rate=24_000, record_format=fmt)  # type: ignore[arg-type]
+        recorder = recordings.open("c-cut", profile, wall=0.0)
         assert recorder is not None
-        pcm = np.asarray(tone(440, 1.0, 24_000))
-        for i in range(50):
+        pcm = np.asarray(tone(440, ticks / 50, 24_000))
+        for i in range(ticks):
             recorder.caller = Frame(index=i, pcm=pcm[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES])
             recorder.agent = None
             recordings.tick(i)
-        recordings._queue.put(None)  # the writer stops as a killed process would: no close, no header fix
+        recordings._queue.put(None)
         assert recordings._thread is not None
         await asyncio.to_thread(recordings._thread.join)
 
     asyncio.run(write_without_closing())
-    path = tmp_path / recording_path("c-cut", "wav", 0.0)
+    return directory / recording_path("c-cut", fmt, 0.0)  # type: ignore[arg-type]
+
+
+def test_a_wav_recording_cut_short_plays_up_to_its_last_chunk(tmp_path: Path) -> None:
+    path = _cut_short(tmp_path, "wav", 50)
     with wave.open(str(path)) as reader:
         frames = reader.readframes(10**6)
     assert len(frames) == 50 * FRAME_SAMPLES * 4  # every flushed chunk: 1 s of stereo
     data, rate = soundfile.read(path, dtype="int16")
     assert rate == 24_000 and data.shape == (50 * FRAME_SAMPLES, 2)
+    assert np.abs(data[:, 0]).max() > 10_000 and not data[:, 1].any()
     with av.open(str(path)) as container:
         assert sum(f.samples for f in container.decode(audio=0)) == 50 * FRAME_SAMPLES
+
+
+def test_an_ogg_recording_cut_short_plays_up_to_its_last_pages(tmp_path: Path) -> None:
+    path = _cut_short(tmp_path, "ogg", 150)
+    with av.open(str(path)) as container:
+        decoded = sum(f.samples for f in container.decode(audio=0))
+    # 3 s written; what the encoder and the last page still held (under half a second) is lost
+    assert 2.5 * 48_000 <= decoded <= 3 * 48_000
 
 
 def test_a_full_queue_drops_ticks_and_counts_them(tmp_path: Path) -> None:
