@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 FLUSH_TICKS: Final = 10  # buffered ticks per write: what a killed worker may lose at most, besides the OS's
 DEFAULT_QUEUE_TICKS: Final = 250
 OPUS_BITS_PER_CHANNEL: Final = 16_000
+CLOSE_TIMEOUT_S: Final = 10.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 __all__ = ["CallRecorder", "Recordings", "load_notice", "recording_path"]
@@ -239,6 +240,7 @@ class Recordings:
         self.directory = directory
         self.recorders: dict[str, CallRecorder] = {}
         self.dropped_ticks = 0
+        self.close_timeout_s = CLOSE_TIMEOUT_S
         self._queue: queue.SimpleQueue[_Batch | _Command | None] = queue.SimpleQueue()
         self._room = threading.BoundedSemaphore(queue_ticks)
         self._thread: threading.Thread | None = None
@@ -300,7 +302,14 @@ class Recordings:
             loop.call_soon_threadsafe(_settle, finished, result)
 
         self._queue.put(_Command("close", recorder._writer, done))
-        result = await finished
+        try:
+            # A disk that stalls must not keep the call from ending: its record then says where the file is.
+            result = await asyncio.wait_for(finished, timeout=self.close_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "call %s: recording %s not finished within %.0f s", call_id, recorder.info.path, self.close_timeout_s
+            )
+            return recorder.info
         RECORDINGS_TOTAL.labels(self._worker_id, "written" if result is not None else "failed").inc()
         if result is not None:
             log.info(

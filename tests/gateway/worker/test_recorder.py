@@ -187,3 +187,32 @@ def test_an_unreadable_notice_is_skipped_and_a_good_one_is_decoded_once(tmp_path
     recorder = recordings.open("c-n", ProfileModel(record="caller", record_notice=str(tmp_path / "none.wav")), wall=0.0)
     assert recorder is not None and recorder.notice_frame(0) is None
     recordings._queue.put(None)
+
+
+def test_a_stalled_disk_never_holds_the_calls_end(tmp_path: Path) -> None:
+    """The file is a FIFO nobody reads: opening it blocks the writer thread as a hung network volume would."""
+    import os
+
+    path = tmp_path / recording_path("c-stall", "wav", 0.0)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+
+    async def stall() -> tuple[Any, int]:
+        recordings = Recordings(tmp_path, worker_id="w-stall", queue_ticks=10)
+        recordings.close_timeout_s = 0.3
+        recorder = recordings.open("c-stall", ProfileModel(record="caller"), wall=0.0)
+        assert recorder is not None
+        for tick in range(30):  # the queue fills: ticks are dropped, the tick never waits
+            recordings.tick(tick)
+        info = await recordings.close("c-stall")
+        dropped = recordings.dropped_ticks
+        reader = await asyncio.to_thread(os.open, path, os.O_RDONLY | os.O_NONBLOCK)  # the disk comes back
+        try:
+            await recordings.aclose()
+        finally:
+            os.close(reader)
+        return info, dropped
+
+    info, dropped = asyncio.run(stall())
+    assert info is not None and info.path == "1970-01-01/c-stall.wav" and info.bytes == 0
+    assert dropped == 20
