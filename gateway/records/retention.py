@@ -13,6 +13,7 @@ from pathlib import Path
 from gateway.observability import DB_RECORDS_EXPIRED_TOTAL
 from gateway.records.database import Database
 from gateway.records.history import delete_ended_before
+from gateway.records.outbox import delete_settled_before
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class RetentionJob:
         deleted = await delete_ended_before(self.database, cutoff, recordings=paths)
         if paths and self.recordings_dir is not None:
             await asyncio.to_thread(remove_recordings, self.recordings_dir, paths)
+        # The event webhooks' delivery log goes with the records (rows still to deliver stay).
+        await delete_settled_before(self.database, cutoff)
         if deleted:
             DB_RECORDS_EXPIRED_TOTAL.inc(deleted)
             log.info("retention: deleted %d call records older than %g days", deleted, self.retention_days)

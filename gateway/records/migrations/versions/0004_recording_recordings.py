@@ -1,7 +1,7 @@
 """A call's recording: its description (path, format, channels, sample rate, bytes, duration) as JSON.
 
-Revision ID: 0003_recording_recordings
-Revises: 0002_transcripts
+Revision ID: 0004_recording_recordings
+Revises: 0003_outbox_webhook_outbox
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003_recording_recordings"
-down_revision = "0002_transcripts"
+revision = "0004_recording_recordings"
+down_revision = "0003_outbox_webhook_outbox"
 branch_labels = None
 depends_on = None
 
