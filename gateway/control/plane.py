@@ -405,6 +405,9 @@ class ControlPlane:
                     self.records.submit(call, self.profile_name(call.route))
                 if ended is None:
                     events.append(("call.ended", _event_view(call)))
+                    if call.recording is not None and call.recording.bytes:  # finished by its worker
+                        recording = call.recording.model_dump(mode="json")
+                        events.append(("call.recording_ready", {"call_id": call.id, "recording": recording}))
             else:
                 if held is None:
                     # A live call the plane holds no slot for (reported after a restart, or never admitted here):

@@ -17,6 +17,7 @@ from gateway.fleet.models import (
     CallStats,
     DtmfLine,
     GuardrailTripLine,
+    RecordingModel,
     ToolCallLine,
     TranscriptLine,
 )
@@ -203,6 +204,7 @@ def build_snapshot(
     transport: str = "",
     context: CallContext | None = None,
     trace_id: str = "",
+    recording: RecordingModel | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
@@ -233,5 +235,6 @@ def build_snapshot(
             "trace_id": trace_id,
             "dtmf": dtmf,
             "dtmf_events": dtmf_events,
+            "recording": recording,
         }
     )
