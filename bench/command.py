@@ -61,6 +61,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.pipeline",
         "the cascaded pipeline through the session core with loopback fakes: latency, CPU, barge-in",
     ),
+    "amd": (
+        "bench.amd",
+        "answering-machine detection on the labelled set: precision, recall, beep timing, CPU per frame",
+    ),
     "local-pipeline": (
         "bench.local_pipeline",
         "the local pipeline's turn latency and CPU per call (Whisper, Silero, espeak-ng): no keys, no network",

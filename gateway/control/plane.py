@@ -75,6 +75,12 @@ class CallHook(Protocol):
     async def ask(self, request: Any, *, route: RouteConfig, config: GatewayConfig) -> HookOutcome: ...
 
 
+class EventTap(Protocol):
+    """Sees every event the plane publishes (:class:`gateway.control.webhooks.WebhookFeed`); never waits."""
+
+    def offer(self, event_type: str, data: dict[str, Any], at: float, *, event_id: int = 0) -> None: ...
+
+
 class ControlPlane:
     """Implements :class:`gateway.fleet.ControlPlaneApi` plus the operations behind the ops API."""
 
@@ -98,6 +104,7 @@ class ControlPlane:
         self.shutting_down = asyncio.Event()
         self.records: RecordSink | None = None  # the database of calls' writer, attached by the app's lifespan
         self.call_hook: CallHook | None = None  # asks routes' applications about new calls, attached likewise
+        self.event_tap: EventTap | None = None  # the event webhooks' feed, attached by the app's lifespan
 
     def profile_name(self, route_name: str) -> str:
         """The name of the agent profile a route gives its calls ("" for a route the config does not know)."""
@@ -325,6 +332,9 @@ class ControlPlane:
         for event in events:
             if event.type == "worker.gone":
                 await self._worker_gone(event.worker)
+            elif event.type == "security.blocked":
+                log.warning("worker %s blocked %s", event.worker, event.data.get("key"))
+                await self._publish("security.blocked", {"worker": event.worker, **event.data})
             elif event.call is not None:
                 await self._track_one(event.call.model_copy(update={"worker": event.worker}))
 
@@ -400,7 +410,10 @@ class ControlPlane:
         for call_id, cost in costs:
             await self.store.set_cost(call_id, cost)
         if events:
-            await self.store.append_events(events, self._clock())
+            appended = await self.store.append_events(events, self._clock())
+            if self.event_tap is not None:
+                for event in appended:
+                    self.event_tap.offer(event.type, event.data, event.time, event_id=event.id)
         return again
 
     @staticmethod
@@ -571,7 +584,10 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------- events
 
     async def _publish(self, type: EventType, data: dict[str, Any]) -> FleetEvent:
-        return await self.store.append_event(type, data, self._clock())
+        event = await self.store.append_event(type, data, self._clock())
+        if self.event_tap is not None:
+            self.event_tap.offer(event.type, event.data, event.time, event_id=event.id)
+        return event
 
     async def events_since(self, last_id: int | None, wait_s: float = 0.0) -> tuple[list[FleetEvent], bool, int]:
         """Events after ``last_id`` (None: from now on), whether some were lost (gap), and the new cursor."""
