@@ -33,10 +33,6 @@ RESUME_NOTE = (
 PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
 
 
-# The provider kinds a profile may name (gateway.providers.registry builds them); light to import for validators.
-PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     """A function the agent may call. ``parameters`` is a JSON schema object."""

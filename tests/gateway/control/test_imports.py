@@ -9,5 +9,7 @@ HEAVY = ("scipy", "av", "aiortc", "gateway.providers.gemini", "gateway.providers
 
 def test_control_plane_imports_no_media_stack() -> None:
     code = "import sys, gateway.control.app; print(' '.join(sorted(m for m in sys.modules)))"
-    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split())
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
