@@ -66,6 +66,11 @@ async def test_an_accept_gives_the_call_the_applications_profile() -> None:
     hook = CallHookApp(decide, secret=SECRET)
     async with serve(hook.app()) as base, _plane(base + "/call") as plane:
         decision = await plane.admit(AdmissionRequest(called="+15550199", caller="+15550111", worker="worker-a"))
+        # A retried admission (the first answer lost on the way) gets the same decision without asking again.
+        again = await plane.admit(
+            AdmissionRequest(called="+15550199", caller="+15550111", worker="worker-a", call_id=decision.call_id)
+        )
+    assert again == decision
     assert decision.accepted and hook.unsigned == 0
     assert decision.profile is not None and decision.profile.name == "sales"
     assert decision.profile.instructions == "VIP +15550111" and decision.metadata == {"k": "v"}
