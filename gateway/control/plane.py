@@ -350,7 +350,11 @@ class ControlPlane:
                 log.warning("worker %s blocked %s", event.worker, event.data.get("key"))
                 await self._publish("security.blocked", {"worker": event.worker, **event.data})
             elif event.call is not None:
-                await self._track_one(event.call.model_copy(update={"worker": event.worker}))
+                call = event.call.model_copy(update={"worker": event.worker})
+                await self._track_one(call)
+                if event.type in ("call.held", "call.resumed"):
+                    # A hold is told as itself on the stream, besides the call.updated its state change made.
+                    await self._publish(event.type, _event_view(call))
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)
@@ -596,6 +600,10 @@ class ControlPlane:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         _, commands = await self._live_call_and_commands(call_id)
         await commands.send_dtmf(call_id, digits)
+
+    async def hold(self, call_id: str, held: bool) -> None:
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.hold(call_id, held)
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control (say, inject, update), forwarded to the call's worker."""

@@ -18,7 +18,7 @@ from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicy
 from gateway.sip.events import CallOffered
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
-CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
+CallState = Literal["admitted", "ringing", "active", "held", "resuming", "ending", "ended"]
 CallDirection = Literal["inbound", "outbound"]
 CallKind = Literal["sip", "webrtc"]
 
@@ -26,6 +26,8 @@ CallKind = Literal["sip", "webrtc"]
 EventType = Literal[
     "call.started",
     "call.updated",
+    "call.held",
+    "call.resumed",
     "call.ended",
     "call.hook_failed",
     "worker.registered",
@@ -37,7 +39,9 @@ EventType = Literal[
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
-WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone", "security.blocked"]
+WorkerEventType = Literal[
+    "call.started", "call.updated", "call.held", "call.resumed", "call.ended", "worker.gone", "security.blocked"
+]
 
 LEVEL_HISTORY_MAX = 120
 DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
@@ -463,6 +467,24 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    no_input_prompt_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of caller silence, while the agent waits, before the agent says no_input_prompt "
+        "(agent speech, tool runs and hold do not count); 0: no prompt",
+    )
+    no_input_hangup_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of further silence before the agent says no_input_goodbye and hangs up with end "
+        "reason no_input; 0: never",
+    )
+    no_input_prompt: str = Field(default="Are you still there?", max_length=500)
+    no_input_goodbye: str = Field(
+        default="I have not heard from you, so I will end the call now. Goodbye.", max_length=500
+    )
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
@@ -486,6 +508,10 @@ class ProfileModel(_Model):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
+            no_input_prompt_s=self.no_input_prompt_s,
+            no_input_hangup_s=self.no_input_hangup_s,
+            no_input_prompt=self.no_input_prompt,
+            no_input_goodbye=self.no_input_goodbye,
         )
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:

@@ -59,9 +59,12 @@ from gateway.session.control import CallControl
 from gateway.session.errors import ProfileUpdateError, SessionStartError, SessionStateError
 from gateway.session.events import (
     BargedIn,
+    CallHeld,
+    CallResumed,
     DtmfReceived,
     ErrorOccurred,
     EventRing,
+    NoInputPrompted,
     NoticeReceived,
     ProfileUpdated,
     ProfileUpdateFailed,
@@ -75,7 +78,9 @@ from gateway.session.events import (
     TranscriptUpdated,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
+from gateway.session.hold import HOLD_NOTE, RESUME_NOTE, HoldBy, HoldState
 from gateway.session.host import SessionToolHost
+from gateway.session.noinput import NoInputPolicy, NoInputTimer
 from gateway.session.pipe import (
     Link,
     ProviderPipe,
@@ -196,6 +201,8 @@ class CallSession:
         self._deadline = float("inf")
         self._started_at = clock()
         self._out_index = 0
+        self._hold = HoldState(config.hold_audio)
+        self._no_input = self._no_input_timer(profile)
         self._counts = dict.fromkeys(
             (
                 "frames_in",
@@ -368,8 +375,8 @@ class CallSession:
         """One caller frame (24 kHz, 20 ms): to the provider while ACTIVE, held in order while (re)connecting."""
         self._counts["frames_in"] += 1
         state = self._state
-        if state is CallState.ENDING or state is CallState.ENDED:
-            return
+        if state is CallState.ENDING or state is CallState.ENDED or self._hold.held:
+            return  # on hold the caller hears nothing and sends, at most, their hold music
         vad = self._turns.vad
         if vad is not None:
             change = vad.feed(frame.pcm)
@@ -403,6 +410,11 @@ class CallSession:
         if now >= self._deadline:
             self._deadline = float("inf")
             self._tasks.spawn(self._end_at_max_duration(), name="end:max-duration")
+        if self._hold.held:  # playout paused: nothing is taken, so nothing is counted as sent
+            hold_audio = self._hold.frame()
+            return None if hold_audio is None else unchecked_frame(index, hold_audio)
+        if self._no_input is not None and state is CallState.ACTIVE:
+            self._check_no_input(now)
         audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()
@@ -437,6 +449,8 @@ class CallSession:
             self._record(NoticeReceived(code="invalid_dtmf", message=f"ignored DTMF {digit!r}"))
             return
         self._counts["dtmf"] += 1
+        if self._no_input is not None:
+            self._no_input.caller_spoke()
         forwarded = self._config.forward_dtmf
         if forwarded:
             text = self._config.dtmf_template.format(digit=digit)
@@ -551,10 +565,74 @@ class CallSession:
             if event.fatal:
                 self._link_lost(link, f"fatal provider error {event.code}", retryable=True, cause="errored")
 
+    # ---------------------------------------------------------------------------- hold and no-input
+
+    @property
+    def held(self) -> HoldBy | None:
+        """Who holds the call (gateway/session/hold.py), None when it is not on hold."""
+        return self._hold.by
+
+    def set_held(self, held: bool, *, by: HoldBy) -> bool:
+        """The call goes on hold or comes off it (gateway/session/hold.py); False when nothing changed."""
+        if self._state is CallState.ENDING or self._state is CallState.ENDED or (held == self._hold.held):
+            return False
+        now, queued_ms = self._clock(), self._turns.playout.queued_frames * 20
+        if held:
+            cancelled = self._turns.response_for_hold()
+            self._hold.hold(by, now=now, active_response=cancelled)
+            link = self._pipe.usable()
+            if cancelled is not None and link is not None:
+                self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
+            self._system_note(HOLD_NOTE)
+            self._record(CallHeld(by=by, queued_ms=queued_ms, cancelled_response=cancelled or ""))
+            log.info(
+                "call %s: held by %s, %d ms of agent audio kept, cancelled=%s", self.call_id, by, queued_ms, cancelled
+            )
+        else:
+            held_s = self._hold.resume(by, now=now)
+            if held_s is None:
+                return False
+            self._system_note(RESUME_NOTE)
+            self._record(CallResumed(by=by, held_s=held_s, queued_ms=queued_ms))
+            log.info(
+                "call %s: resumed by %s after %.1f s, %d ms of agent audio to play", self.call_id, by, held_s, queued_ms
+            )
+        self._tasks.pulse()
+        return True
+
+    def _system_note(self, text: str) -> None:
+        """A system item for the agent (kept in the transcript, so a resume replays it); no response is asked."""
+        self._transcript.message("system", text)
+        link = self._pipe.usable()
+        if link is not None:
+            self._pipe.enqueue(SendOp(name="note", send=partial(send_text, text=text, role="system"), epoch=link.epoch))
+
+    @staticmethod
+    def _no_input_timer(profile: AgentProfile) -> NoInputTimer | None:
+        policy = NoInputPolicy(prompt_s=profile.no_input_prompt_s, hangup_s=profile.no_input_hangup_s)
+        return NoInputTimer(policy) if policy.enabled else None
+
+    def _check_no_input(self, now: float) -> None:
+        timer = self._no_input
+        assert timer is not None
+        waiting = self._turns.idle(now) and not self._tools.running and self._close_task is None
+        since = timer.waiting_since
+        action = timer.tick(now, waiting=waiting)
+        if action == "prompt":
+            silent_s = now - since if since is not None else 0.0
+            log.info("call %s: no input for %.1f s: prompting", self.call_id, silent_s)
+            self._record(NoInputPrompted(silent_s=silent_s))
+            self._request_response(f"Say exactly this, then stop: {self._profile.no_input_prompt}")
+        elif action == "goodbye":
+            log.info("call %s: no input after the prompt: ending the call", self.call_id)
+            self._tasks.spawn(self._say_then_end("no_input", self._profile.no_input_goodbye), name="end:no-input")
+
     # -------------------------------------------------------------------------------------- barge-in
 
     def _caller_started(self, trigger: Literal["speech_started", "local_vad"], *, item_id: str) -> None:
         self._turns.caller_started()
+        if self._no_input is not None:
+            self._no_input.caller_spoke()
         if item_id:
             self._transcript.placeholder("user", item_id)
         self._barge_in(trigger)

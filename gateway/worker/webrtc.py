@@ -186,6 +186,9 @@ class WebRtcLeg:
     def transfer(self, target: str) -> None:
         raise CommandRejectedError("a browser call cannot be transferred")
 
+    def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
+
     def receive_fields(self) -> dict[str, int]:
         """What the gateway's own receive path did to the caller's audio (nothing when aiortc decodes it)."""
         sink = self.peer.receive_sink if self.peer is not None else None
@@ -223,6 +226,9 @@ class WebRtcCallControl:
 
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
+
+    async def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
 
 
 class WebRtcCalls:
