@@ -68,6 +68,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "trace_id": call.trace_id,
         "handoffs": stats.handoffs,
         "dtmf_events": [line.model_dump(mode="json") for line in call.dtmf_events],
+        "amd": call.amd.model_dump(mode="json") if call.amd is not None else None,
     }
 
 
@@ -155,5 +156,6 @@ def record_from_rows(
             "context": row["context"],
             "recording_path": row["recording_path"],
             "recording": row.get("recording"),
+            "amd": row.get("amd"),
         }
     )
