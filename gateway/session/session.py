@@ -1021,6 +1021,7 @@ class CallSession:
             self._host.release()
             self._guardrails.release()
             self._on_guardrail_tripped = None
+            self._on_amd = None  # the worker's callback holds its leg, which holds this session
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 

@@ -481,7 +481,7 @@ class SipCalls:
                 self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
             ),
             amd=leg.amd,
-            on_amd=lambda _report: self._report_later("call.amd_detected", leg),
+            on_amd=None if leg.amd is None else lambda _report: self._report_later("call.amd_detected", leg),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
