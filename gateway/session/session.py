@@ -453,8 +453,8 @@ class CallSession:
         if self._hold.held:  # playout paused: nothing is taken, so nothing is counted as sent
             hold_audio = self._hold.frame()
             return None if hold_audio is None else unchecked_frame(index, hold_audio)
-        if self._no_input is not None and state is CallState.ACTIVE:
-            self._check_no_input(now)
+        if self._no_input is not None and state is CallState.ACTIVE and (self._amd is None or not self._amd.open):
+            self._check_no_input(now)  # not while AMD listens: the callee owes no answer yet
         audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()

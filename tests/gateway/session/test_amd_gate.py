@@ -13,7 +13,7 @@ import pytest
 from gateway.media.tick import Frame
 from gateway.providers.base import AgentProfile
 from gateway.session.amd_gate import AmdGate, AmdPolicy, AmdPolicyError
-from gateway.session.events import AmdDetected, SessionEnded, VoicemailBeepHeard
+from gateway.session.events import AmdDetected, NoInputPrompted, SessionEnded, VoicemailBeepHeard
 from gateway.session.session import CallSession
 from tests.gateway.media.test_amd import FRAME, babble, silence, tone, words
 from tests.gateway.session.fakes import (
@@ -36,11 +36,13 @@ def _frames(signal: npt.NDArray[np.float64]) -> list[Frame]:
     return [Frame(index=i, pcm=pcm[s : s + FRAME]) for i, s in enumerate(range(0, pcm.size - FRAME + 1, FRAME))]
 
 
-def _session(policy: AmdPolicy, clock: FakeClock) -> tuple[CallSession, FakeCallControl, FakeModel]:
+def _session(
+    policy: AmdPolicy, clock: FakeClock, *, no_input_prompt_s: float = 0.0
+) -> tuple[CallSession, FakeCallControl, FakeModel]:
     model, control = FakeModel(), FakeCallControl()
     session = CallSession(
         call_id="c1",
-        profile=AgentProfile(name="agent", greeting=GREETING),
+        profile=AgentProfile(name="agent", greeting=GREETING, no_input_prompt_s=no_input_prompt_s),
         model=model,
         control=control,
         config=fast_config(),
@@ -136,3 +138,17 @@ async def test_voicemail_is_left_after_the_beep() -> None:
     assert played == 30, "the whole message was played before the hang-up"
     assert await wait_event(session, lambda e: isinstance(e, SessionEnded)) == SessionEnded(reason="voicemail_left")
     assert control.hang_ups == ["voicemail_left"]
+
+
+async def test_no_input_waits_while_amd_listens() -> None:
+    clock = FakeClock()
+    policy = AmdPolicy(mode="detect_and_leave_message", voicemail_message=MESSAGE)
+    session, _, _ = _session(policy, clock, no_input_prompt_s=0.5)
+    await session.start()
+    for frame in _frames(np.concatenate([silence(0.2), words(9)])):  # a long greeting, no beep yet
+        session.push_inbound(frame)
+        session.pull_outbound()
+        clock.advance(TICK)
+    assert [e.result for e in _amd_events(session)] == ["machine"]
+    assert not [r for r in session.events.events_since(0)[0] if isinstance(r.event, NoInputPrompted)]
+    await session.aclose()
