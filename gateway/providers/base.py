@@ -112,6 +112,8 @@ class AgentProfile:
     pipeline: PipelineSpec | None = None
     # The bot of a ``websocket`` profile (None: the worker's settings).
     bot: BotSpec | None = None
+    # Profiles this agent may hand the caller to: each is a tool ``transfer_to_<name>`` (gateway/session/handoff.py).
+    handoffs: tuple[str, ...] = ()
     # What the call is, set per call by the worker: from_number, to_number, call_id, direction, route. Adapters
     # that can tell their peer (the websocket provider's customParameters) pass it on.
     call_context: Mapping[str, str] = field(default_factory=dict)

@@ -54,12 +54,21 @@ from gateway.providers.errors import ProviderError
 from gateway.session.config import SessionConfig
 from gateway.session.connections import Connections
 from gateway.session.control import CallControl
-from gateway.session.errors import ProfileUpdateError, SessionStartError, SessionStateError
+from gateway.session.errors import (
+    HandoffError,
+    HandoffRefusedError,
+    ProfileUpdateError,
+    SessionStartError,
+    SessionStateError,
+)
 from gateway.session.events import (
     BargedIn,
     DtmfReceived,
     ErrorOccurred,
     EventRing,
+    HandedOff,
+    HandoffFailed,
+    HandoffStarted,
     NoticeReceived,
     ProfileUpdated,
     ProfileUpdateFailed,
@@ -73,6 +82,16 @@ from gateway.session.events import (
     TranscriptUpdated,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
+from gateway.session.handoff import (
+    HandoffInitiator,
+    HandoffLine,
+    Handoffs,
+    HandoffTarget,
+    HandoffTargets,
+    NoHandoffTargets,
+    PendingHandoff,
+    handoff_output,
+)
 from gateway.session.host import SessionToolHost
 from gateway.session.pipe import (
     Link,
@@ -120,6 +139,7 @@ class CallSession:
         tools: ToolRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_latency: LatencyObserver | None = None,
+        handoffs: HandoffTargets | None = None,
     ) -> None:
         self.call_id = call_id
         self._profile = profile
@@ -131,6 +151,14 @@ class CallSession:
         self._clock = clock
         self._owns_registry = tools is None
         self._registry = tools if tools is not None else ToolRegistry.from_config(config)
+        self._handoffs = Handoffs(
+            registry=self._registry,
+            targets=handoffs or NoHandoffTargets(),
+            config=config,
+            owns_registries=tools is None,
+        )
+        self._handoffs.perform = self._agent_handoff
+        self._handoffs.adopt(profile, self._registry)
         self._state = CallState.CONNECTING
         self._end_reason: str | None = None
         self._hang_up_reason: str | None = None
@@ -171,9 +199,11 @@ class CallSession:
             request_response=self._request_response,
             agent_quiet=lambda: self._turns.agent_quiet,
             end_call=self._end_call,
+            retired_output=self._handoffs.retired_output,
+            retired_role=config.background_result_role,
         )
         self._host = host
-        self._tools = ToolRunner(host, self._registry, config)
+        self._tools = ToolRunner(host, self._handoffs, config)
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -218,6 +248,11 @@ class CallSession:
     @property
     def profile(self) -> AgentProfile:
         return self._profile
+
+    @property
+    def handoffs(self) -> tuple[HandoffLine, ...]:
+        """The call's handoffs so far, failed ones included."""
+        return tuple(self._handoffs.lines)
 
     @property
     def agent_audio_gaps(self) -> int:
@@ -293,27 +328,89 @@ class CallSession:
         All or nothing: if resolving tools or connecting fails, or the call changes state meanwhile, the call keeps
         its previous profile and connection, and ProfileUpdateError is raised.
         """
+        self._require_switchable("update the profile")
+        try:
+            link = await self._replace_agent(
+                profile, self._model, self._registry, note=self._resume_instruction(profile)
+            )
+        except Exception as exc:
+            self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
+            failed = ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}")
+            raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+        self._record(ProfileUpdated(name=profile.name, epoch=link.epoch))
+
+    async def hand_off(
+        self, target: HandoffTarget, *, reason: str = "", initiator: HandoffInitiator = "api", tool_call_id: str = ""
+    ) -> None:
+        """Hand the call to another agent profile (gateway/session/handoff.py): its provider, instructions, voice
+        and tools, on a fresh connection that carries the conversation. All or nothing: on failure the current
+        agent keeps the call and HandoffError is raised."""
+        self._require_switchable("hand off")
+        handoffs, old, new = self._handoffs, self._profile.name, target.profile.name
+        fields = {"from_profile": old, "to_profile": new, "reason": reason, "initiator": initiator}
+        self._record(HandoffStarted(**fields))  # type: ignore[arg-type]
+        calls = [e.call_id for e in self._transcript.entries() if e.kind == "function_call"]
+        pending = handoffs.prepare(calls, from_profile=old, target=target.profile, reason=reason, call_id=tool_call_id)
+        try:
+            registry = handoffs.registry_for(target)
+            link = await self._replace_agent(target.profile, target.model, registry, note=pending.note, pending=pending)
+        except Exception as exc:
+            error = _describe(exc)
+            self._record(HandoffFailed(**fields, error=error))  # type: ignore[arg-type]
+            handoffs.record(HandoffLine(at_s=self._elapsed(), **fields, ok=False, error=error))  # type: ignore[arg-type]
+            raise caused(HandoffError(f"handoff to {new!r} failed: {error}"), exc)  # noqa: B904 (see gateway.compiled)
+        self._transcript.message("system", pending.note)  # later resumes replay it too
+        self._record(HandedOff(**fields, epoch=link.epoch))  # type: ignore[arg-type]
+        handoffs.record(HandoffLine(at_s=self._elapsed(), **fields, ok=True))  # type: ignore[arg-type]
+        self._request_response()  # the new agent takes the conversation up
+
+    async def _agent_handoff(self, name: str, reason: str, call_id: str) -> str:
+        """The ``transfer_to_<name>`` tool: its output is what the old agent hears when the handoff fails."""
+        try:
+            target = self._handoffs.targets.resolve(name)
+            if name not in self._profile.handoffs:
+                raise HandoffRefusedError(f"profile {self._profile.name!r} may not hand off to {name!r}")
+            await self.hand_off(target, reason=reason, initiator="agent", tool_call_id=call_id)
+        except (HandoffError, SessionStateError) as exc:
+            return handoff_output(ok=False, target=name, error=str(exc))
+        return handoff_output(ok=True, target=name)
+
+    def _require_switchable(self, what: str) -> None:
         if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:
-            raise SessionStateError(f"cannot update the profile while {self._state.value}")
+            raise SessionStateError(f"cannot {what} while {self._state.value}")
+
+    async def _replace_agent(
+        self,
+        profile: AgentProfile,
+        model: RealtimeModel,
+        registry: ToolRegistry,
+        *,
+        note: str,
+        pending: PendingHandoff | None = None,
+    ) -> Link:
+        """Connect ``profile`` on ``model`` with the replayed transcript while the current agent keeps the call,
+        then make it current. Raises (the current agent stays) when anything fails or the call changes state."""
+        self._require_switchable("switch the agent")
         self._updating = True
         try:
-            try:
-                provider_profile = self._for_provider(profile)
-                history = self._transcript.history(resume_instruction=self._resume_instruction(profile))
-                session = await self._connections.connect_owned(provider_profile, history=history)
-            except Exception as exc:
-                self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
-                failed = ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}")
-                raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+            provider_profile = replace(profile, tools=self._handoffs.tools_for(profile, registry), resume_note="")
+            history = self._handoffs.replay(self._transcript.history(resume_instruction=note), pending)
+            session = await self._connections.connect_owned(provider_profile, history=history, model=model)
             if self._state is not CallState.ACTIVE or self._switch_task is not None or self._tasks.closing:
                 await self._connections.close_session(session)
-                message = f"the call became {self._state.value} during the update"
-                self._record(ProfileUpdateFailed(name=profile.name, error=message))
-                raise ProfileUpdateError(message)
+                raise SessionStateError(f"the call became {self._state.value} meanwhile")
+            if pending is not None:
+                self._handoffs.commit(pending)
+            if model is not self._model:
+                self._model, self._caps = model, model.capabilities
+                self._connections.use_model(model)
+                self._rotation = RotationPlan(self._config, max_connection_s=self._caps.max_connection_s)
+                self._resume_handle, self._handle_resumable = None, False
+            self._handoffs.adopt(profile, registry)
             self._profile, self._provider_profile = profile, provider_profile
             link = self._install(session)
-            self._record(ProfileUpdated(name=profile.name, epoch=link.epoch))
             self._pipe.wake()
+            return link
         finally:
             self._updating = False
 
@@ -604,7 +701,9 @@ class CallSession:
                 if attempt > 1:
                     await asyncio.sleep(config.backoff_s(attempt - 1))
                 handle = self._resume_handle if self._caps.resume_handle and self._handle_resumable else None
-                history = self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
+                history = self._handoffs.replay(
+                    self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
+                )
                 try:
                     session = await self._connections.connect(
                         self._provider_profile, history=history, resume_handle=handle
@@ -735,11 +834,12 @@ class CallSession:
             await self._connections.close_all()
             self._pipe.drain_ops()
             self._tools.finish()
-            if self._owns_registry:
-                try:
+            try:
+                if self._owns_registry:
                     await self._registry.aclose()
-                except Exception as exc:
-                    self._error("closing the tool registry", exc)
+                await self._handoffs.aclose()
+            except Exception as exc:
+                self._error("closing the tool registry", exc)
         finally:
             self._transition(CallState.ENDED, reason)
             self._record(SessionEnded(reason=reason))
@@ -748,6 +848,7 @@ class CallSession:
             self._pipe.release()
             self._connections.release()
             self._host.release()
+            self._handoffs.release()
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 
@@ -770,10 +871,13 @@ class CallSession:
 
     def _for_provider(self, profile: AgentProfile) -> AgentProfile:
         """The profile as the adapter gets it: resolved tools; no resume note (the replayed history has it)."""
-        return replace(profile, tools=self._registry.resolve(profile.tools), resume_note="")
+        return replace(profile, tools=self._handoffs.tools_for(profile, self._registry), resume_note="")
 
     def _resume_instruction(self, profile: AgentProfile) -> str:
         return self._config.resume_instruction or profile.resume_note
+
+    def _elapsed(self) -> float:
+        return round(self._clock() - self._started_at, 3)
 
     def _idle(self, now: float) -> bool:
         return self._turns.idle(now) and not self._tools.foreground_running

@@ -38,7 +38,7 @@ from gateway.session.events import (
     ToolResultDelivered,
     ToolResultUndelivered,
 )
-from gateway.session.tools import Tool, ToolActions, ToolError, ToolInvocation, ToolRegistry
+from gateway.session.tools import Tool, ToolActions, ToolError, ToolInvocation
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,12 @@ QUEUED_OUTPUT = json.dumps(
 
 def error_output(message: str) -> str:
     return json.dumps({"error": message})
+
+
+class ToolLookup(Protocol):
+    """Where the runner finds a tool by name (a ToolRegistry, or the session's handoff-aware lookup)."""
+
+    def get(self, name: str) -> Tool | None: ...
 
 
 class ToolHost(Protocol):
@@ -121,7 +127,7 @@ class _RunActions:
 
 
 class ToolRunner:
-    def __init__(self, host: ToolHost, registry: ToolRegistry, config: SessionConfig) -> None:
+    def __init__(self, host: ToolHost, registry: ToolLookup, config: SessionConfig) -> None:
         self._host = host
         self._registry = registry
         self._config = config
