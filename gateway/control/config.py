@@ -36,6 +36,7 @@ from gateway.fleet.models import (
     TurnDetectionModel,
     WebhookSpec,
 )
+from gateway.session.handoff import handoff_tool_name
 from gateway.sip.caller_context import template_problems
 
 DEFAULT_SOURCE = "<built-in config>"
@@ -145,6 +146,8 @@ class ProfileConfig(_Section):
     pipeline: PipelineConfig | None = None
     # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
     bot: BotModel | None = None
+    # Profiles this agent may hand the caller to: each becomes the tool transfer_to_<name>.
+    handoffs: list[str] = Field(default_factory=list, max_length=32)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -179,6 +182,7 @@ class ProfileConfig(_Section):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
             bot=self.bot,
+            handoffs=list(self.handoffs),
         )
 
 
@@ -232,8 +236,11 @@ class GatewayConfig:
         self.fleet = parsed.fleet
         self.routes: tuple[RouteConfig, ...] = tuple(parsed.routes)
         self.context = parsed.context
-        self.profiles: dict[str, ProfileModel] = {
+        flat = {
             name: p.to_model(name).model_copy(update={"context": parsed.context}) for name, p in parsed.profiles.items()
+        }
+        self.profiles: dict[str, ProfileModel] = {
+            name: model.model_copy(update={"handoff_profiles": _reachable(name, flat)}) for name, model in flat.items()
         }
         self._routes_by_name = {route.name: route for route in self.routes}
 
@@ -249,6 +256,36 @@ class GatewayConfig:
 
     def profile_for(self, route: RouteConfig) -> ProfileModel:
         return self.profiles[route.profile]
+
+
+def _reachable(name: str, profiles: dict[str, ProfileModel]) -> dict[str, ProfileModel]:
+    """Every profile ``name`` can hand a call to, directly or through others (the worker resolves them)."""
+    seen: dict[str, ProfileModel] = {}
+    todo = list(profiles[name].handoffs)
+    while todo:
+        target = todo.pop()
+        if target not in seen and target in profiles:
+            seen[target] = profiles[target]
+            todo.extend(profiles[target].handoffs)
+    return dict(sorted(seen.items()))
+
+
+def _handoff_problems(name: str, profile: ProfileConfig, known: dict[str, ProfileConfig]) -> list[str]:
+    problems: list[str] = []
+    tools = {tool.name for tool in profile.tools}
+    made: dict[str, str] = {}
+    for target in profile.handoffs:
+        if target not in known:
+            problems.append(f"unknown profile {target!r} (known: {', '.join(sorted(known))})")
+        elif target == name:
+            problems.append(f"a profile cannot hand off to itself ({target!r})")
+        tool = handoff_tool_name(target)
+        if tool in tools:
+            problems.append(f"the handoff to {target!r} is the tool {tool!r}, which the profile already has")
+        elif tool in made:
+            problems.append(f"{made[tool]!r} and {target!r} are both the tool {tool!r}")
+        made[tool] = target
+    return problems
 
 
 def _key(location: tuple[int | str, ...]) -> str:
@@ -282,6 +319,9 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
             problems.append(f"{source}: routes[{index}].profile: unknown profile {route.profile!r} (known: {known})")
     policy = parsed.context.to_policy()
     for name, profile in parsed.profiles.items():
+        problems += [
+            f"{source}: profiles.{name}.handoffs: {p}" for p in _handoff_problems(name, profile, parsed.profiles)
+        ]
         for key in ("instructions", "greeting"):
             problems += [
                 f"{source}: profiles.{name}.{key}: {p}" for p in template_problems(getattr(profile, key), policy)

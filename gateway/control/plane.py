@@ -531,8 +531,16 @@ class ControlPlane:
         await commands.send_dtmf(call_id, digits)
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
-        """Live call control (say, inject, update), forwarded to the call's worker."""
+        """Live call control (say, inject, update, handoff), forwarded to the call's worker. A handoff goes with
+        the profile it names from this plane's config (CommandRejectedError for a profile it does not have)."""
         _, commands = await self._live_call_and_commands(call_id)
+        if command.handoff is not None:
+            name = command.handoff.profile
+            target = self.config.profiles.get(name)
+            if target is None:
+                known = ", ".join(sorted(self.config.profiles)) or "none"
+                raise CommandRejectedError(f"call {call_id!r}: no profile {name!r} to hand off to (known: {known})")
+            command = command.model_copy(update={"target": target})
         await commands.command_agent(call_id, command)
 
     # ----------------------------------------------------------------------------------- events

@@ -446,6 +446,12 @@ class ProfileModel(_Model):
     bot: BotModel | None = None
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
+    handoffs: list[str] = Field(
+        default_factory=list, description="Profiles this agent may hand the caller to (tools transfer_to_<name>)"
+    )
+    # Every profile reachable through handoffs, by name (each without a closure of its own): what the worker
+    # needs to hand the call on without asking the control plane.
+    handoff_profiles: dict[str, ProfileModel] = Field(default_factory=dict)
 
     def to_agent_profile(self) -> AgentProfile:
         td = self.turn_detection
@@ -467,6 +473,7 @@ class ProfileModel(_Model):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
+            handoffs=tuple(self.handoffs),
         )
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:
@@ -603,12 +610,35 @@ class AgentUpdateRequest(_Model):
 
     instructions: str | None = Field(default=None, min_length=1, max_length=32_768)
     voice: str | None = Field(default=None, min_length=1, max_length=64)
+    tools: list[ToolModel] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="The agent's tools from now on (replacing its list): built-in names, or with a webhook",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> AgentUpdateRequest:
-        if self.instructions is None and self.voice is None:
-            raise ValueError("give instructions or voice (or both)")
+        if self.instructions is None and self.voice is None and self.tools is None:
+            raise ValueError("give instructions, voice or tools")
+        if self.tools is not None:
+            names = [tool.name for tool in self.tools]
+            if len(set(names)) != len(names):
+                raise ValueError(f"tool names must be unique, got {names}")
         return self
+
+
+class HandoffRequest(_Model):
+    """POST /v1/calls/{id}/handoff: hand the call to another agent profile, keeping the conversation."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"profile": "billing", "reason": "The caller asks about an invoice."}]},
+    )
+
+    profile: str = Field(min_length=1, max_length=128, description="A profile of the routes file")
+    reason: str = Field(default="", max_length=500, description="Why; the new agent is told")
 
 
 class AgentCommand(_Model):
@@ -617,11 +647,16 @@ class AgentCommand(_Model):
     say: SayRequest | None = None
     inject: InjectRequest | None = None
     update: AgentUpdateRequest | None = None
+    handoff: HandoffRequest | None = None
+    # With handoff: the profile it names, as the control plane's config has it (the plane fills it in).
+    target: ProfileModel | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> AgentCommand:
-        if sum(part is not None for part in (self.say, self.inject, self.update)) != 1:
-            raise ValueError("exactly one of say, inject, update")
+        if sum(part is not None for part in (self.say, self.inject, self.update, self.handoff)) != 1:
+            raise ValueError("exactly one of say, inject, update, handoff")
+        if self.target is not None and self.handoff is None:
+            raise ValueError("only a handoff carries a target profile")
         return self
 
 

@@ -51,6 +51,8 @@ class HandoffTarget:
     profile: AgentProfile
     model: RealtimeModel
     webhook_tools: tuple[WebhookToolConfig, ...] = ()
+    # Resolves the new agent's own handoffs; None keeps the call's resolver.
+    targets: HandoffTargets | None = None
 
 
 class HandoffTargets(Protocol):
@@ -153,19 +155,22 @@ class Handoffs:
             names.add(name)
         return (*specs, *(HandoffTool(t, self.perform).spec for t in profile.handoffs))
 
-    def adopt(self, profile: AgentProfile, registry: ToolRegistry) -> None:
+    def adopt(self, profile: AgentProfile, registry: ToolRegistry, targets: HandoffTargets | None = None) -> None:
         """``profile`` now has the call: its handoff tools are the ones the runner finds."""
         self.registry = registry
+        if targets is not None:
+            self.targets = targets
         self._current = {handoff_tool_name(t): HandoffTool(t, self._perform_now) for t in profile.handoffs}
 
     async def _perform_now(self, target: str, reason: str, call_id: str) -> str:
         return await self.perform(target, reason, call_id)
 
-    def registry_for(self, target: HandoffTarget) -> ToolRegistry:
-        """The registry of the target's tools: the call's own, or a new one when it brings webhook tools."""
-        if not target.webhook_tools or not self.owns_registries:
+    def registry_for(self, webhook_tools: tuple[WebhookToolConfig, ...]) -> ToolRegistry:
+        """The registry of an agent with ``webhook_tools``: the current one, or a new one when it brings webhook
+        tools (and the session owns its registries)."""
+        if not webhook_tools or not self.owns_registries:
             return self.registry
-        registry = ToolRegistry.from_config(replace(self.config, webhook_tools=target.webhook_tools))
+        registry = ToolRegistry.from_config(replace(self.config, webhook_tools=webhook_tools))
         self._opened.append(registry)
         return registry
 

@@ -51,7 +51,7 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderError
-from gateway.session.config import SessionConfig
+from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.connections import Connections
 from gateway.session.control import CallControl
 from gateway.session.errors import (
@@ -322,17 +322,20 @@ class CallSession:
     ) -> None:
         await self.aclose("closed" if exc is None else f"error: {type(exc).__name__}")
 
-    async def update_profile(self, profile: AgentProfile) -> None:
+    async def update_profile(
+        self, profile: AgentProfile, *, webhook_tools: tuple[WebhookToolConfig, ...] | None = None
+    ) -> None:
         """Move the call to another agent profile on a fresh connection that carries the transcript.
 
         All or nothing: if resolving tools or connecting fails, or the call changes state meanwhile, the call keeps
-        its previous profile and connection, and ProfileUpdateError is raised.
+        its previous profile and connection, and ProfileUpdateError is raised. ``webhook_tools``: the webhook tools
+        the profile's tools name (a registry of their own); None keeps the current agent's.
         """
         self._require_switchable("update the profile")
         try:
-            link = await self._replace_agent(
-                profile, self._model, self._registry, note=self._resume_instruction(profile)
-            )
+            handoffs = self._handoffs
+            registry = handoffs.registry if webhook_tools is None else handoffs.registry_for(webhook_tools)
+            link = await self._replace_agent(profile, self._model, registry, note=self._resume_instruction(profile))
         except Exception as exc:
             self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
             failed = ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}")
@@ -352,8 +355,10 @@ class CallSession:
         calls = [e.call_id for e in self._transcript.entries() if e.kind == "function_call"]
         pending = handoffs.prepare(calls, from_profile=old, target=target.profile, reason=reason, call_id=tool_call_id)
         try:
-            registry = handoffs.registry_for(target)
-            link = await self._replace_agent(target.profile, target.model, registry, note=pending.note, pending=pending)
+            registry = handoffs.registry_for(target.webhook_tools)
+            link = await self._replace_agent(
+                target.profile, target.model, registry, note=pending.note, pending=pending, targets=target.targets
+            )
         except Exception as exc:
             error = _describe(exc)
             self._record(HandoffFailed(**fields, error=error))  # type: ignore[arg-type]
@@ -387,6 +392,7 @@ class CallSession:
         *,
         note: str,
         pending: PendingHandoff | None = None,
+        targets: HandoffTargets | None = None,
     ) -> Link:
         """Connect ``profile`` on ``model`` with the replayed transcript while the current agent keeps the call,
         then make it current. Raises (the current agent stays) when anything fails or the call changes state."""
@@ -406,7 +412,7 @@ class CallSession:
                 self._connections.use_model(model)
                 self._rotation = RotationPlan(self._config, max_connection_s=self._caps.max_connection_s)
                 self._resume_handle, self._handle_resumable = None, False
-            self._handoffs.adopt(profile, registry)
+            self._handoffs.adopt(profile, registry, targets)
             self._profile, self._provider_profile = profile, provider_profile
             link = self._install(session)
             self._pipe.wake()

@@ -65,6 +65,7 @@ from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState,
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
+from gateway.worker.handoffs import ProfileHandoffs
 from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
@@ -456,6 +457,7 @@ class SipCalls:
             control=SipCallControl(leg),
             config=config,
             on_latency=latency_observer(self._host.id, model.name),
+            handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=self._host.model_for),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)

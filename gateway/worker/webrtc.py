@@ -53,6 +53,7 @@ from gateway.transport.webrtc import (
     parse_ice_servers,
 )
 from gateway.worker.counters import CallFigures, latency_observer, session_figures
+from gateway.worker.handoffs import ProfileHandoffs
 from gateway.worker.legs import SNAPSHOT_STATE, LegKind, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields
@@ -404,6 +405,7 @@ class WebRtcCalls:
             control=WebRtcCallControl(leg),
             config=worker.session_config,
             on_latency=latency_observer(worker.id, model.name),
+            handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=worker.model_for),
         )
 
     async def _run(self, leg: WebRtcLeg) -> None:
