@@ -294,6 +294,8 @@ class ControlPlane:
                 await self._worker_gone(event.worker)
             elif event.call is not None:
                 await self._track_one(event.call.model_copy(update={"worker": event.worker}))
+                if event.type.startswith("agent."):
+                    await self._publish(event.type, {"call_id": event.call.id, **event.data})
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)

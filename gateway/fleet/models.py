@@ -31,10 +31,21 @@ EventType = Literal[
     "worker.draining",
     "worker.lost",
     "worker.gone",
+    "agent.handoff_started",
+    "agent.handed_off",
+    "agent.handoff_failed",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
-WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone"]
+WorkerEventType = Literal[
+    "call.started",
+    "call.updated",
+    "call.ended",
+    "worker.gone",
+    "agent.handoff_started",
+    "agent.handed_off",
+    "agent.handoff_failed",
+]
 
 LEVEL_HISTORY_MAX = 120
 DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
@@ -147,6 +158,18 @@ class ToolCallLine(_Model):
     result: str = Field(default="", description="What the tool returned (JSON text); empty while it runs")
     start_s: float | None = Field(default=None, ge=0.0, description="When it was called, seconds into the call")
     duration_ms: float | None = Field(default=None, ge=0.0)
+
+
+class HandoffLine(_Model):
+    """One handoff of the call from one agent profile to another (failed ones too: the old agent kept the call)."""
+
+    at_s: float = Field(ge=0.0, description="When, seconds into the call")
+    from_profile: str = Field(max_length=128)
+    to_profile: str = Field(max_length=128)
+    reason: str = Field(default="", max_length=500)
+    initiator: Literal["agent", "api"] = Field(description="agent: its transfer_to_<name> tool; api: the ops API")
+    ok: bool
+    error: str = Field(default="", max_length=1000, description="Why it failed")
 
 
 class CallStats(_Model):
@@ -285,6 +308,9 @@ class CallSnapshot(_Model):
         default_factory=list, description="Tool calls with arguments and results (GET /v1/calls/{id} only)"
     )
     dtmf: str = Field(default="", max_length=256, description="DTMF digits the caller sent, in order")
+    handoffs: list[HandoffLine] = Field(
+        default_factory=list, max_length=256, description="Handoffs between agent profiles, in order"
+    )
     context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
 
     @property
@@ -315,6 +341,7 @@ class WorkerEvent(_Model):
     worker: str
     time: float
     call: CallSnapshot | None = None
+    data: dict[str, Any] = Field(default_factory=dict, description="agent.*: what happened (from/to profile, ...)")
 
 
 # ----------------------------------------------------------------------------------- agent profile

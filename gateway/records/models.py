@@ -64,6 +64,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "dtmf": call.dtmf,
         "recording_path": None,
         "written_at": written_at if written_at is not None else time.time(),
+        "handoffs": [line.model_dump(mode="json") for line in call.handoffs] or None,
     }
 
 
@@ -147,6 +148,7 @@ def record_from_rows(
             ],
             "dtmf": row["dtmf"],
             "context": row["context"],
+            "handoffs": row["handoffs"] or [],
             "recording_path": row["recording_path"],
         }
     )

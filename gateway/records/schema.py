@@ -48,6 +48,7 @@ calls = sa.Table(
     sa.Column("dtmf", sa.String(256), nullable=False),
     sa.Column("recording_path", sa.String(1024), nullable=True),
     sa.Column("written_at", sa.Double, nullable=False),
+    sa.Column("handoffs", sa.JSON, nullable=True),
     sa.Index("ix_calls_started_at", "started_at", "id"),
     sa.Index("ix_calls_ended_at", "ended_at"),
     sa.Index("ix_calls_from_number", "from_number"),

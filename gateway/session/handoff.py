@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 from gateway.providers.base import AgentProfile, HistoryItem, RealtimeModel, ToolSpec
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.errors import HandoffRefusedError
+from gateway.session.events import HandedOff, HandoffFailed, HandoffStarted
 from gateway.session.tools import Tool, ToolError, ToolInvocation, ToolRegistry
 
 TOOL_PREFIX = "transfer_to_"
@@ -79,6 +80,14 @@ class HandoffLine:
     initiator: HandoffInitiator
     ok: bool
     error: str = ""
+
+
+#: Told of each handoff event as it is recorded (the worker reports them to the control plane). Must not block.
+HandoffObserver = Callable[["HandoffStarted | HandedOff | HandoffFailed"], None]
+
+
+def _not_observed(event: HandoffStarted | HandedOff | HandoffFailed) -> None:
+    pass
 
 
 #: ``(target name, reason, tool call id) -> tool output``: what a handoff tool asks of its session.
@@ -131,6 +140,7 @@ class Handoffs:
     config: SessionConfig
     owns_registries: bool  # the session built its registry: a target's webhook tools get a registry of their own
     perform: Perform = _failed_perform
+    observer: HandoffObserver = _not_observed
     lines: list[HandoffLine] = field(default_factory=list)
     _current: Mapping[str, HandoffTool] = field(default_factory=dict)
     _retired: set[str] = field(default_factory=set)
@@ -232,6 +242,7 @@ class Handoffs:
     def release(self) -> None:
         """The call has ended: drop the session's callback (reference cycles: ADR 0006)."""
         self.perform = _failed_perform
+        self.observer = _not_observed
 
     async def aclose(self) -> None:
         opened, self._opened = self._opened, []

@@ -85,6 +85,7 @@ from gateway.session.g711 import G711Playback, G711Transcoder
 from gateway.session.handoff import (
     HandoffInitiator,
     HandoffLine,
+    HandoffObserver,
     Handoffs,
     HandoffTarget,
     HandoffTargets,
@@ -140,6 +141,7 @@ class CallSession:
         clock: Callable[[], float] = time.monotonic,
         on_latency: LatencyObserver | None = None,
         handoffs: HandoffTargets | None = None,
+        on_handoff: HandoffObserver | None = None,
     ) -> None:
         self.call_id = call_id
         self._profile = profile
@@ -158,6 +160,8 @@ class CallSession:
             owns_registries=tools is None,
         )
         self._handoffs.perform = self._agent_handoff
+        if on_handoff is not None:
+            self._handoffs.observer = on_handoff
         self._handoffs.adopt(profile, self._registry)
         self._state = CallState.CONNECTING
         self._end_reason: str | None = None
@@ -351,7 +355,7 @@ class CallSession:
         self._require_switchable("hand off")
         handoffs, old, new = self._handoffs, self._profile.name, target.profile.name
         fields = {"from_profile": old, "to_profile": new, "reason": reason, "initiator": initiator}
-        self._record(HandoffStarted(**fields))  # type: ignore[arg-type]
+        self._handoff_event(HandoffStarted(**fields))  # type: ignore[arg-type]
         calls = [e.call_id for e in self._transcript.entries() if e.kind == "function_call"]
         pending = handoffs.prepare(calls, from_profile=old, target=target.profile, reason=reason, call_id=tool_call_id)
         try:
@@ -361,12 +365,12 @@ class CallSession:
             )
         except Exception as exc:
             error = _describe(exc)
-            self._record(HandoffFailed(**fields, error=error))  # type: ignore[arg-type]
             handoffs.record(HandoffLine(at_s=self._elapsed(), **fields, ok=False, error=error))  # type: ignore[arg-type]
+            self._handoff_event(HandoffFailed(**fields, error=error))  # type: ignore[arg-type]
             raise caused(HandoffError(f"handoff to {new!r} failed: {error}"), exc)  # noqa: B904 (see gateway.compiled)
         self._transcript.message("system", pending.note)  # later resumes replay it too
-        self._record(HandedOff(**fields, epoch=link.epoch))  # type: ignore[arg-type]
         handoffs.record(HandoffLine(at_s=self._elapsed(), **fields, ok=True))  # type: ignore[arg-type]
+        self._handoff_event(HandedOff(**fields, epoch=link.epoch))  # type: ignore[arg-type]
         self._request_response()  # the new agent takes the conversation up
 
     async def _agent_handoff(self, name: str, reason: str, call_id: str) -> str:
@@ -379,6 +383,13 @@ class CallSession:
         except (HandoffError, SessionStateError) as exc:
             return handoff_output(ok=False, target=name, error=str(exc))
         return handoff_output(ok=True, target=name)
+
+    def _handoff_event(self, event: HandoffStarted | HandedOff | HandoffFailed) -> None:
+        self._record(event)
+        try:
+            self._handoffs.observer(event)
+        except Exception as exc:
+            self._error("handoff observer", exc)
 
     def _require_switchable(self, what: str) -> None:
         if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:

@@ -9,17 +9,20 @@ call's context like the call's first profile, and served by the worker's model f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
+from typing import Any
 
-from gateway.fleet.models import ProfileModel
+from gateway.fleet.models import ProfileModel, WorkerEventType
 from gateway.providers.base import AgentProfile, RealtimeModel
 from gateway.providers.errors import ProviderError
 from gateway.session.config import WebhookToolConfig
 from gateway.session.errors import HandoffRefusedError
+from gateway.session.events import HandedOff, HandoffFailed, HandoffStarted
 from gateway.session.handoff import HandoffTarget
 from gateway.sip.caller_context import CallContext, render
 
 ModelFor = Callable[[str], RealtimeModel]
+HandoffEvent = HandoffStarted | HandedOff | HandoffFailed
 
 
 def rendered_profile(model: ProfileModel, context: CallContext | None) -> AgentProfile:
@@ -81,3 +84,15 @@ class ProfileHandoffs:
         return HandoffTarget(
             profile=agent, model=model, webhook_tools=webhook_tools(profile, self._context), targets=onward
         )
+
+
+_EVENT_TYPES: dict[type[HandoffEvent], WorkerEventType] = {
+    HandoffStarted: "agent.handoff_started",
+    HandedOff: "agent.handed_off",
+    HandoffFailed: "agent.handoff_failed",
+}
+
+
+def handoff_report(event: HandoffEvent) -> tuple[WorkerEventType, dict[str, Any]]:
+    """The event type on the control plane's stream and its data (the session event's fields)."""
+    return _EVENT_TYPES[type(event)], asdict(event)

@@ -11,7 +11,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, ToolCallLine, TranscriptLine
+from gateway.fleet.models import (
+    CallContextModel,
+    CallSnapshot,
+    CallStats,
+    HandoffLine,
+    ToolCallLine,
+    TranscriptLine,
+)
 from gateway.fleet.mos import estimate_mos
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
@@ -102,6 +109,24 @@ def transcript_of(session: CallSession | None, *, ended: bool = False) -> list[T
     ]
 
 
+def handoffs_of(session: CallSession | None) -> list[HandoffLine]:
+    """The call's handoffs between agent profiles (the last 256)."""
+    if session is None:
+        return []
+    return [
+        HandoffLine(
+            at_s=max(0.0, line.at_s),
+            from_profile=line.from_profile[:128],
+            to_profile=line.to_profile[:128],
+            reason=line.reason[:500],
+            initiator=line.initiator,
+            ok=line.ok,
+            error=line.error[:1000],
+        )
+        for line in session.handoffs[-256:]
+    ]
+
+
 def tools_of(session: CallSession | None) -> list[ToolCallLine]:
     """The tools the agent called, with their arguments and results (paired by call id), in call order."""
     if session is None:
@@ -184,6 +209,7 @@ def build_snapshot(
             "stats": CallStats(**{**stats, **session_fields(session)}),
             "transcript": transcript_of(session, ended=state == "ended"),
             "tools": tools_of(session) if state == "ended" else [],
+            "handoffs": handoffs_of(session),
             "context": CallContextModel.of(context) if context is not None else None,
         }
     )

@@ -59,9 +59,15 @@ class Targets:
 
 
 def _session(
-    model: FakeModel, targets: Targets, *, tools: ToolRegistry | None = None, profile: AgentProfile = SUPPORT
+    model: FakeModel,
+    targets: Targets,
+    *,
+    tools: ToolRegistry | None = None,
+    profile: AgentProfile = SUPPORT,
+    seen: list[object] | None = None,
 ) -> CallSession:
     return CallSession(
+        on_handoff=None if seen is None else seen.append,
         call_id="c1",
         profile=profile,
         model=model,
@@ -86,7 +92,9 @@ def _texts(history: tuple[HistoryItem, ...]) -> list[tuple[str, str]]:
 
 async def test_the_agent_hands_off_and_the_new_agent_gets_the_conversation() -> None:
     support_model, billing_model = FakeModel(name="openai"), FakeModel(name="gemini")
-    session = _session(support_model, Targets(billing=HandoffTarget(profile=BILLING, model=billing_model)))
+    seen: list[object] = []
+    targets = Targets(billing=HandoffTarget(profile=BILLING, model=billing_model))
+    session = _session(support_model, targets, seen=seen)
     await session.start()
     old = support_model.last
     tool = next(t for t in old.profile.tools if t.name == "transfer_to_billing")
@@ -111,6 +119,7 @@ async def test_the_agent_hands_off_and_the_new_agent_gets_the_conversation() -> 
     await new.wait_sent(lambda s: [e for e in s if e[0] == "audio"])  # the caller's audio goes to the new agent
     lines = session.handoffs
     assert [(line.from_profile, line.to_profile, line.ok) for line in lines] == [("support", "billing", True)]
+    assert [type(event) for event in seen] == [HandoffStarted, HandedOff], "the worker is told, in order"
     await session.aclose()
     assert call_tasks() == []
 
