@@ -198,8 +198,8 @@ async def test_the_agent_hands_off_keeping_the_conversation_and_the_callers_audi
     heard = bursts(read_wav(phone.last_recording().decoded))
     assert heard, "the caller heard no agent"
 
-    # The record keeps the handoff.
-    assert call["profile"] == "billing"
+    # The record keeps the handoff (its profile stays the one the route gave the call).
+    assert call["profile"] == "support"
     (line,) = call["handoffs"]
     assert (line["from_profile"], line["to_profile"], line["ok"], line["initiator"]) == (
         "support",
@@ -254,7 +254,6 @@ async def test_the_ops_api_hands_off_and_a_refusing_provider_is_answered_409(
             assert (await client.post(f"/v1/calls/{call_id}/hangup")).status_code == 204
         await phone.wait_closed(within=30)
     call = await only_call(gateway)
-    assert call["profile"] == "billing"
     assert [(h["to_profile"], h["ok"], h["initiator"]) for h in call["handoffs"]] == [
         ("billing", True, "api"),
         ("broken", False, "api"),
