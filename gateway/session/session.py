@@ -392,8 +392,10 @@ class CallSession:
             self._error("handoff observer", exc)
 
     def _require_switchable(self, what: str) -> None:
-        if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:
+        if self._state is not CallState.ACTIVE or self._switch_task is not None:
             raise SessionStateError(f"cannot {what} while {self._state.value}")
+        if self._updating:
+            raise SessionStateError(f"cannot {what} while another change of agent is under way")
 
     async def _replace_agent(
         self,
