@@ -31,6 +31,7 @@ EventType = Literal[
     "worker.draining",
     "worker.lost",
     "worker.gone",
+    "security.blocked",
     "agent.handoff_started",
     "agent.handed_off",
     "agent.handoff_failed",
@@ -42,6 +43,7 @@ WorkerEventType = Literal[
     "call.updated",
     "call.ended",
     "worker.gone",
+    "security.blocked",
     "agent.handoff_started",
     "agent.handed_off",
     "agent.handoff_failed",
@@ -341,7 +343,8 @@ class WorkerEvent(_Model):
     worker: str
     time: float
     call: CallSnapshot | None = None
-    data: dict[str, Any] = Field(default_factory=dict, description="agent.*: what happened (from/to profile, ...)")
+    # What a security.* or agent.* event says (agent.*: from/to profile, reason, ...).
+    data: dict[str, Any] = Field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------- agent profile
