@@ -122,13 +122,53 @@ def _failed_perform(target: str, reason: str, call_id: str) -> Awaitable[str]:
     raise ToolError("the call has ended")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PendingHandoff:
-    """A handoff under way: the calls it will retire, the handoff's own tool call, the new agent's note."""
+    """A handoff under way: who to whom and why, the calls it will retire, the handoff's own tool call, and the
+    note the new agent is given; it makes the handoff's events and its line in the record."""
 
+    from_profile: str
+    to_profile: str
+    reason: str
+    initiator: HandoffInitiator
     calls: frozenset[str] = frozenset()
     initiator_call: str = ""
     note: str = ""
+
+    def started(self) -> HandoffStarted:
+        return HandoffStarted(
+            from_profile=self.from_profile, to_profile=self.to_profile, reason=self.reason, initiator=self.initiator
+        )
+
+    def handed_off(self, epoch: int) -> HandedOff:
+        return HandedOff(
+            from_profile=self.from_profile,
+            to_profile=self.to_profile,
+            reason=self.reason,
+            initiator=self.initiator,
+            epoch=epoch,
+        )
+
+    def failed(self, error: str) -> HandoffFailed:
+        return HandoffFailed(
+            from_profile=self.from_profile,
+            to_profile=self.to_profile,
+            reason=self.reason,
+            initiator=self.initiator,
+            error=error,
+        )
+
+    def line(self, at_s: float, *, error: str | None = None) -> HandoffLine:
+        """Its line in the call's record: ok unless ``error``."""
+        return HandoffLine(
+            at_s=at_s,
+            from_profile=self.from_profile,
+            to_profile=self.to_profile,
+            reason=self.reason,
+            initiator=self.initiator,
+            ok=error is None,
+            error=error or "",
+        )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -187,7 +227,14 @@ class Handoffs:
     # -------------------------------------------------------------------------------- transitions
 
     def prepare(
-        self, transcript_calls: Iterable[str], *, from_profile: str, target: AgentProfile, reason: str, call_id: str
+        self,
+        transcript_calls: Iterable[str],
+        *,
+        from_profile: str,
+        target: AgentProfile,
+        reason: str,
+        initiator: HandoffInitiator,
+        call_id: str,
     ) -> PendingHandoff:
         """What a handoff will retire and the closing note the new agent is given."""
         note = (
@@ -195,7 +242,15 @@ class Handoffs:
             + (f" (reason: {reason})" if reason else "")
             + ". The conversation so far is above. Do not greet the caller again; continue from here."
         )
-        return PendingHandoff(calls=frozenset(transcript_calls), initiator_call=call_id, note=note)
+        return PendingHandoff(
+            from_profile=from_profile,
+            to_profile=target.name,
+            reason=reason,
+            initiator=initiator,
+            calls=frozenset(transcript_calls),
+            initiator_call=call_id,
+            note=note,
+        )
 
     def replay(self, items: tuple[HistoryItem, ...], pending: PendingHandoff | None = None) -> tuple[HistoryItem, ...]:
         """The transcript as a new agent gets it: calls of previous agents (and those ``pending`` retires) as

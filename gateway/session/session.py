@@ -353,11 +353,17 @@ class CallSession:
         and tools, on a fresh connection that carries the conversation. All or nothing: on failure the current
         agent keeps the call and HandoffError is raised."""
         self._require_switchable("hand off")
-        handoffs, old, new = self._handoffs, self._profile.name, target.profile.name
-        fields = {"from_profile": old, "to_profile": new, "reason": reason, "initiator": initiator}
-        self._handoff_event(HandoffStarted(**fields))  # type: ignore[arg-type]
+        handoffs = self._handoffs
         calls = [e.call_id for e in self._transcript.entries() if e.kind == "function_call"]
-        pending = handoffs.prepare(calls, from_profile=old, target=target.profile, reason=reason, call_id=tool_call_id)
+        pending = handoffs.prepare(
+            calls,
+            from_profile=self._profile.name,
+            target=target.profile,
+            reason=reason,
+            initiator=initiator,
+            call_id=tool_call_id,
+        )
+        self._handoff_event(pending.started())
         try:
             registry = handoffs.registry_for(target.webhook_tools)
             link = await self._replace_agent(
@@ -365,12 +371,13 @@ class CallSession:
             )
         except Exception as exc:
             error = _describe(exc)
-            handoffs.record(HandoffLine(at_s=self._elapsed(), **fields, ok=False, error=error))  # type: ignore[arg-type]
-            self._handoff_event(HandoffFailed(**fields, error=error))  # type: ignore[arg-type]
-            raise caused(HandoffError(f"handoff to {new!r} failed: {error}"), exc)  # noqa: B904 (see gateway.compiled)
+            handoffs.record(pending.line(self._elapsed(), error=error))
+            self._handoff_event(pending.failed(error))
+            failed = HandoffError(f"handoff to {pending.to_profile!r} failed: {error}")
+            raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
         self._transcript.message("system", pending.note)  # later resumes replay it too
-        handoffs.record(HandoffLine(at_s=self._elapsed(), **fields, ok=True))  # type: ignore[arg-type]
-        self._handoff_event(HandedOff(**fields, epoch=link.epoch))  # type: ignore[arg-type]
+        handoffs.record(pending.line(self._elapsed()))
+        self._handoff_event(pending.handed_off(link.epoch))
         self._request_response()  # the new agent takes the conversation up
 
     async def _agent_handoff(self, name: str, reason: str, call_id: str) -> str:
