@@ -135,6 +135,10 @@ class PendingHandoff:
     initiator_call: str = ""
     note: str = ""
 
+    @property
+    def names(self) -> tuple[str, str]:
+        return self.from_profile, self.to_profile
+
     def started(self) -> HandoffStarted:
         return HandoffStarted(
             from_profile=self.from_profile, to_profile=self.to_profile, reason=self.reason, initiator=self.initiator

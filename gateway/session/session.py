@@ -364,6 +364,7 @@ class CallSession:
             call_id=tool_call_id,
         )
         self._handoff_event(pending.started())
+        began = self._clock()
         try:
             registry = handoffs.registry_for(target.webhook_tools)
             link = await self._replace_agent(
@@ -373,11 +374,14 @@ class CallSession:
             error = _describe(exc)
             handoffs.record(pending.line(self._elapsed(), error=error))
             self._handoff_event(pending.failed(error))
+            log.warning("call %s: handoff %s -> %s failed: %s", self.call_id, *pending.names, error)
             failed = HandoffError(f"handoff to {pending.to_profile!r} failed: {error}")
             raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
         self._transcript.message("system", pending.note)  # later resumes replay it too
         handoffs.record(pending.line(self._elapsed()))
         self._handoff_event(pending.handed_off(link.epoch))
+        took_ms = round((self._clock() - began) * 1000)
+        log.info("call %s: handed off %s -> %s (%s) in %d ms", self.call_id, *pending.names, pending.initiator, took_ms)
         self._request_response()  # the new agent takes the conversation up
 
     async def _agent_handoff(self, name: str, reason: str, call_id: str) -> str:

@@ -15,6 +15,7 @@ Every client event the gateway sent is validated against the openai SDK's models
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ TURN_A = "Hello, I was charged twice for my order this month."
 TURN_B = "My order number is four five six seven."
 TURN_C = "Can you refund one of the charges please?"
 FRAME_BYTES = 960  # 20 ms of 24 kHz PCM16
+_HANDED_OFF = re.compile(r"call \S+: handed off support -> billing \(agent\) in (\d+) ms")
 SUPPORT = "You are the support agent."
 BILLING = "You are the billing agent. Handle invoices and refunds."
 
@@ -191,6 +193,10 @@ async def test_the_agent_hands_off_keeping_the_conversation_and_the_callers_audi
     assert correlation >= 0.9, f"caller audio at the providers correlates {correlation:.3f}; playout {playout}"
     handoff_at = len(await fake.audio(1)) / FRAME_BYTES * 0.02
     assert len(received) / 24_000 > handoff_at + 3.0, "too little caller audio after the handoff to check"
+
+    # One handoff, logged with how long the new agent's setup took (the caller's audio went to the old agent
+    # meanwhile).
+    assert len(_HANDED_OFF.findall(gateway.process.output)) == 1
 
     # The caller heard the billing agent.
     completed = [e for e in second["timeline"] if e["dir"] == "out" and e["type"] == "response.done"]
