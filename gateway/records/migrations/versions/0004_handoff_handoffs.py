@@ -1,7 +1,7 @@
 """A call's handoffs between agent profiles, as JSON on its row.
 
-Revision ID: 0003_handoff_handoffs
-Revises: 0002_transcripts
+Revision ID: 0004_handoff_handoffs
+Revises: 0003_outbox_webhook_outbox
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003_handoff_handoffs"
-down_revision = "0002_transcripts"
+revision = "0004_handoff_handoffs"
+down_revision = "0003_outbox_webhook_outbox"
 branch_labels = None
 depends_on = None
 
