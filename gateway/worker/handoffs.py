@@ -14,7 +14,6 @@ from typing import Any
 
 from gateway.fleet.models import ProfileModel, WorkerEventType
 from gateway.providers.base import AgentProfile, RealtimeModel
-from gateway.providers.errors import ProviderError
 from gateway.session.config import WebhookToolConfig
 from gateway.session.errors import HandoffRefusedError
 from gateway.session.events import HandedOff, HandoffFailed, HandoffStarted
@@ -76,8 +75,8 @@ class ProfileHandoffs:
         agent = rendered_profile(profile, self._context)
         try:
             model = self._model_for(agent.provider)
-        except (ProviderError, ValueError) as exc:
-            raise HandoffRefusedError(f"profile {profile.name!r}: provider {agent.provider!r}: {exc}") from None
+        except Exception as exc:  # the factory's errors (ProviderConfigError, a bad setting) refuse this handoff only
+            raise HandoffRefusedError(f"profile {profile.name!r}: provider {agent.provider!r}: {exc!r}") from None
         onward = None
         if profile.handoff_profiles:
             onward = ProfileHandoffs(profile.handoff_profiles, context=self._context, model_for=self._model_for)
