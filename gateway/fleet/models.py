@@ -176,6 +176,14 @@ class HandoffLine(_Model):
     error: str = Field(default="", max_length=1000, description="Why it failed")
 
 
+class DtmfLine(_Model):
+    """One DTMF digit of the call: received from the caller or sent to it, and when."""
+
+    digit: str = Field(min_length=1, max_length=1)
+    direction: Literal["received", "sent"]
+    at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
+
+
 class CallStats(_Model):
     """Media and agent statistics of one call, as the worker measured them."""
 
@@ -204,6 +212,7 @@ class CallStats(_Model):
     barge_ins: int = Field(default=0, ge=0)
     resumes: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
+    handoffs: int = Field(default=0, ge=0, description="Times the call was handed to another agent")
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"
@@ -315,7 +324,13 @@ class CallSnapshot(_Model):
     handoffs: list[HandoffLine] = Field(
         default_factory=list, max_length=256, description="Handoffs between agent profiles, in order"
     )
+    dtmf_events: list[DtmfLine] = Field(
+        default_factory=list, description="Each DTMF digit received or sent, with its time (ended calls only)"
+    )
     context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
+    trace_id: str = Field(
+        default="", max_length=32, description="The call's OpenTelemetry trace id (32 hex digits; empty: not traced)"
+    )
 
     @property
     def is_live(self) -> bool:
@@ -611,6 +626,11 @@ class AdmissionRequest(_Model):
     metadata: dict[str, HeaderValue] = Field(
         default_factory=dict, max_length=64, description="A browser call's page metadata (its context)"
     )
+    traceparent: str = Field(
+        default="",
+        max_length=55,
+        description="W3C traceparent of the call's span on the worker (empty when tracing is off): one trace per call",
+    )
 
 
 class AdmissionDecision(_Model):
@@ -638,6 +658,11 @@ class AdmissionDecision(_Model):
     contact: str = Field(default="", max_length=256, description="Where a redirect (302) sends the caller")
     metadata: dict[str, str] = Field(
         default_factory=dict, description="The call-time application's metadata, added to the call's context"
+    )
+    traceparent: str = Field(
+        default="",
+        max_length=55,
+        description="W3C traceparent of an originated call's span on the control plane (empty when tracing is off)",
     )
 
 

@@ -28,6 +28,10 @@ RESUME_NOTE = (
     "is above. Do not greet the caller again and do not mention the reconnection; continue where you left off."
 )
 
+#: The provider kinds a profile may name (gateway/providers/registry.py builds each). Here, in a module
+#: without heavy imports, so that the control plane can check names without loading the providers.
+PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:

@@ -64,7 +64,10 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "dtmf": call.dtmf,
         "recording_path": None,
         "written_at": written_at if written_at is not None else time.time(),
-        "handoffs": [line.model_dump(mode="json") for line in call.handoffs] or None,
+        "trace_id": call.trace_id,
+        "handoffs": stats.handoffs,
+        "dtmf_events": [line.model_dump(mode="json") for line in call.dtmf_events],
+        "handoff_log": [line.model_dump(mode="json") for line in call.handoffs] or None,
     }
 
 
@@ -147,8 +150,10 @@ def record_from_rows(
                 for tool in tools
             ],
             "dtmf": row["dtmf"],
+            "dtmf_events": row["dtmf_events"] or [],
+            "trace_id": row["trace_id"],
             "context": row["context"],
-            "handoffs": row["handoffs"] or [],
+            "handoffs": row["handoff_log"] or [],
             "recording_path": row["recording_path"],
         }
     )

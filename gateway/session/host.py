@@ -51,10 +51,12 @@ class SessionToolHost:
         end_call: Callable[[str], None],
         retired_output: Callable[[str, str, str], str | None] = _not_retired,
         retired_role: Literal["user", "system"] = "system",
+        observe: Callable[[SessionEvent], None] | None = None,
     ) -> None:
         self._retired_output = retired_output
         self._retired_role: Literal["user", "system"] = retired_role
         self._session_id = session_id
+        self._observe = observe  # the call's trace sees the tools' events too
         self._control = control
         self._tasks = tasks
         self._pipe = pipe
@@ -130,6 +132,8 @@ class SessionToolHost:
 
     def record(self, event: SessionEvent) -> None:
         self._events.append(event)
+        if self._observe is not None:
+            self._observe(event)
 
     def now(self) -> float:
         return self._clock()

@@ -17,6 +17,7 @@ that a push makes never delay the caller's audio.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderError
+from gateway.session.calltrace import SessionTrace
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.connections import Connections
 from gateway.session.control import CallControl
@@ -112,8 +114,9 @@ from gateway.session.stats import SessionStats, snapshot
 from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
-from gateway.session.transcript import Transcript, TranscriptEntry
+from gateway.session.transcript import DtmfEntry, Transcript, TranscriptEntry
 from gateway.session.turns import LatencyObserver, Turns
+from gateway.tracing import CallTrace
 from telcodecs.frames import Frame, unchecked_frame
 
 log = logging.getLogger(__name__)
@@ -142,8 +145,13 @@ class CallSession:
         on_latency: LatencyObserver | None = None,
         handoffs: HandoffTargets | None = None,
         on_handoff: HandoffObserver | None = None,
+        trace: CallTrace | None = None,
     ) -> None:
         self.call_id = call_id
+        # The call's trace (gateway/tracing.py); None: no instrumentation at all (the bench's baseline).
+        self._trace = SessionTrace(trace, provider=model.name) if trace is not None else None
+        if self._trace is not None:
+            on_latency = _traced_latency(on_latency, self._trace)
         self._profile = profile
         self._provider_profile = profile
         self._model = model
@@ -205,9 +213,10 @@ class CallSession:
             end_call=self._end_call,
             retired_output=self._handoffs.retired_output,
             retired_role=config.background_result_role,
+            observe=self._trace.on_event if self._trace is not None else None,
         )
         self._host = host
-        self._tools = ToolRunner(host, self._handoffs, config)
+        self._tools = ToolRunner(host, self._handoffs, config, trace=trace)
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -222,7 +231,18 @@ class CallSession:
         self._started_at = clock()
         self._out_index = 0
         self._counts = dict.fromkeys(
-            ("frames_in", "frames_out", "barge_ins", "resumes", "rotations", "resume_failures", "dtmf", "notices"), 0
+            (
+                "frames_in",
+                "frames_out",
+                "barge_ins",
+                "resumes",
+                "rotations",
+                "resume_failures",
+                "dtmf",
+                "notices",
+                "handoffs",
+            ),
+            0,
         )
         self._errors = 0
 
@@ -254,8 +274,8 @@ class CallSession:
         return self._profile
 
     @property
-    def handoffs(self) -> tuple[HandoffLine, ...]:
-        """The call's handoffs so far, failed ones included."""
+    def handoff_lines(self) -> tuple[HandoffLine, ...]:
+        """The call's handoffs so far, failed ones included (``handoffs`` counts them)."""
         return tuple(self._handoffs.lines)
 
     @property
@@ -397,6 +417,10 @@ class CallSession:
 
     def _handoff_event(self, event: HandoffStarted | HandedOff | HandoffFailed) -> None:
         self._record(event)
+        if isinstance(event, HandoffStarted):
+            self.handoff_started(target=event.to_profile, source=event.from_profile)
+        else:
+            self.handoff_ended(ok=isinstance(event, HandedOff), error=getattr(event, "error", ""))
         try:
             self._handoffs.observer(event)
         except Exception as exc:
@@ -484,6 +508,7 @@ class CallSession:
                 self._caller_started("local_vad", item_id="")
             elif change == "stopped":
                 self._turns.caller_stopped()
+                self._transcript.ended("user")
         self._pipe.push(frame, holding=state is not CallState.ACTIVE)
 
     @overload
@@ -512,6 +537,8 @@ class CallSession:
         audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()
+            if not self._turns.playout.starved:  # played out, not a gap: the agent's items ended now
+                self._transcript.ended("assistant")
         if audio is None:
             if self._tools.has_ready and state is CallState.ACTIVE and self._idle(now):
                 self._tools.on_idle()
@@ -555,7 +582,32 @@ class CallSession:
                     self._pipe.enqueue(SendOp(name="dtmf", send=send, epoch=link.epoch))
                     if self._config.dtmf_requests_response:
                         self._request_response()
+        self._transcript.dtmf(digit, "received")
         self._record(DtmfReceived(digit=digit, duration_ms=duration_ms, forwarded=forwarded))
+
+    def dtmf_sent(self, digits: str) -> None:
+        """Digits the call sent to the caller (RFC 4733 or a browser's), for its record."""
+        self._transcript.dtmf(digits, "sent")
+
+    @property
+    def dtmf_log(self) -> tuple[DtmfEntry, ...]:
+        return self._transcript.dtmf_log()
+
+    # The hook for agent handoffs (agent.handoff_started, then agent.handed_off or agent.handoff_failed): whoever
+    # hands the call to another agent calls these, and the handoff is counted and traced.
+
+    def handoff_started(self, *, target: str, source: str = "") -> None:
+        self._counts["handoffs"] += 1
+        if self._trace is not None:
+            self._trace.handoff_started(target=target, source=source)
+
+    def handoff_ended(self, *, ok: bool, error: str = "") -> None:
+        if self._trace is not None:
+            self._trace.handoff_ended(ok=ok, error=error)
+
+    @property
+    def handoffs(self) -> int:
+        return self._counts["handoffs"]
 
     # ------------------------------------------------------------------------------- provider events
 
@@ -582,6 +634,9 @@ class CallSession:
         turns = self._turns
         if isinstance(event, AudioReceived):
             turns.audio(event, law=None if self._g711 is None else self._g711.law)  # codes stay codes
+            # The agent's item takes its place (and start) in the transcript with its first audio: a barge-in can
+            # then mark it cut even when its words come later, or never.
+            self._transcript.placeholder("assistant", event.item_id)
         elif isinstance(event, AudioDone):
             turns.audio_done(event)
         elif isinstance(event, AudioMarked):
@@ -592,6 +647,7 @@ class CallSession:
             self._caller_started("speech_started", item_id=event.item_id)
         elif isinstance(event, SpeechStopped):
             turns.caller_stopped()
+            self._transcript.ended("user", event.item_id)
         elif isinstance(event, ResponseStarted):
             turns.response_started(event.response_id)
         elif isinstance(event, ResponseDone):
@@ -646,6 +702,7 @@ class CallSession:
             return
         self._counts["barge_ins"] += 1
         response, items = interruption.response_id, interruption.items
+        self._transcript.truncated(tuple(item.item_id for item in items))
         cancel = response is not None and trigger != "provider_interrupted"
         if cancel:
             self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
@@ -735,9 +792,10 @@ class CallSession:
                     self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
                 )
                 try:
-                    session = await self._connections.connect(
-                        self._provider_profile, history=history, resume_handle=handle
-                    )
+                    with self._traced_connect(attempt, resuming=True):
+                        session = await self._connections.connect(
+                            self._provider_profile, history=history, resume_handle=handle
+                        )
                 except Exception as exc:
                     error = _describe(exc)
                     self._record(ResumeAttemptFailed(attempt=attempt, error=error))
@@ -789,7 +847,10 @@ class CallSession:
             if attempt > 1:
                 await asyncio.sleep(self._config.backoff_s(attempt - 1))
             try:
-                return await self._connections.connect_owned(self._provider_profile, history=self._transcript.history())
+                with self._traced_connect(attempt, resuming=False):
+                    return await self._connections.connect_owned(
+                        self._provider_profile, history=self._transcript.history()
+                    )
             except ProviderError as exc:
                 error = exc
                 if not exc.retryable:
@@ -893,6 +954,15 @@ class CallSession:
 
     def _record(self, event: SessionEvent) -> None:
         self._events.append(event)
+        if self._trace is not None:
+            self._trace.on_event(event)
+
+    def _traced_connect(self, attempt: int, *, resuming: bool) -> contextlib.AbstractContextManager[None]:
+        return self._trace.connect(attempt, resuming=resuming) if self._trace is not None else contextlib.nullcontext()
+
+    @property
+    def trace(self) -> SessionTrace | None:
+        return self._trace
 
     def _error(self, where: str, exc: BaseException) -> None:
         self._errors += 1
@@ -922,6 +992,18 @@ class CallSession:
                     on_dropped=lambda _reason: self._turns.response_request_dropped(),
                 )
             )
+
+
+def _traced_latency(observer: LatencyObserver | None, trace: SessionTrace) -> LatencyObserver:
+    """The latency observer, with each turn's round trip also made the turn's span."""
+
+    def observe(kind: Literal["round_trip", "agent_audio_wait"], seconds: float) -> None:
+        if observer is not None:
+            observer(kind, seconds)
+        if kind == "round_trip":
+            trace.turn(seconds)
+
+    return observe
 
 
 def _start_failure_reason(exc: BaseException) -> str:

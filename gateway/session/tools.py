@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
+from opentelemetry.trace import Status, StatusCode
 
 from gateway.providers.base import ToolSpec
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.control import CallControl
 from gateway.session.errors import ToolResolutionError
+from gateway.tracing import client_span
 
 _DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,32}$")
 
@@ -171,12 +173,28 @@ class WebhookTool:
         }
         if config.context:
             body["context"] = dict(config.context)
+        url = httpx.URL(config.url)
         try:
             # httpx enforces its timeout in the network layer only; the outer bound covers everything.
-            async with asyncio.timeout(config.timeout_s):
-                response = await self._client.get().post(
-                    config.url, json=body, headers=headers, timeout=config.timeout_s
-                )
+            # The span (under the tool's, when the call is traced) puts its traceparent in the headers.
+            with client_span(
+                "POST",
+                headers,
+                {
+                    "http.request.method": "POST",
+                    "url.full": str(url.copy_with(query=None, fragment=None, username=None, password=None)),
+                    "server.address": url.host,
+                    "gateway.tool.name": config.name,
+                },
+            ) as span:
+                async with asyncio.timeout(config.timeout_s):
+                    response = await self._client.get().post(
+                        config.url, json=body, headers=headers, timeout=config.timeout_s
+                    )
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response.status_code)
+                    if not response.is_success:
+                        span.set_status(Status(StatusCode.ERROR, f"HTTP {response.status_code}"))
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ToolError(f"{config.name} timed out after {config.timeout_s:g} s") from exc
         except httpx.HTTPError as exc:

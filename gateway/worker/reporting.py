@@ -15,6 +15,7 @@ from gateway.fleet.models import (
     CallContextModel,
     CallSnapshot,
     CallStats,
+    DtmfLine,
     HandoffLine,
     ToolCallLine,
     TranscriptLine,
@@ -85,6 +86,7 @@ def session_fields(session: CallSession | None) -> dict[str, Any]:
         "resumes": stats.resumes,
         "tool_calls": stats.tool_calls,
         "agent_audio_gaps": stats.agent_audio_gaps,
+        "handoffs": session.handoffs,
     }
 
 
@@ -104,7 +106,13 @@ def transcript_of(session: CallSession | None, *, ended: bool = False) -> list[T
     said = said[:TRANSCRIPT_MAX] if ended else said[-TRANSCRIPT_TAIL:]
     began = session.started_at
     return [
-        TranscriptLine(role=entry.role, text=entry.text, start_s=max(0.0, entry.at - began) if entry.at else None)
+        TranscriptLine(
+            role=entry.role,
+            text=entry.text,
+            start_s=max(0.0, entry.at - began) if entry.at else None,
+            end_s=max(0.0, entry.ended_at - began) if entry.ended_at is not None else None,
+            truncated=entry.truncated,
+        )
         for entry in said
     ]
 
@@ -123,8 +131,19 @@ def handoffs_of(session: CallSession | None) -> list[HandoffLine]:
             ok=line.ok,
             error=line.error[:1000],
         )
-        for line in session.handoffs[-256:]
+        for line in session.handoff_lines[-256:]
     ]
+
+
+def dtmf_of(session: CallSession | None) -> tuple[str, list[DtmfLine]]:
+    """The digits the caller sent (the record's ``dtmf``) and every digit received or sent, with its time."""
+    if session is None:
+        return "", []
+    log = session.dtmf_log
+    began = session.started_at
+    received = "".join(entry.digit for entry in log if entry.direction == "received")
+    lines = [DtmfLine(digit=e.digit, direction=e.direction, at_s=max(0.0, e.at - began)) for e in log]
+    return received[:256], lines
 
 
 def tools_of(session: CallSession | None) -> list[ToolCallLine]:
@@ -184,8 +203,10 @@ def build_snapshot(
     srtp: str = "",
     transport: str = "",
     context: CallContext | None = None,
+    trace_id: str = "",
 ) -> CallSnapshot:
     end = ended or time.time()
+    dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
     return CallSnapshot.model_validate(
         {
             "id": call_id,
@@ -211,5 +232,8 @@ def build_snapshot(
             "tools": tools_of(session) if state == "ended" else [],
             "handoffs": handoffs_of(session),
             "context": CallContextModel.of(context) if context is not None else None,
+            "trace_id": trace_id,
+            "dtmf": dtmf,
+            "dtmf_events": dtmf_events,
         }
     )

@@ -66,6 +66,7 @@ from gateway.sip.events import (
 from gateway.sip.headers import reason_value
 from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
 from gateway.sip.sdes import SrtpNegotiated
+from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
 from gateway.worker.edge import EdgeReporter
@@ -198,9 +199,12 @@ class SipCalls:
             owner=self,
         )
         SIP_CALLS_TOTAL.labels(self._host.id, event.transport, "inbound").inc()
+        leg.trace = _call_trace(leg)
+        leg.trace.start("setup", "call.setup")
         self._legs.add(leg)
         self.by_handle[event.call] = leg
-        leg.task = self._host.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
+        with leg.trace.active():  # the call's task (and the session's, made in it) log under its trace
+            leg.task = self._host.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
 
     def _reject(
         self,
@@ -253,6 +257,9 @@ class SipCalls:
             call_id=leg.id,
             cost=leg.cost,
             invite=invite,
+            traceparent=traceparent_of(leg.trace.start("admit", "call.admit", parent="setup"))
+            if leg.trace is not None
+            else "",
         )
         ringing = asyncio.get_running_loop().call_later(RING_AFTER_S, self._ring, leg)
         try:
@@ -279,6 +286,8 @@ class SipCalls:
             decision = await self._admit(
                 leg, called=user_part(event.to_uri), caller=user_part(event.from_uri), invite=InviteFacts.of(event)
             )
+            if leg.trace is not None:
+                leg.trace.end("admit", {"gateway.admission.accepted": decision.accepted}, error=decision.code)
             if leg.state is not LegState.ADMITTED:  # cancelled or hung up while the control plane decided
                 return
             if not decision.accepted:
@@ -307,6 +316,8 @@ class SipCalls:
             self._signalling.answer(leg.sip, leg.sdp.local.to_bytes())
             move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
+            if leg.trace is not None:
+                leg.trace.end("setup", {"gateway.route": leg.route, "gateway.codec": self._codec(leg)})
             CALL_SETUP_SECONDS.labels(self._host.id).observe(time.monotonic() - leg.started_mono)
             ACTIVE_CALLS.labels(self._host.id).inc()
             log.info(
@@ -497,6 +508,7 @@ class SipCalls:
             on_latency=latency_observer(self._host.id, model.name),
             handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=self._host.model_for),
             on_handoff=functools.partial(self._handoff_reported, leg),
+            trace=leg.trace,
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
@@ -559,6 +571,8 @@ class SipCalls:
         if was_active:
             ACTIVE_CALLS.labels(self._host.id).dec()
         CALLS_TOTAL.labels(self._host.id, leg.end_reason).inc()
+        if leg.trace is not None:
+            leg.trace.close(end_reason=leg.end_reason)
         media = leg.last_media
         if media is None:
             log.info("call %s ended: %s", leg.id, leg.end_reason)
@@ -611,6 +625,8 @@ class SipCalls:
         if not leg.media_added:
             raise LocalMediaError("the call has no media yet")
         self._plant.engine.send_dtmf(leg.id, digits)
+        if leg.session is not None:
+            leg.session.dtmf_sent(digits)
 
     def refer_leg(self, leg: CallLeg, target: str) -> None:
         assert leg.sip is not None
@@ -653,6 +669,8 @@ class SipCalls:
                 return
             move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
+            if leg.trace is not None:
+                leg.trace.end("setup", {"gateway.codec": self._codec(leg)})
             ACTIVE_CALLS.labels(self._host.id).inc()
             await self._report("call.updated", leg)
             await self._run_session(leg)
@@ -709,6 +727,7 @@ class SipCalls:
             srtp=srtp.suite if (srtp := self._srtp(leg)) is not None else "",
             transport=leg.transport,
             context=leg.context,
+            trace_id=leg.trace.trace_id if leg.trace is not None else "",
         )
 
     def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
@@ -769,11 +788,20 @@ class SipCalls:
             raise caused(CommandRejectedError(str(exc)), exc)  # noqa: B904
         leg.transport = self._signalling.transport_of(leg.sip)
         SIP_CALLS_TOTAL.labels(self._host.id, leg.transport, "outbound").inc()
+        leg.trace = _call_trace(leg, parent=admission.traceparent)
+        leg.trace.start("setup", "call.setup")
         self._legs.add(leg)
         self.by_handle[leg.sip] = leg
         move(leg, LegState.RINGING)
-        leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
+        with leg.trace.active():
+            leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
         return leg.id
+
+
+def _call_trace(leg: CallLeg, *, parent: str = "") -> CallTrace:
+    """The call's root span on this worker (under the control plane's, for a call it originated)."""
+    attributes = {"gateway.call.direction": leg.direction, "gateway.call.kind": "sip", "gateway.route": leg.route}
+    return CallTrace(leg.id, "call", parent=parent, attributes=attributes)
 
 
 def _inbound_context(leg: CallLeg, event: CallOffered, profile: ProfileModel) -> CallContext:

@@ -25,6 +25,7 @@ from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import CallHandle
 from gateway.sip.offer_answer import OfferAnswer
 from gateway.sip.sdp import NegotiatedMedia
+from gateway.tracing import CallTrace
 from gateway.transport.rtp_socket import RtpEndpoint
 from gateway.worker.legs import LegKind, LegState
 
@@ -67,6 +68,7 @@ class CallLeg:
     rtp: RtpEndpoint | None = None
     sdp: OfferAnswer | None = None  # the call's offer/answer: codec, direction, SRTP keys, our o= line
     session: CallSession | None = None
+    trace: CallTrace | None = None  # the call's spans on this worker (gateway/tracing.py)
     media_added: bool = False
     last_media: MediaStats | None = None
     started_wall: float = field(default_factory=time.time)

@@ -31,6 +31,7 @@ from gateway.session import CallSession, SessionConfig, TransferOutcome
 from gateway.session.events import NoticeReceived, SessionEvent, StateChanged
 from gateway.session.state import CallState
 from gateway.session.tools import ToolRegistry
+from gateway.tracing import CallTrace
 from telcodecs.frames import FRAME_SAMPLES, Frame
 
 DEADLINE = 5.0
@@ -310,6 +311,7 @@ def make_session(
     tools: ToolRegistry | None = None,
     clock: Callable[[], float] | None = None,
     call_id: str = "c1",
+    trace: CallTrace | None = None,
 ) -> tuple[CallSession, FakeCallControl]:
     control = control or FakeCallControl()
     session = CallSession(
@@ -320,6 +322,7 @@ def make_session(
         config=config or fast_config(),
         tools=tools,
         clock=clock or FakeClock(),
+        trace=trace,
     )
     return session, control
 

@@ -117,9 +117,10 @@ async def test_the_agent_hands_off_and_the_new_agent_gets_the_conversation() -> 
     assert session.profile.name == "billing" and session.state is CallState.ACTIVE
     session.push_inbound(tone_frame(0))
     await new.wait_sent(lambda s: [e for e in s if e[0] == "audio"])  # the caller's audio goes to the new agent
-    lines = session.handoffs
+    lines = session.handoff_lines
     assert [(line.from_profile, line.to_profile, line.ok) for line in lines] == [("support", "billing", True)]
     assert [type(event) for event in seen] == [HandoffStarted, HandedOff], "the worker is told, in order"
+    assert session.handoffs == 1, "and it is counted"
     await session.aclose()
     assert call_tasks() == []
 
@@ -139,7 +140,7 @@ async def test_a_provider_that_refuses_keeps_the_old_agent_and_tells_the_model()
     assert session.profile.name == "support" and not old.closed and billing_model.sessions == []
     session.push_inbound(tone_frame(0))
     await old.wait_sent(lambda s: [e for e in s if e[0] == "audio"])
-    assert [line.ok for line in session.handoffs] == [False]
+    assert [line.ok for line in session.handoff_lines] == [False]
     await session.aclose()
     assert call_tasks() == []
 
