@@ -37,7 +37,7 @@ from gateway.fleet.models import (
     TurnDetectionModel,
     WebhookSpec,
 )
-from gateway.session.handoff import handoff_tool_name
+from gateway.providers.base import handoff_tool_name
 from gateway.sip.caller_context import template_problems
 
 DEFAULT_SOURCE = "<built-in config>"

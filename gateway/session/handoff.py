@@ -22,26 +22,17 @@ Rules (the session applies them; see CallSession.hand_off):
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
-from gateway.providers.base import AgentProfile, HistoryItem, RealtimeModel, ToolSpec
+from gateway.providers.base import AgentProfile, HistoryItem, RealtimeModel, ToolSpec, handoff_tool_name
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.errors import HandoffRefusedError
 from gateway.session.events import HandedOff, HandoffFailed, HandoffStarted
 from gateway.session.tools import Tool, ToolError, ToolInvocation, ToolRegistry
 
-TOOL_PREFIX = "transfer_to_"
-_NOT_TOOL_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-
 HandoffInitiator = Literal["agent", "api"]
-
-
-def handoff_tool_name(profile: str) -> str:
-    """The tool that hands the caller to ``profile``: ``transfer_to_<profile>`` (a valid function name)."""
-    return (TOOL_PREFIX + _NOT_TOOL_CHARS.sub("_", profile))[:64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

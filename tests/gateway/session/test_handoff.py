@@ -17,12 +17,13 @@ from gateway.providers.base import (
     ToolCallRequested,
     ToolSpec,
     TranscriptReceived,
+    handoff_tool_name,
 )
 from gateway.providers.errors import ProviderConnectError
 from gateway.session import CallSession
 from gateway.session.errors import HandoffError, HandoffRefusedError, SessionStateError
 from gateway.session.events import HandedOff, HandoffFailed, HandoffStarted, Resumed
-from gateway.session.handoff import HandoffTarget, handoff_tool_name
+from gateway.session.handoff import HandoffTarget
 from gateway.session.state import CallState
 from gateway.session.tools import ToolRegistry
 from tests.gateway.session.fakes import (
