@@ -57,6 +57,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.websocket_bot",
         "CPU per call-frame of a call answered by a websocket bot, against an echo call",
     ),
+    "guardrails": (
+        "bench.guardrails",
+        "CPU per call-frame of output guardrails over the agent's transcript, against the same calls without",
+    ),
     "pipeline": (
         "bench.pipeline",
         "the cascaded pipeline through the session core with loopback fakes: latency, CPU, barge-in",

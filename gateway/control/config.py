@@ -31,6 +31,7 @@ from gateway.fleet.models import (
     BotModel,
     ComponentModel,
     ContextPolicyModel,
+    GuardrailModel,
     PipelineModel,
     ProfileModel,
     ToolModel,
@@ -147,15 +148,26 @@ class ProfileConfig(_Section):
     pipeline: PipelineConfig | None = None
     # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
     bot: BotModel | None = None
+    # Caller no-input: what each means is ProfileModel's description of it (gateway/fleet/models.py).
+    no_input_prompt_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    no_input_hangup_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    no_input_prompt: str = Field(default=ProfileModel.model_fields["no_input_prompt"].default, max_length=500)
+    no_input_goodbye: str = Field(default=ProfileModel.model_fields["no_input_goodbye"].default, max_length=500)
+    # Output guardrails ([[profiles.<name>.guardrails]]) and how often they check the agent's transcript.
+    guardrails: list[GuardrailModel] = Field(default_factory=list)
+    guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
     # Profiles this agent may hand the caller to: each becomes the tool transfer_to_<name>.
     handoffs: list[str] = Field(default_factory=list, max_length=32)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
-        names = [tool.name for tool in self.tools]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        for kind, names in (
+            ("tool", [tool.name for tool in self.tools]),
+            ("guardrail", [guardrail.name for guardrail in self.guardrails]),
+        ):
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise ValueError(f"duplicate {kind} names: {', '.join(duplicates)}")
         return self
 
     def to_model(self, name: str) -> ProfileModel:
@@ -183,6 +195,12 @@ class ProfileConfig(_Section):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
             bot=self.bot,
+            no_input_prompt_s=self.no_input_prompt_s,
+            no_input_hangup_s=self.no_input_hangup_s,
+            no_input_prompt=self.no_input_prompt,
+            no_input_goodbye=self.no_input_goodbye,
+            guardrails=self.guardrails,
+            guardrail_every_chars=self.guardrail_every_chars,
             handoffs=list(self.handoffs),
         )
 

@@ -350,9 +350,16 @@ class ControlPlane:
                 log.warning("worker %s blocked %s", event.worker, event.data.get("key"))
                 await self._publish("security.blocked", {"worker": event.worker, **event.data})
             elif event.call is not None:
-                await self._track_one(event.call.model_copy(update={"worker": event.worker}))
-                if event.type.startswith("agent."):
-                    await self._publish(event.type, {"call_id": event.call.id, **event.data})
+                call = event.call.model_copy(update={"worker": event.worker})
+                await self._track_one(call)
+                if event.type in ("call.held", "call.resumed"):
+                    # A hold is told as itself on the stream, besides the call.updated its state change made.
+                    await self._publish(event.type, _event_view(call))
+                elif event.type == "guardrail.tripped" and call.stats.guardrail_trips:
+                    trip = call.stats.guardrail_trips[-1]
+                    await self._publish("guardrail.tripped", {"call_id": call.id, **trip.model_dump(mode="json")})
+                elif event.type.startswith("agent."):
+                    await self._publish(event.type, {"call_id": call.id, **event.data})
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)
@@ -598,6 +605,10 @@ class ControlPlane:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         _, commands = await self._live_call_and_commands(call_id)
         await commands.send_dtmf(call_id, digits)
+
+    async def hold(self, call_id: str, held: bool) -> None:
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.hold(call_id, held)
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control (say, inject, update, handoff), forwarded to the call's worker. A handoff goes with

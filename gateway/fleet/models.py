@@ -14,11 +14,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
+from gateway.session.config import GuardrailConfig
+from gateway.session.errors import SessionConfigError
+from gateway.session.guardrail_checks import PII_KINDS, PiiKind
 from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicyError
 from gateway.sip.events import CallOffered
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
-CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
+CallState = Literal["admitted", "ringing", "active", "held", "resuming", "ending", "ended"]
 CallDirection = Literal["inbound", "outbound"]
 CallKind = Literal["sip", "webrtc"]
 
@@ -26,6 +29,8 @@ CallKind = Literal["sip", "webrtc"]
 EventType = Literal[
     "call.started",
     "call.updated",
+    "call.held",
+    "call.resumed",
     "call.ended",
     "call.hook_failed",
     "worker.registered",
@@ -34,6 +39,7 @@ EventType = Literal[
     "worker.lost",
     "worker.gone",
     "security.blocked",
+    "guardrail.tripped",
     "agent.handoff_started",
     "agent.handed_off",
     "agent.handoff_failed",
@@ -43,9 +49,12 @@ EventType = Literal[
 WorkerEventType = Literal[
     "call.started",
     "call.updated",
+    "call.held",
+    "call.resumed",
     "call.ended",
     "worker.gone",
     "security.blocked",
+    "guardrail.tripped",
     "agent.handoff_started",
     "agent.handed_off",
     "agent.handoff_failed",
@@ -184,6 +193,18 @@ class DtmfLine(_Model):
     at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
 
 
+class GuardrailTripLine(_Model):
+    """One output guardrail trip (docs/operations.md, "Output guardrails")."""
+
+    guardrail: str = Field(max_length=64)
+    reason: str = Field(max_length=200)
+    response_id: str = Field(default="", max_length=128)
+    item_id: str = Field(default="", max_length=128)
+    at_s: float | None = Field(default=None, ge=0.0, description="When it tripped, seconds into the call")
+    heard_ms: int = Field(default=0, ge=0, description="Audio of the cut reply the caller was sent")
+    followed_up: bool = Field(default=True, description="A follow-up naming the guardrail was asked for")
+
+
 class CallStats(_Model):
     """Media and agent statistics of one call, as the worker measured them."""
 
@@ -213,6 +234,9 @@ class CallStats(_Model):
     resumes: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
     handoffs: int = Field(default=0, ge=0, description="Times the call was handed to another agent")
+    guardrail_trips: list[GuardrailTripLine] = Field(
+        default_factory=list, max_length=50, description="Output guardrail trips, oldest first"
+    )
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"
@@ -384,6 +408,38 @@ class ToolModel(_Model):
     )
 
 
+class GuardrailModel(_Model):
+    """An output guardrail of a profile (``[[profiles.<name>.guardrails]]``): docs/operations.md, "Output
+    guardrails". Validated when loaded (patterns compile, the kind has what it needs)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    kind: Literal["blocked", "pii", "http"]
+    phrases: list[str] = Field(default_factory=list, max_length=1000)
+    patterns: list[str] = Field(default_factory=list, max_length=100)
+    pii: list[PiiKind] = Field(default_factory=lambda: list(PII_KINDS))
+    url: str = Field(default="", max_length=2048)
+    timeout_s: float = Field(default=1.0, gt=0.0, le=30.0)
+
+    @model_validator(mode="after")
+    def _valid(self) -> GuardrailModel:
+        try:
+            self.to_config()
+        except SessionConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def to_config(self) -> GuardrailConfig:
+        return GuardrailConfig(
+            name=self.name,
+            kind=self.kind,
+            phrases=tuple(self.phrases),
+            patterns=tuple(self.patterns),
+            pii=tuple(self.pii),
+            url=self.url,
+            timeout_s=self.timeout_s,
+        )
+
+
 class TurnDetectionModel(_Model):
     kind: Literal["server_vad", "semantic_vad", "none"] = "server_vad"
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
@@ -491,6 +547,26 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    no_input_prompt_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of caller silence, while the agent waits, before the agent says no_input_prompt "
+        "(agent speech, tool runs and hold do not count); 0: no prompt",
+    )
+    no_input_hangup_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of further silence before the agent says no_input_goodbye and hangs up with end "
+        "reason no_input; 0: never",
+    )
+    no_input_prompt: str = Field(default="Are you still there?", max_length=500)
+    no_input_goodbye: str = Field(
+        default="I have not heard from you, so I will end the call now. Goodbye.", max_length=500
+    )
+    guardrails: list[GuardrailModel] = Field(default_factory=list)
+    guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
     handoffs: list[str] = Field(
@@ -521,7 +597,14 @@ class ProfileModel(_Model):
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
             handoffs=tuple(self.handoffs),
+            no_input_prompt_s=self.no_input_prompt_s,
+            no_input_hangup_s=self.no_input_hangup_s,
+            no_input_prompt=self.no_input_prompt,
+            no_input_goodbye=self.no_input_goodbye,
         )
+
+    def guardrail_configs(self) -> tuple[GuardrailConfig, ...]:
+        return tuple(guardrail.to_config() for guardrail in self.guardrails)
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:
         for tool in self.tools:

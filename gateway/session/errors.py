@@ -10,7 +10,8 @@ Error tree::
      ├── ProfileUpdateError      a mid-call profile update failed; the call keeps its previous profile
      ├── HandoffError            a handoff to another agent failed; the previous agent keeps the call
      │    └── HandoffRefusedError      the target profile is unknown, not allowed, or its tools cannot be made
-     └── ToolResolutionError     a profile names a tool the registry cannot run
+     ├── ToolResolutionError     a profile names a tool the registry cannot run
+     └── GuardrailError          a guardrail check failed (bad answer, timeout); the check is skipped
 
 Tool implementations raise :class:`ToolError` (in :mod:`gateway.session.tools`) for failures the agent should
 hear about; any other exception from a tool is contained the same way and reported as an error event.
@@ -57,3 +58,7 @@ class HandoffRefusedError(HandoffError):
 
 class ToolResolutionError(SessionError):
     """A profile lists a tool that no registered implementation provides."""
+
+
+class GuardrailError(SessionError):
+    """An output guardrail could not give a verdict (its hook timed out or answered badly); it is skipped."""

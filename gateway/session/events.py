@@ -72,6 +72,30 @@ class BargedIn(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GuardrailTripped(SessionEvent):
+    """An output guardrail judged the agent's response (``guardrail.tripped``); once per response.
+
+    The agent was cut like a barge-in (``items``: what the caller was sent of each; ``cancelled``/``truncated``
+    as in :class:`BargedIn`) and, when ``followed_up``, a follow-up naming the guardrail was sent (one until the
+    caller speaks again, so a follow-up that trips too cannot loop). ``received_at``: the session clock
+    when the judged text reached the gateway; ``stopped_at``/``stopped_frame``: the first media tick that sent
+    no more of it (None when the call ended before another tick).
+    """
+
+    guardrail: str
+    reason: str
+    response_id: str
+    item_id: str
+    items: tuple[InterruptedItem, ...]
+    cancelled: bool
+    truncated: bool
+    followed_up: bool
+    received_at: float
+    stopped_at: float | None
+    stopped_frame: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeStarted(SessionEvent):
     cause: Literal["dropped", "errored", "expiring", "rotation"]
     reason: str
@@ -210,6 +234,32 @@ class ErrorOccurred(SessionEvent):
     where: str
     error_type: str
     message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallHeld(SessionEvent):
+    """The call went on hold (gateway/session/hold.py): agent playout paused with ``queued_ms`` of its audio kept;
+    ``cancelled_response`` is the response the provider was told to stop generating ("" when none ran)."""
+
+    by: Literal["caller", "gateway"]
+    queued_ms: int
+    cancelled_response: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallResumed(SessionEvent):
+    """The call came off hold after ``held_s``; playout continues with ``queued_ms`` of kept agent audio."""
+
+    by: Literal["caller", "gateway"]
+    held_s: float
+    queued_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoInputPrompted(SessionEvent):
+    """The caller was silent for ``silent_s`` while the agent waited: the agent was asked to check on them."""
+
+    silent_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -65,12 +66,16 @@ from gateway.session.errors import (
 )
 from gateway.session.events import (
     BargedIn,
+    CallHeld,
+    CallResumed,
     DtmfReceived,
     ErrorOccurred,
     EventRing,
+    GuardrailTripped,
     HandedOff,
     HandoffFailed,
     HandoffStarted,
+    NoInputPrompted,
     NoticeReceived,
     ProfileUpdated,
     ProfileUpdateFailed,
@@ -84,6 +89,7 @@ from gateway.session.events import (
     TranscriptUpdated,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
+from gateway.session.guardrails import Guardrails, Trip, tripped_event
 from gateway.session.handoff import (
     HandoffInitiator,
     HandoffLine,
@@ -95,7 +101,9 @@ from gateway.session.handoff import (
     PendingHandoff,
     handoff_output,
 )
+from gateway.session.hold import HOLD_NOTE, RESUME_NOTE, HoldBy, HoldState
 from gateway.session.host import SessionToolHost
+from gateway.session.noinput import NoInputPolicy, NoInputTimer
 from gateway.session.pipe import (
     Link,
     ProviderPipe,
@@ -115,13 +123,14 @@ from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
 from gateway.session.transcript import DtmfEntry, Transcript, TranscriptEntry
-from gateway.session.turns import LatencyObserver, Turns
+from gateway.session.turns import Cut, LatencyObserver, Turns
 from gateway.tracing import CallTrace
 from telcodecs.frames import Frame, unchecked_frame
 
 log = logging.getLogger(__name__)
 
 _DTMF = frozenset("0123456789*#ABCD")
+_TRIPS_KEPT = 50
 ResumeCause = Literal["dropped", "errored", "expiring", "rotation"]
 
 
@@ -146,6 +155,7 @@ class CallSession:
         handoffs: HandoffTargets | None = None,
         on_handoff: HandoffObserver | None = None,
         trace: CallTrace | None = None,
+        on_guardrail_tripped: Callable[[GuardrailTripped], object] | None = None,
     ) -> None:
         self.call_id = call_id
         # The call's trace (gateway/tracing.py); None: no instrumentation at all (the bench's baseline).
@@ -217,6 +227,19 @@ class CallSession:
         )
         self._host = host
         self._tools = ToolRunner(host, self._handoffs, config, trace=trace)
+        self._guardrails = Guardrails(
+            config.guardrails,
+            every_chars=config.guardrail_every_chars,
+            call_id=call_id,
+            tasks=self._tasks,
+            clock=clock,
+            on_trip=self._guardrail_tripped,
+            on_error=self._error,
+        )
+        self._trips_pending: list[tuple[Trip, Cut | None, bool]] = []  # recorded by the next tick (its time, index)
+        self._followed_up = False  # a follow-up was asked for since the caller last spoke
+        self._trip_log: deque[tuple[float, GuardrailTripped]] = deque(maxlen=_TRIPS_KEPT)  # (at, event)
+        self._on_guardrail_tripped = on_guardrail_tripped
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -230,6 +253,8 @@ class CallSession:
         self._deadline = float("inf")
         self._started_at = clock()
         self._out_index = 0
+        self._hold = HoldState(config.hold_audio)
+        self._no_input = self._no_input_timer(profile)
         self._counts = dict.fromkeys(
             (
                 "frames_in",
@@ -277,6 +302,11 @@ class CallSession:
     def handoff_lines(self) -> tuple[HandoffLine, ...]:
         """The call's handoffs so far, failed ones included (``handoffs`` counts them)."""
         return tuple(self._handoffs.lines)
+
+    @property
+    def guardrail_trips(self) -> tuple[tuple[float, GuardrailTripped], ...]:
+        """The guardrail trips of the call (the last few), each with the session clock when it was recorded."""
+        return tuple(self._trip_log)
 
     @property
     def agent_audio_gaps(self) -> int:
@@ -499,8 +529,8 @@ class CallSession:
         """One caller frame (24 kHz, 20 ms): to the provider while ACTIVE, held in order while (re)connecting."""
         self._counts["frames_in"] += 1
         state = self._state
-        if state is CallState.ENDING or state is CallState.ENDED:
-            return
+        if state is CallState.ENDING or state is CallState.ENDED or self._hold.held:
+            return  # on hold the caller hears nothing and sends, at most, their hold music
         vad = self._turns.vad
         if vad is not None:
             change = vad.feed(frame.pcm)
@@ -529,11 +559,18 @@ class CallSession:
         if state is CallState.ENDING or state is CallState.ENDED:
             return None
         now = self._clock()
+        if self._trips_pending:
+            self._record_trips(now, index)
         if now >= self._rotation.next_at:
             self._maybe_rotate(now)
         if now >= self._deadline:
             self._deadline = float("inf")
             self._tasks.spawn(self._end_at_max_duration(), name="end:max-duration")
+        if self._hold.held:  # playout paused: nothing is taken, so nothing is counted as sent
+            hold_audio = self._hold.frame()
+            return None if hold_audio is None else unchecked_frame(index, hold_audio)
+        if self._no_input is not None and state is CallState.ACTIVE:
+            self._check_no_input(now)
         audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()
@@ -568,6 +605,8 @@ class CallSession:
             self._record(NoticeReceived(code="invalid_dtmf", message=f"ignored DTMF {digit!r}"))
             return
         self._counts["dtmf"] += 1
+        if self._no_input is not None:
+            self._no_input.caller_spoke()
         forwarded = self._config.forward_dtmf
         if forwarded:
             text = self._config.dtmf_template.format(digit=digit)
@@ -656,6 +695,11 @@ class CallSession:
                 self._request_response(wanted[0])
             self._tasks.pulse()
         elif isinstance(event, TranscriptReceived):
+            if event.role == "assistant" and self._guardrails.enabled:
+                response_id = turns.active_response
+                self._guardrails.feed(
+                    response_id=response_id, item_id=event.item_id, text=event.text, final=event.final
+                )
             self._transcript.speech(event.role, event.item_id, event.text, final=event.final)
             if event.final:
                 self._record(TranscriptUpdated(role=event.role, item_id=event.item_id, text=event.text))
@@ -682,10 +726,75 @@ class CallSession:
             if event.fatal:
                 self._link_lost(link, f"fatal provider error {event.code}", retryable=True, cause="errored")
 
+    # ---------------------------------------------------------------------------- hold and no-input
+
+    @property
+    def held(self) -> HoldBy | None:
+        """Who holds the call (gateway/session/hold.py), None when it is not on hold."""
+        return self._hold.by
+
+    def set_held(self, held: bool, *, by: HoldBy) -> bool:
+        """The call goes on hold or comes off it (gateway/session/hold.py); False when nothing changed."""
+        if self._state is CallState.ENDING or self._state is CallState.ENDED or (held == self._hold.held):
+            return False
+        now, queued_ms = self._clock(), self._turns.playout.queued_frames * 20
+        if held:
+            cancelled = self._turns.response_for_hold()
+            self._hold.hold(by, now=now, active_response=cancelled)
+            link = self._pipe.usable()
+            if cancelled is not None and link is not None:
+                self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
+            self._system_note(HOLD_NOTE)
+            self._record(CallHeld(by=by, queued_ms=queued_ms, cancelled_response=cancelled or ""))
+            log.info(
+                "call %s: held by %s, %d ms of agent audio kept, cancelled=%s", self.call_id, by, queued_ms, cancelled
+            )
+        else:
+            held_s = self._hold.resume(by, now=now)
+            if held_s is None:
+                return False
+            self._system_note(RESUME_NOTE)
+            self._record(CallResumed(by=by, held_s=held_s, queued_ms=queued_ms))
+            log.info(
+                "call %s: resumed by %s after %.1f s, %d ms of agent audio to play", self.call_id, by, held_s, queued_ms
+            )
+        self._tasks.pulse()
+        return True
+
+    def _system_note(self, text: str) -> None:
+        """A system item for the agent (kept in the transcript, so a resume replays it); no response is asked."""
+        self._transcript.message("system", text)
+        link = self._pipe.usable()
+        if link is not None:
+            self._pipe.enqueue(SendOp(name="note", send=partial(send_text, text=text, role="system"), epoch=link.epoch))
+
+    @staticmethod
+    def _no_input_timer(profile: AgentProfile) -> NoInputTimer | None:
+        policy = NoInputPolicy(prompt_s=profile.no_input_prompt_s, hangup_s=profile.no_input_hangup_s)
+        return NoInputTimer(policy) if policy.enabled else None
+
+    def _check_no_input(self, now: float) -> None:
+        timer = self._no_input
+        assert timer is not None
+        waiting = self._turns.idle(now) and not self._tools.running and self._close_task is None
+        since = timer.waiting_since
+        action = timer.tick(now, waiting=waiting)
+        if action == "prompt":
+            silent_s = now - since if since is not None else 0.0
+            log.info("call %s: no input for %.1f s: prompting", self.call_id, silent_s)
+            self._record(NoInputPrompted(silent_s=silent_s))
+            self._request_response(f"Say exactly this, then stop: {self._profile.no_input_prompt}")
+        elif action == "goodbye":
+            log.info("call %s: no input after the prompt: ending the call", self.call_id)
+            self._tasks.spawn(self._say_then_end("no_input", self._profile.no_input_goodbye), name="end:no-input")
+
     # -------------------------------------------------------------------------------------- barge-in
 
     def _caller_started(self, trigger: Literal["speech_started", "local_vad"], *, item_id: str) -> None:
         self._turns.caller_started()
+        if self._no_input is not None:
+            self._no_input.caller_spoke()
+        self._followed_up = False
         if item_id:
             self._transcript.placeholder("user", item_id)
         self._barge_in(trigger)
@@ -695,15 +804,38 @@ class CallSession:
         link = self._pipe.usable()
         if self._state is not CallState.ACTIVE or link is None:
             return
+        cut = self._cut(link, cancel=trigger != "provider_interrupted")
+        if cut is None:
+            return
+        self._counts["barge_ins"] += 1
+        items = cut.items
+        described = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
+        log.info(
+            "call %s: barge-in (%s) response=%s cancelled=%s items=%s",
+            *(self.call_id, trigger, cut.response_id, cut.cancelled, described),
+        )
+        self._record(
+            BargedIn(
+                trigger=trigger,
+                response_id=cut.response_id,
+                items=items,
+                cancelled=cut.cancelled,
+                truncated=cut.truncated,
+            )
+        )
+        self._tasks.pulse()
+
+    def _cut(self, link: Link, *, cancel: bool) -> Cut | None:
+        """Drop queued agent audio (the next tick sends none), cancel the response when ``cancel``, and truncate
+        each item at what the caller was actually sent. None when nothing was playing or running."""
         interruption = self._turns.interrupt()
         if self._turns.playout.markers_due:
             self._report_markers()
         if interruption is None:
-            return
-        self._counts["barge_ins"] += 1
+            return None
         response, items = interruption.response_id, interruption.items
         self._transcript.truncated(tuple(item.item_id for item in items))
-        cancel = response is not None and trigger != "provider_interrupted"
+        cancel = cancel and response is not None
         if cancel:
             self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
         truncate = self._caps.truncate and bool(items)
@@ -719,14 +851,47 @@ class CallSession:
                 send = partial(delete_item, item_id=item.item_id)
             self._pipe.enqueue(SendOp(name="truncate", send=send, epoch=link.epoch))
         response_id = response or (items[0].response_id if items else "")
-        cut = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
-        log.info(
-            "call %s: barge-in (%s) response=%s cancelled=%s items=%s", self.call_id, trigger, response_id, cancel, cut
+        return Cut(response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
+
+    def _guardrail_tripped(self, trip: Trip) -> None:
+        """Cut the agent at once (like a barge-in) and send one follow-up naming the guardrail; the event is
+        recorded at the next tick, the first to send none of the cut audio."""
+        link = self._pipe.usable()
+        if self._state is not CallState.ACTIVE or link is None or self._close_task is not None:
+            return
+        turns = self._turns
+        playing = (bool(trip.response_id) and turns.active_response == trip.response_id) or turns.playout.has_item(
+            trip.item_id
         )
-        self._record(
-            BargedIn(trigger=trigger, response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
-        )
+        cut = self._cut(link, cancel=True) if playing else None
+        # One follow-up until the caller speaks again: a follow-up that trips too is cut without another (no loop).
+        follow_up = not self._followed_up
+        if follow_up:
+            self._followed_up = True
+            text = self._config.guardrail_follow_up.format(guardrail=trip.guardrail, reason=trip.reason)
+            self._transcript.message("system", text)
+            send = partial(send_text, text=text, role="system")
+            self._pipe.enqueue(SendOp(name="guardrail_follow_up", send=send, epoch=link.epoch))
+            self._request_response()
+        self._trips_pending.append((trip, cut, follow_up))
         self._tasks.pulse()
+
+    def _record_trips(self, now: float | None, index: int | None) -> None:
+        pending, self._trips_pending = self._trips_pending, []
+        for trip, cut, follow_up in pending:
+            event = tripped_event(trip, cut, followed_up=follow_up, stopped_at=now, stopped_frame=index)
+            described = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in event.items)
+            log.info(
+                "call %s: guardrail %s tripped response=%s received_at=%.6f stopped_at=%s stopped_frame=%s items=%s",
+                *(self.call_id, trip.guardrail, event.response_id, trip.received_at, now, index, described or "-"),
+            )
+            self._record(event)
+            self._trip_log.append((self._clock(), event))
+            if self._on_guardrail_tripped is not None:
+                try:
+                    self._on_guardrail_tripped(event)
+                except Exception as exc:
+                    self._error("guardrail observer", exc)
 
     def _report_markers(self) -> None:
         """Call back the provider's markers whose audio was sent (cleared False) or dropped by a barge-in."""
@@ -914,6 +1079,7 @@ class CallSession:
             if self._state is not CallState.ENDING:
                 self._transition(CallState.ENDING, reason)
             leaked = await self._tasks.cancel_all(timeout_s=self._config.close_timeout_s)
+            await self._guardrails.aclose()
             if leaked:
                 self._record(ErrorOccurred(where="teardown", error_type="TaskLeak", message=", ".join(leaked)))
             if self._hang_up_reason is not None:
@@ -933,6 +1099,8 @@ class CallSession:
                 self._error("closing the tool registry", exc)
         finally:
             self._transition(CallState.ENDED, reason)
+            if self._trips_pending:
+                self._record_trips(None, None)
             self._record(SessionEnded(reason=reason))
             self._events.close()
             self._tasks.release()
@@ -940,6 +1108,8 @@ class CallSession:
             self._connections.release()
             self._host.release()
             self._handoffs.release()
+            self._guardrails.release()
+            self._on_guardrail_tripped = None
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 

@@ -155,6 +155,11 @@ class ToolRunner:
     def foreground_running(self) -> int:
         return self._foreground
 
+    @property
+    def running(self) -> int:
+        """Tools running now, foreground and background (the no-input timer waits for them)."""
+        return self._foreground + self._background
+
     def request(self, call_id: str, name: str, arguments: str) -> None:
         """The provider asks for a tool call."""
         run = self.runs.get(call_id)

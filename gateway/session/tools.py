@@ -1,5 +1,5 @@
 """Tools the agent may call: the Tool protocol, the registry that resolves a profile's tools, the built-ins
-(``hang_up``, ``transfer``, ``send_dtmf``) and HTTP webhook tools.
+(``hang_up``, ``transfer``, ``send_dtmf``, ``hold_caller``, ``resume_caller``) and HTTP webhook tools.
 
 A tool returns its output as text (JSON by convention). It raises :class:`ToolError` for a failure the agent
 should be told about; the session turns that, any other exception and a timeout into ``{"error": ...}`` output
@@ -151,6 +151,34 @@ class SendDtmfTool:
         return _ok(status="sent", digits=digits.upper())
 
 
+class HoldTool:
+    """``hold_caller``: the caller is put on hold with the hold audio once the agent has finished speaking (the
+    agent keeps working; what it says meanwhile plays after the resume); ``resume_caller`` takes them off it."""
+
+    background_ok = False
+
+    def __init__(self, *, held: bool, drain_timeout_s: float) -> None:
+        self._held = held
+        self._drain_timeout_s = drain_timeout_s
+        description = (
+            "Put the caller on hold (they hear hold music and cannot hear you) while you work on something for "
+            "them. Tell them first. Call resume_caller to take them off hold."
+            if held
+            else "Take the caller off hold: they hear you again."
+        )
+        self.spec = ToolSpec(
+            name="hold_caller" if held else "resume_caller",
+            description=description,
+            parameters={"type": "object", "properties": {}},
+        )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        if self._held:
+            await invocation.actions.wait_agent_quiet(self._drain_timeout_s)
+        await invocation.actions.control.hold(self._held)
+        return _ok(status="held" if self._held else "resumed")
+
+
 class WebhookTool:
     """A tool served over HTTP (POST JSON); any non-2xx answer is a ToolError."""
 
@@ -236,9 +264,11 @@ class ToolRegistry:
         *,
         webhooks: Iterable[WebhookToolConfig] = (),
         http_transport: httpx.AsyncBaseTransport | None = None,
+        opt_in: Iterable[str] = (),
     ) -> None:
         self._client = _SharedClient(http_transport)
         self._tools: dict[str, Tool] = {}
+        self._opt_in = frozenset(opt_in)  # offered only to profiles that name them
         for tool in [*tools, *(WebhookTool(config, self._client) for config in webhooks)]:
             if tool.spec.name in self._tools:
                 raise ToolResolutionError(f"two tools are named {tool.spec.name!r}")
@@ -257,8 +287,12 @@ class ToolRegistry:
             HangUpTool(drain_timeout_s=config.hangup_drain_timeout_s),
             TransferTool(allowed_targets=config.transfer_targets, drain_timeout_s=config.hangup_drain_timeout_s),
             SendDtmfTool(),
+            HoldTool(held=True, drain_timeout_s=config.hangup_drain_timeout_s),
+            HoldTool(held=False, drain_timeout_s=config.hangup_drain_timeout_s),
         ]
-        return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport)
+        # An agent holds callers only where its profile says so (tools = hold_caller, resume_caller).
+        opt_in = ("hold_caller", "resume_caller")
+        return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport, opt_in=opt_in)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -268,12 +302,12 @@ class ToolRegistry:
         return tuple(self._tools)
 
     def resolve(self, wanted: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
-        """The specs to offer the provider: every registered tool when ``wanted`` is empty, else exactly those
-        named, with the implementation's parameters (a profile's non-empty description wins). Raises
-        ToolResolutionError for unknown or repeated names."""
+        """The specs to offer the provider: every registered tool but the opt-in ones when ``wanted`` is empty,
+        else exactly those named, with the implementation's parameters (a profile's non-empty description wins).
+        Raises ToolResolutionError for unknown or repeated names."""
         wanted = tuple(wanted)
         if not wanted:
-            return tuple(tool.spec for tool in self._tools.values())
+            return tuple(tool.spec for name, tool in self._tools.items() if name not in self._opt_in)
         missing = [spec.name for spec in wanted if spec.name not in self._tools]
         if missing:
             raise ToolResolutionError(f"no implementation for tool(s): {', '.join(missing)}")

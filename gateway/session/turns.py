@@ -36,6 +36,16 @@ class Interruption:
     items: tuple[InterruptedItem, ...]  # provider items the caller did not hear to the end
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cut:
+    """What an interruption did: the response cut, each item's sent/received audio, cancel and truncate sent."""
+
+    response_id: str
+    items: tuple[InterruptedItem, ...]
+    cancelled: bool
+    truncated: bool
+
+
 class Turns:
     def __init__(
         self,
@@ -128,6 +138,15 @@ class Turns:
         if response is not None:
             self._interrupted_response = response
         return Interruption(response_id=response, items=items)
+
+    def response_for_hold(self) -> str | None:
+        """The running response a hold cancels (None: none runs, or it was cancelled already). Its delivered audio
+        stays queued and its later deltas are kept; a barge-in after the hold does not cancel it again."""
+        response = self.active_response
+        if response is None or response == self._interrupted_response:
+            return None
+        self._interrupted_response = response
+        return response
 
     def silence_agent(self) -> None:
         """Stop all agent audio without a barge-in (the connection is going away; its markers are forgotten)."""

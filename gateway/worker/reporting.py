@@ -16,6 +16,7 @@ from gateway.fleet.models import (
     CallSnapshot,
     CallStats,
     DtmfLine,
+    GuardrailTripLine,
     HandoffLine,
     ToolCallLine,
     TranscriptLine,
@@ -87,7 +88,24 @@ def session_fields(session: CallSession | None) -> dict[str, Any]:
         "tool_calls": stats.tool_calls,
         "agent_audio_gaps": stats.agent_audio_gaps,
         "handoffs": session.handoffs,
+        "guardrail_trips": guardrail_lines(session),
     }
+
+
+def guardrail_lines(session: CallSession) -> list[GuardrailTripLine]:
+    began = session.started_at
+    return [
+        GuardrailTripLine(
+            guardrail=event.guardrail,
+            reason=event.reason[:200],
+            response_id=event.response_id[:128],
+            item_id=event.item_id[:128],
+            at_s=max(0.0, at - began),
+            heard_ms=sum(item.sent_ms for item in event.items),
+            followed_up=event.followed_up,
+        )
+        for at, event in session.guardrail_trips
+    ]
 
 
 def level_fields(last_level: float | None, levels: Iterable[float]) -> dict[str, Any]:

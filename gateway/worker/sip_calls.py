@@ -36,7 +36,6 @@ from gateway.fleet.models import (
 )
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
-from gateway.media.srtp import SrtpConfig
 from gateway.observability import (
     ACTIVE_CALLS,
     CALL_SETUP_SECONDS,
@@ -57,6 +56,9 @@ from gateway.sip.events import (
     DtmfInfoReceived,
     OutboundCallAnswered,
     OutboundCallFailed,
+    ReinviteAcked,
+    ReinviteAnswered,
+    ReinviteFailed,
     ReinviteReceived,
     SipEvent,
     SourceBlocked,
@@ -76,6 +78,7 @@ from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
+from gateway.worker.sip_midcall import MidCall, srtp_config
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +97,6 @@ def _offer_answer(settings: MediaSettings) -> OfferAnswer:
     from ``os.urandom`` (the sans-I/O core takes them injected)."""
     policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
     return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
-
-
-def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
-    if srtp is None:
-        return None
-    return SrtpConfig(
-        suite=srtp.suite, local_key=srtp.local_key, remote_key=srtp.remote_key, replay_window=srtp.replay_window or 0
-    )
 
 
 class SipCalls:
@@ -132,6 +127,7 @@ class SipCalls:
         self._trunk_credentials = trunk_credentials
         self.closing = False  # the worker is shutting down: no new calls
         self.by_handle: dict[CallHandle, CallLeg] = {}
+        self.midcall = MidCall(signalling=signalling, engine=plant.engine, costs=costs, report=self._report_later)
         # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
         self.rtp_in_done = 0
         self.rtp_out_done = 0
@@ -161,7 +157,13 @@ class SipCalls:
                 if leg.session is not None:
                     leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
             elif isinstance(event, ReinviteReceived):
-                self._reinvite(leg, event)
+                self.midcall.reinvite_received(leg, event)
+            elif isinstance(event, ReinviteAnswered):
+                self.midcall.reinvite_answered(leg, event)
+            elif isinstance(event, ReinviteAcked):
+                self.midcall.reinvite_acked(leg, event)
+            elif isinstance(event, ReinviteFailed):
+                self.midcall.reinvite_failed(leg, event)
             elif isinstance(event, TransferProgressed):
                 leg.transfer_seen_progress = True
                 if event.final and leg.referral is not None and not leg.referral.done():
@@ -394,7 +396,7 @@ class SipCalls:
             direction=negotiated.direction,
             latch_any_source=not self._media_settings.rtp_strict_source,
             jitter=self._media_settings.jitter_config,
-            srtp=_srtp_config(srtp),
+            srtp=srtp_config(srtp),
         )
         now = self._plant.now()
         self._plant.engine.add_call(config, now=now)
@@ -415,44 +417,6 @@ class SipCalls:
             return
         if not self._take_answer(leg, event.body):  # a late offer: the ACK carries the caller's answer to ours
             self.end(leg, "bad_sdp")
-
-    def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
-        """A re-INVITE or UPDATE: hold, resume, rekey, a new address or a refresh; or, without a body, our
-        re-offer. A refused re-offer leaves the call as it was."""
-        assert leg.sip is not None
-        sdp = leg.sdp
-        taking = (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
-        if leg.rtp is None or sdp is None or sdp.state not in taking:
-            self._signalling.reject_reinvite(leg.sip, 488)
-            return
-        if not event.body:
-            self._signalling.answer_reinvite(leg.sip, sdp.offer().to_bytes())
-            return
-        result = sdp.update(event.body)
-        if isinstance(result, Refused):
-            log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
-            self._signalling.reject_reinvite(leg.sip, result.status, result.reason)
-            return
-        negotiated = result.media
-        if leg.media_added:
-            self._plant.engine.set_direction(leg.id, negotiated.direction)
-            if not negotiated.on_hold:
-                self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
-            config = _srtp_config(result.srtp)
-            if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
-                self._plant.engine.set_srtp(leg.id, config)
-        leg.cost = leg.agent_cost + self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
-        self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
-        assert sdp.local is not None
-        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
-
-    @staticmethod
-    def _hold_state(leg: CallLeg, *, held: bool) -> None:
-        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off."""
-        if held and leg.state is LegState.ACTIVE:
-            move(leg, LegState.HELD)
-        elif not held and leg.state is LegState.HELD:
-            move(leg, LegState.ACTIVE)
 
     def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
         """The remote's answer to our offer, then the call's media; False when it cannot be used."""
@@ -495,6 +459,12 @@ class SipCalls:
         )
         if webhooks:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
+        if profile_model.guardrails:
+            config = replace(
+                config,
+                guardrails=profile_model.guardrail_configs(),
+                guardrail_every_chars=profile_model.guardrail_every_chars,
+            )
         model = self._host.model_for(profile.provider)
         leg.provider = model.name
         leg.agent_cost = self._costs.agent_cost(model, profile)
@@ -509,6 +479,9 @@ class SipCalls:
             handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=self._host.model_for),
             on_handoff=functools.partial(self._handoff_reported, leg),
             trace=leg.trace,
+            on_guardrail_tripped=lambda _event: self._host.spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
@@ -636,6 +609,10 @@ class SipCalls:
             uri = f"sip:{target}@{host}"
         self._signalling.refer(leg.sip, uri)
 
+    def start_hold(self, leg: CallLeg, held: bool) -> None:
+        """The ops API's (or the agent's) hold: :meth:`MidCall.start_hold`."""
+        self.midcall.start_hold(leg, held)
+
     def start_transfer(self, leg: CallLeg, target: str) -> None:
         """The ops API's blind transfer: runs in the background (:meth:`transfer_and_end`)."""
         self._host.spawn(self.transfer_and_end(leg, target), name=f"call-{leg.id}-transfer")
@@ -729,6 +706,9 @@ class SipCalls:
             context=leg.context,
             trace_id=leg.trace.trace_id if leg.trace is not None else "",
         )
+
+    def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:
+        self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
 
     def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
         kind, data = handoff_report(event)

@@ -187,6 +187,9 @@ class WebRtcLeg:
     def transfer(self, target: str) -> None:
         raise CommandRejectedError("a browser call cannot be transferred")
 
+    def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
+
     def receive_fields(self) -> dict[str, int]:
         """What the gateway's own receive path did to the caller's audio (nothing when aiortc decodes it)."""
         sink = self.peer.receive_sink if self.peer is not None else None
@@ -224,6 +227,9 @@ class WebRtcCallControl:
 
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
+
+    async def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
 
 
 class WebRtcCalls:
@@ -413,16 +419,26 @@ class WebRtcCalls:
         )
         model = worker.model_for(profile.provider)
         leg.cost = self._cost + self._costs.agent_cost(model, profile)
+        config = worker.session_config
+        if profile_model.guardrails:
+            config = replace(
+                config,
+                guardrails=profile_model.guardrail_configs(),
+                guardrail_every_chars=profile_model.guardrail_every_chars,
+            )
         return CallSession(
             call_id=leg.id,
             profile=profile,
             model=model,
             control=WebRtcCallControl(leg),
-            config=worker.session_config,
+            config=config,
             on_latency=latency_observer(worker.id, model.name),
             handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=worker.model_for),
             on_handoff=partial(self._handoff_reported, leg),
             trace=leg.trace,
+            on_guardrail_tripped=lambda _event: self._spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
 
     async def _run(self, leg: WebRtcLeg) -> None:

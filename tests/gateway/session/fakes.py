@@ -228,6 +228,7 @@ class FakeCallControl:
         self.hang_ups: list[str] = []
         self.transfers: list[str] = []
         self.dtmf: list[str] = []
+        self.holds: list[bool] = []
         self.transfer_outcome = transfer_outcome or TransferOutcome(status="accepted", sip_status=200)
 
     async def hang_up(self, reason: str) -> None:
@@ -239,6 +240,9 @@ class FakeCallControl:
 
     async def send_dtmf(self, digits: str) -> None:
         self.dtmf.append(digits)
+
+    async def hold(self, held: bool) -> None:
+        self.holds.append(held)
 
 
 class FakeClock:
