@@ -156,6 +156,11 @@ class ProfileConfig(_Section):
     # Output guardrails ([[profiles.<name>.guardrails]]) and how often they check the agent's transcript.
     guardrails: list[GuardrailModel] = Field(default_factory=list)
     guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
+    # Recordings (docs/operations.md#recordings): which sides, in which format and rate, after which notice.
+    record: Literal["off", "caller", "agent", "both"] = "off"
+    record_format: Literal["wav", "ogg"] = "wav"
+    record_sample_rate: Literal[8000, 16000, 24000, 48000] = 16000
+    record_notice: str = Field(default="", max_length=1024)
     # Profiles this agent may hand the caller to: each becomes the tool transfer_to_<name>.
     handoffs: list[str] = Field(default_factory=list, max_length=32)
 
@@ -201,6 +206,10 @@ class ProfileConfig(_Section):
             no_input_goodbye=self.no_input_goodbye,
             guardrails=self.guardrails,
             guardrail_every_chars=self.guardrail_every_chars,
+            record=self.record,
+            record_format=self.record_format,
+            record_sample_rate=self.record_sample_rate,
+            record_notice=self.record_notice,
             handoffs=list(self.handoffs),
         )
 
@@ -226,6 +235,9 @@ class RouteConfig(_Section):
     profile: str = Field(min_length=1)
     max_calls: int | None = Field(default=None, ge=0, description="Concurrent calls on this route")
     webrtc_public: bool = Field(default=False, description="Browsers may call this route without the API token")
+    record: Literal["off", "caller", "agent", "both"] | None = Field(
+        default=None, description="Overrides the profile's record for this route's calls"
+    )
     application: ApplicationConfig | None = Field(default=None, description="The call-time application")
 
     @field_validator("did_regex")
@@ -300,7 +312,10 @@ class GatewayConfig:
         return self._routes_by_name.get(name)
 
     def profile_for(self, route: RouteConfig) -> ProfileModel:
-        return self.profiles[route.profile]
+        profile = self.profiles[route.profile]
+        if route.record is not None and route.record != profile.record:
+            return profile.model_copy(update={"record": route.record})
+        return profile
 
 
 def _reachable(name: str, profiles: dict[str, ProfileModel]) -> dict[str, ProfileModel]:

@@ -32,6 +32,7 @@ EventType = Literal[
     "call.held",
     "call.resumed",
     "call.ended",
+    "call.recording_ready",
     "call.hook_failed",
     "worker.registered",
     "worker.updated",
@@ -277,6 +278,17 @@ class CallContextModel(_Model):
         )
 
 
+class RecordingModel(_Model):
+    """A call's recording: where it lies (relative to the recordings directory) and what it holds."""
+
+    path: str = Field(max_length=1024, description="Relative to GATEWAY_RECORDINGS_DIR: <UTC date>/<call id>.<ext>")
+    format: Literal["wav", "ogg"] = Field(description="wav: PCM16 RIFF; ogg: Opus in Ogg")
+    channels: int = Field(ge=1, le=2, description="1: one side; 2: caller left, agent right")
+    sample_rate: int = Field(gt=0)
+    bytes: int = Field(default=0, ge=0, description="Size of the file (0 while the call runs)")
+    duration_s: float = Field(default=0.0, ge=0.0, description="Audio written (0 while the call runs)")
+
+
 class CallSnapshot(_Model):
     """The state of one call. Workers send these; the plane stores and publishes them."""
 
@@ -354,6 +366,9 @@ class CallSnapshot(_Model):
     context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
     trace_id: str = Field(
         default="", max_length=32, description="The call's OpenTelemetry trace id (32 hex digits; empty: not traced)"
+    )
+    recording: RecordingModel | None = Field(
+        default=None, description="The call's recording (None: not recorded); sizes are final once the call ended"
     )
 
     @property
@@ -567,6 +582,10 @@ class ProfileModel(_Model):
     )
     guardrails: list[GuardrailModel] = Field(default_factory=list)
     guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
+    record: Literal["off", "caller", "agent", "both"] = "off"
+    record_format: Literal["wav", "ogg"] = "wav"
+    record_sample_rate: Literal[8000, 16000, 24000, 48000] = 16000
+    record_notice: str = Field(default="", max_length=1024, description="An audio file the worker plays first")
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
     handoffs: list[str] = Field(

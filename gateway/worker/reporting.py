@@ -18,6 +18,7 @@ from gateway.fleet.models import (
     DtmfLine,
     GuardrailTripLine,
     HandoffLine,
+    RecordingModel,
     ToolCallLine,
     TranscriptLine,
 )
@@ -222,6 +223,7 @@ def build_snapshot(
     transport: str = "",
     context: CallContext | None = None,
     trace_id: str = "",
+    recording: RecordingModel | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
@@ -253,5 +255,6 @@ def build_snapshot(
             "trace_id": trace_id,
             "dtmf": dtmf,
             "dtmf_events": dtmf_events,
+            "recording": recording,
         }
     )

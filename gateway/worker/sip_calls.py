@@ -487,6 +487,9 @@ class SipCalls:
         route = self._plant.routes.get(leg.id)
         if route is not None:  # media started before the session was made
             route.session = session
+        recordings = self._plant.recordings
+        if recordings is not None and (recorder := recordings.open(leg.id, profile_model)) is not None:
+            leg.recording = recorder.info
         return session
 
     async def _run_session(self, leg: CallLeg) -> None:
@@ -533,6 +536,8 @@ class SipCalls:
                 await leg.session.aclose(leg.end_reason)
             except Exception:  # a session must not keep its call from being released
                 log.exception("call %s: session close failed", leg.id)
+        if leg.recording is not None and self._plant.recordings is not None:
+            leg.recording = await self._plant.recordings.close(leg.id) or leg.recording
         was_active = leg.answered_wall is not None
         self.release_media(leg)
         move(leg, LegState.ENDED)
@@ -705,6 +710,7 @@ class SipCalls:
             transport=leg.transport,
             context=leg.context,
             trace_id=leg.trace.trace_id if leg.trace is not None else "",
+            recording=leg.recording,
         )
 
     def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:

@@ -1,7 +1,7 @@
 """A call's handoffs between agent profiles, as JSON on its row (``handoffs`` counts them).
 
-Revision ID: 0005_handoff_handoffs
-Revises: 0004_traces_record_fields
+Revision ID: 0006_handoff_handoffs
+Revises: 0005_recording_recordings
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_handoff_handoffs"
-down_revision = "0004_traces_record_fields"
+revision = "0006_handoff_handoffs"
+down_revision = "0005_recording_recordings"
 branch_labels = None
 depends_on = None
 
