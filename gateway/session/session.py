@@ -803,7 +803,7 @@ class CallSession:
             log.info("call %s: no input after the prompt: ending the call", self.call_id)
             self._tasks.spawn(self._say_then_end("no_input", self._profile.no_input_goodbye), name="end:no-input")
 
-    # -------------------------------------------------------------------------------------- barge-in
+    # ------------------------------------------------------------------- answering-machine detection
 
     @property
     def amd(self) -> AmdReport | None:
@@ -835,6 +835,8 @@ class CallSession:
                 self._on_amd(amd.report)
             except Exception as exc:
                 self._error("amd report", exc)
+
+    # -------------------------------------------------------------------------------------- barge-in
 
     def _caller_started(self, trigger: Literal["speech_started", "local_vad"], *, item_id: str) -> None:
         self._turns.caller_started()
