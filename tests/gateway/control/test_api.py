@@ -259,3 +259,14 @@ async def test_openapi_documents_errors_and_security(env: Env) -> None:
     assert {"204", "401", "404", "409", "422", "502"} <= set(hangup)
     assert hangup["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
     assert schema["components"]["schemas"]["CallSnapshot"]["examples"]
+
+
+async def test_profiles_lists_the_configured_profiles_by_name(env: Env) -> None:
+    assert (await env.client.get("/v1/profiles")).status_code == 401
+    response = await env.client.get("/v1/profiles", headers=AUTH)
+    assert response.status_code == 200
+    assert response.json() == {
+        "items": [{"name": "sales", "provider": "openai"}, {"name": "support", "provider": "echo"}]
+    }
+    schema = (await env.client.get("/openapi.json")).json()
+    assert "get" in schema["paths"]["/v1/profiles"]
