@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
@@ -42,7 +42,7 @@ class WebhookSigner:
         """The three headers for ``body`` sent now (or at ``at``, seconds since the epoch)."""
         msg_id = msg_id or new_message_id()
         stamp = int(time.time() if at is None else at)
-        signature = self._webhook.sign(msg_id, datetime.fromtimestamp(stamp, tz=timezone.utc), body)
+        signature = self._webhook.sign(msg_id, datetime.fromtimestamp(stamp, tz=UTC), body)
         return {"webhook-id": msg_id, "webhook-timestamp": str(stamp), "webhook-signature": signature}
 
     def verify(self, body: bytes, headers: dict[str, str]) -> None:
