@@ -18,6 +18,7 @@
   let items = [];         // transcript [{at, node}]
   let refreshTimer = null;
   let refreshing = false;
+  let playable = false;   // an ended call with a recording: its items seek the player
 
   const d = () => window.gatewayDashboard;
   const $ = (id) => document.getElementById(id);
@@ -80,6 +81,7 @@
     }
     head.replaceChildren(badge, list);
     renderQuality(call.stats || {});
+    playable = call.state === "ended" && Boolean(call.recording || call.recording_path);
     renderTimeline(call);
     renderTranscript(call);
     renderRecording(call);
@@ -164,8 +166,14 @@
     return list;
   }
 
+  // With a recording, an item is a button that plays from its time; without one it is plain text.
   function seekButton(entry, label, children) {
     const { el } = d();
+    if (!playable) {
+      const box = el("div", "seek static");
+      box.append(...children);
+      return box;
+    }
     const button = el("button", "seek");
     button.type = "button";
     if (has(entry.at)) button.dataset.at = String(Math.max(0, entry.at));

@@ -287,6 +287,9 @@ async def test_live_call_controls_reach_the_worker_and_show_refusals(live: Live)
             await expect(page.locator("#call-state")).to_have_text("active", timeout=10_000)
             await expect(page.locator("#call-controls")).to_be_visible()
             await expect(page.locator("#recording-box")).to_contain_text("once the call has ended")
+            # Nothing to play yet: the transcript is text, not buttons that would seek nothing.
+            await expect(page.locator("#transcript li")).to_have_count(1)
+            await expect(page.locator("#transcript button")).to_have_count(0)
 
             await page.fill("#control-text", "Your order has shipped.")
             await page.click("#control-form button[data-action=say]")
