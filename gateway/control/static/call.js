@@ -120,7 +120,7 @@
   }
 
   // The entries a record supports: setup, answer, each transcript item (a cut-off agent item is a barge-in), each
-  // tool call, handoffs and other agent events when the record lists them, and the end. Missing fields are skipped.
+  // tool call, the handoffs (failed ones too) when the record lists them, and the end. Missing fields are skipped.
   function timelineOf(call) {
     const zero = call.answered || call.started;
     const rel = (epoch) => (has(epoch) && has(zero) ? epoch - zero : null);
@@ -143,16 +143,13 @@
       list.push({ at: tool.start_s, kind: "tool", title: `Tool ${tool.name}`,
         detail: `${tool.arguments || "{}"} → ${tool.result || "(no result)"}${took}` });
     }
-    for (const event of call.handoffs || []) {
-      list.push({ at: has(event.at_s) ? event.at_s : rel(event.time), kind: "handoff",
-        title: `Handoff${event.status && event.status !== "ok" ? ` ${event.status}` : ""}`,
-        detail: [event.from && `from ${event.from}`, event.to && `to ${event.to}`, event.profile && `to ${event.profile}`,
-          event.reason, event.error].filter(Boolean).join(" · ") });
-    }
-    for (const event of call.events || []) {
-      const kind = String(event.type || "event");
-      list.push({ at: has(event.at_s) ? event.at_s : rel(event.time), kind: kind.replace(/[^a-z]+/gi, "-"),
-        title: kind, detail: [event.profile, event.reason, event.error].filter(Boolean).join(" · ") });
+    for (const handoff of call.handoffs || []) {
+      const failed = handoff.ok === false;
+      list.push({ at: handoff.at_s, kind: failed ? "handoff-failed" : "handoff",
+        title: failed ? "Handoff failed" : "Handoff",
+        detail: [`${handoff.from_profile || "?"} → ${handoff.to_profile || "?"}`,
+          handoff.initiator && `by ${handoff.initiator === "api" ? "the API" : "the agent"}`,
+          handoff.reason, handoff.error].filter(Boolean).join(" · ") });
     }
     // Stable by time; entries without a time keep their place after those before them.
     let last = -Infinity;
