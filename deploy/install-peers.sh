@@ -16,6 +16,8 @@ declare -A PKG=(
   [gcc]="gcc libc6-dev"
   [docker-compose]="docker-compose"
   [pg_ctl]="postgresql"  # the database of calls' PostgreSQL tests (tests/support/postgres.py)
+  [svmap]="sipvicious"  # the scanners the SIP edge is tested against (tests/e2e/test_sip_edge.py)
+  [fail2ban-regex]="fail2ban"  # proves deploy/fail2ban's filter reads the gateway's security log lines
 )
 
 # Debian keeps PostgreSQL's server programs off PATH, in /usr/lib/postgresql/<version>/bin.

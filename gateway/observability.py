@@ -92,6 +92,12 @@ SIP_MESSAGES_TOTAL = Counter(
 SIP_REJECTED_TOTAL = Counter(
     "gateway_sip_rejected_total", "SIP input rejected or dropped, by reason", ["worker", "reason"], registry=REGISTRY
 )
+SIP_BLOCKS_TOTAL = Counter(
+    "gateway_sip_blocks_total",
+    "Sources (or usernames) blocked after failed SIP authentications (gateway/sip/lockout.py)",
+    ["worker"],
+    registry=REGISTRY,
+)
 SIP_CALLS_TOTAL = Counter(
     "gateway_sip_calls_total",
     "SIP calls offered to or placed by the worker, by the transport their INVITE took (udp, tcp, tls) and direction",

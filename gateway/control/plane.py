@@ -292,6 +292,9 @@ class ControlPlane:
         for event in events:
             if event.type == "worker.gone":
                 await self._worker_gone(event.worker)
+            elif event.type == "security.blocked":
+                log.warning("worker %s blocked %s", event.worker, event.data.get("key"))
+                await self._publish("security.blocked", {"worker": event.worker, **event.data})
             elif event.call is not None:
                 await self._track_one(event.call.model_copy(update={"worker": event.worker}))
 

@@ -31,10 +31,11 @@ EventType = Literal[
     "worker.draining",
     "worker.lost",
     "worker.gone",
+    "security.blocked",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
-WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone"]
+WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone", "security.blocked"]
 
 LEVEL_HISTORY_MAX = 120
 DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
@@ -315,6 +316,7 @@ class WorkerEvent(_Model):
     worker: str
     time: float
     call: CallSnapshot | None = None
+    data: dict[str, Any] = Field(default_factory=dict)  # what a security.* event says
 
 
 # ----------------------------------------------------------------------------------- agent profile

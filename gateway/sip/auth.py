@@ -14,10 +14,21 @@ other object with these methods fits as well (tests use a small fake).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Protocol
 
 from .digest import DigestChallenger, DigestError, DigestOutcome, parse_challenge
 from .digest import authorization as digest_authorization
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthCheck:
+    """What `Authenticator.verify` found: ``ok``; the username the answer named, when readable (the lockout
+    counts failures per user); ``stale``: the right password over an expired nonce (not a failure)."""
+
+    ok: bool
+    username: str | None = None
+    stale: bool = False
 
 
 class Authenticator(Protocol):
@@ -27,7 +38,7 @@ class Authenticator(Protocol):
         """The value of a WWW-Authenticate header for a 401 (fresh nonce, qop=auth)."""
         ...
 
-    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> bool:
+    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> AuthCheck:
         """Whether the Authorization value answers one of our challenges for this request (`uri` is the
         Request-URI, which the digest's uri parameter must equal)."""
         ...
@@ -56,10 +67,10 @@ class DigestAuthenticator:
         stale, self._stale = self._stale, False
         return self._challenger.challenge(now, salt=self._rng.randbytes(16), stale=stale)
 
-    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> bool:
+    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> AuthCheck:
         verdict = self._challenger.verify(method, authorization, now, uri=uri)
         self._stale = verdict.outcome is DigestOutcome.STALE
-        return verdict.ok
+        return AuthCheck(ok=verdict.ok, username=verdict.username, stale=self._stale)
 
 
 class DigestClientCredentials:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .auth import Authenticator
 from .errors import RemoteProtocolError, SipConfigError
+from .lockout import LockoutConfig
 from .message import SipLimits
 from .timers import SipTimers
 from .uri import SipUri, parse_uri
@@ -63,12 +64,17 @@ class SipConfig:
     transports: tuple[Transport, ...] = DEFAULT_TRANSPORTS
     timers: SipTimers = field(default_factory=SipTimers)
     limits: SipLimits = field(default_factory=SipLimits)
+    # User-Agent of our requests and Server of our responses; empty: the header is left out.
     user_agent: str = "voice-gateway"
     contact_user: str = "gateway"
     # Inbound policy: requests from outside these networks get 403 (empty tuple: everyone is allowed).
     allow_cidrs: tuple[str, ...] = ()
     # When set, initial INVITEs are challenged with 401 (qop=auth) and must carry valid credentials.
     authenticator: Authenticator | None = None
+    # Failed authentications block their source (and username) for a while (lockout.py); None: never.
+    lockout: LockoutConfig | None = field(default_factory=LockoutConfig)
+    # Out-of-dialog requests whose User-Agent contains one of these (case-insensitive) are dropped unanswered.
+    scanner_agents: tuple[str, ...] = ()
     rate_limit: RateLimit | None = field(default_factory=RateLimit)
     session_timer: SessionTimerConfig = field(default_factory=SessionTimerConfig)
     # An outbound proxy (an SBC, the carrier's edge): a SIP URI, e.g. sip:sbc.example:5060;transport=tcp. The

@@ -115,12 +115,13 @@ class Core:
         suffix = f";transport={transport}" if transport in ("tcp", "tls") else ""
         return f"<sip:{self.config.contact_user}@{host}:{port}{suffix}>"
 
-    def common_headers(self) -> tuple[tuple[str, str], ...]:
-        return (
-            ("Allow", ", ".join(ALLOWED_METHODS)),
-            ("Supported", ", ".join(SUPPORTED_OPTIONS)),
-            ("User-Agent", self.config.user_agent),
-        )
+    def common_headers(self, *, response: bool = False) -> tuple[tuple[str, str], ...]:
+        """Allow, Supported and who we are: User-Agent on requests, Server on responses (RFC 3261 §20.35,
+        §20.41), left out when the configured name is empty (not giving the product and version away)."""
+        headers = (("Allow", ", ".join(ALLOWED_METHODS)), ("Supported", ", ".join(SUPPORTED_OPTIONS)))
+        if self.config.user_agent:
+            return (*headers, ("Server" if response else "User-Agent", self.config.user_agent))
+        return headers
 
     def uri_destination(self, uri: SipUri) -> tuple[Address, str]:
         """Where an out-of-dialog request to ``uri`` goes and over what. A secure URI (sips, transport=tls)

@@ -24,7 +24,17 @@ from .call import Call, CallState
 from .config import SipConfig
 from .core import Core
 from .errors import LocalProtocolError, MalformedMessageError, RemoteProtocolError
-from .events import Address, CallHandle, Outgoing, ReinviteFailed, SessionRefreshed, SipEvent, SipStats
+from .events import (
+    Address,
+    AuthenticationFailed,
+    CallHandle,
+    Outgoing,
+    ReinviteFailed,
+    SessionRefreshed,
+    SipEvent,
+    SipStats,
+    SourceBlocked,
+)
 from .headers import parse_via
 from .message import SipRequest, SipResponse, can_answer, parse_message, validate_request
 from .policy import InboundPolicy, Verdict
@@ -53,7 +63,11 @@ class SipEndpoint:
         self.registrations = Registrations(self._core)
         self.last_internal_error: Exception | None = None
         self._policy = InboundPolicy(
-            allow_cidrs=config.allow_cidrs, rate_limit=config.rate_limit, authenticator=config.authenticator
+            allow_cidrs=config.allow_cidrs,
+            rate_limit=config.rate_limit,
+            authenticator=config.authenticator,
+            lockout=config.lockout,
+            scanner_agents=config.scanner_agents,
         )
 
     # --- driving ---------------------------------------------------------------------------------
@@ -387,9 +401,17 @@ class SipEndpoint:
             else:
                 core.stats.malformed_dropped += 1
             return
-        decision = self._policy.check(message, source, now)
+        decision = self._policy.check(message, source, now, transport=transport)
+        if decision.events:
+            core.pending_events.extend(decision.events)
+            for event in decision.events:
+                if isinstance(event, AuthenticationFailed):
+                    core.stats.auth_failed += 1
+                elif isinstance(event, SourceBlocked):
+                    core.stats.sources_blocked += 1
         if decision.verdict is Verdict.DROP:
-            core.stats.policy_dropped += 1
+            counter = decision.counter or "policy_dropped"
+            setattr(core.stats, counter, getattr(core.stats, counter) + 1)
             return
         if decision.verdict is not Verdict.ALLOW:
             if decision.verdict is Verdict.CHALLENGE:
@@ -489,7 +511,7 @@ class SipEndpoint:
         core = self._core
         all_headers = (
             ("Contact", core.contact(call.transport, secure=call.secure)),
-            *core.common_headers(),
+            *core.common_headers(response=True),
             *call.answer_headers,
             *_body_headers(body, content_type),
             *headers,

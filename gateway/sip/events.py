@@ -41,6 +41,10 @@ class SipStats:
     policy_rejected: int = 0  # 403
     policy_dropped: int = 0  # rate limited (or ACK from a forbidden source)
     auth_challenged: int = 0  # 401 sent
+    auth_failed: int = 0  # a wrong answer to a challenge (each also counted as a 401 sent)
+    blocked_dropped: int = 0  # from a source (or for a username) blocked after failed authentications
+    scanner_dropped: int = 0  # from a known scanner's User-Agent
+    sources_blocked: int = 0  # blocks started (sources and usernames)
     retransmissions_received: int = 0
     retransmissions_sent: int = 0
     unmatched_responses: int = 0
@@ -275,6 +279,32 @@ class TrunkUnregistered:
     reason: str
 
 
+# --- the edge ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthenticationFailed:
+    """A request answered our challenge with wrong credentials (a 401 went back, unless it caused a block)."""
+
+    source: Address
+    transport: str
+    username: str | None
+    method: str
+    user_agent: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceBlocked:
+    """Too many failed authentications: `scope` "source" (an address) or "user" (a username from anywhere)
+    is refused for `block_s` seconds; requests it sends meanwhile are dropped unanswered."""
+
+    scope: str
+    key: str
+    failures: int
+    block_s: float
+    transport: str
+
+
 SipEvent = (
     CallOffered
     | CallCancelled
@@ -296,4 +326,6 @@ SipEvent = (
     | TrunkRegistered
     | TrunkRegistrationFailed
     | TrunkUnregistered
+    | AuthenticationFailed
+    | SourceBlocked
 )

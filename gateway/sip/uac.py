@@ -90,7 +90,8 @@ def send_in_dialog(
         request.headers.add("Contact", core.contact(transport, secure=call.secure))
     for name, value in headers:
         request.headers.add(name, value)
-    request.headers.add("User-Agent", core.config.user_agent)
+    if core.config.user_agent:
+        request.headers.add("User-Agent", core.config.user_agent)
     if body:
         request.headers.add("Content-Type", content_type or "application/sdp")
         request.body = body

@@ -300,7 +300,7 @@ def _info(core: Core, call: Call, tx: Transaction, now: float) -> None:
 
 
 def _options(core: Core, call: Call | None, tx: Transaction, now: float) -> None:
-    headers = (*core.common_headers(), ("Accept", "application/sdp"))
+    headers = (*core.common_headers(response=True), ("Accept", "application/sdp"))
     if call is None and not core.accepting_calls:
         core.respond(tx, 503, now, to_tag=core.token(32), headers=(*headers, ("Retry-After", "30")))
         core.emit(OptionsReceived(call=None, source=tx.peer))

@@ -91,6 +91,8 @@ def sip_config(settings: WorkerSettings) -> SipConfig:
         user_agent=sip.user_agent,
         allow_cidrs=sip.sip_allow,
         authenticator=authenticator,
+        lockout=settings.edge.lockout(),
+        scanner_agents=settings.edge.sip_drop_user_agents,
         rate_limit=RateLimit(per_second=sip.sip_rate_limit_per_s, burst=int(sip.sip_rate_limit_per_s * 2)),
         session_timer=SessionTimerConfig(session_expires=sip.session_expires_s),
         outbound_proxy=settings.trunking.sip_outbound_proxy,

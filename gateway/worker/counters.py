@@ -22,6 +22,7 @@ from gateway.observability import (
     RTP_JITTER_MS,
     RTP_LOST_TOTAL,
     RTP_PACKETS_TOTAL,
+    SIP_BLOCKS_TOTAL,
     SIP_CONNECTIONS,
     SIP_MESSAGES_TOTAL,
     SIP_REJECTED_TOTAL,
@@ -40,6 +41,9 @@ SIP_REJECT_REASONS = (
     "policy_rejected",
     "policy_dropped",
     "auth_challenged",
+    "auth_failed",
+    "blocked_dropped",
+    "scanner_dropped",
     "unmatched_responses",
     "unmatched_acks",
     "internal_errors",
@@ -122,6 +126,9 @@ class CounterExporter:
             delta = self._delta("sip_rejected", reason, values[reason])
             if delta:
                 SIP_REJECTED_TOTAL.labels(self.worker, reason).inc(delta)
+        blocks = self._delta("sip_blocks", "", values["sources_blocked"])
+        if blocks:
+            SIP_BLOCKS_TOTAL.labels(self.worker).inc(blocks)
         for kind, name in (("request", "requests_received"), ("response", "responses_received")):
             delta = self._delta("sip_messages", kind, values[name])
             if delta:

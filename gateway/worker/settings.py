@@ -9,6 +9,7 @@ slice                         attribute         used by
 :class:`WorkerIdSettings`     ``identity``      the worker's id (``settings.worker_id``)
 :class:`SipListenSettings`    ``sip``           the SIP endpoint and transport
 :class:`SipTlsSettings`       ``tls``           the SIP over TLS contexts (gateway/worker/sip_tls.py)
+:class:`SipEdgeSettings`      ``edge``          password guessing and scanners shut out (gateway/sip/lockout.py)
 :class:`TrunkSettings`        ``trunking``      outbound calls and trunk registration
 :class:`MediaSettings`        ``media``         RTP ports, codecs, SRTP, jitter buffers, the tick
 :class:`CapacitySettings`     ``costs``         admission: the capacity and what each call takes
@@ -37,6 +38,7 @@ from gateway.worker.slices import (
     GcSettings,
     MediaSettings,
     SessionSettings,
+    SipEdgeSettings,
     SipListenSettings,
     SipTlsSettings,
     TrunkSettings,
@@ -52,6 +54,7 @@ __all__ = [
     "GcSettings",
     "MediaSettings",
     "SessionSettings",
+    "SipEdgeSettings",
     "SipListenSettings",
     "SipTlsSettings",
     "TrunkSettings",
@@ -65,6 +68,7 @@ SLICES: dict[str, type[_Slice]] = {
     "identity": WorkerIdSettings,
     "sip": SipListenSettings,
     "tls": SipTlsSettings,
+    "edge": SipEdgeSettings,
     "trunking": TrunkSettings,
     "media": MediaSettings,
     "costs": CapacitySettings,
@@ -86,6 +90,7 @@ class WorkerSettings(BaseModel):
     identity: WorkerIdSettings = Field(default_factory=WorkerIdSettings)
     sip: SipListenSettings = Field(default_factory=SipListenSettings)
     tls: SipTlsSettings = Field(default_factory=SipTlsSettings)
+    edge: SipEdgeSettings = Field(default_factory=SipEdgeSettings)
     trunking: TrunkSettings = Field(default_factory=TrunkSettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
     costs: CapacitySettings = Field(default_factory=CapacitySettings)

@@ -47,6 +47,7 @@ from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext, context_from_invite, render
 from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import (
+    AuthenticationFailed,
     CallCancelled,
     CallEnded,
     CallEstablished,
@@ -57,6 +58,7 @@ from gateway.sip.events import (
     OutboundCallFailed,
     ReinviteReceived,
     SipEvent,
+    SourceBlocked,
     TransferFailed,
     TransferProgressed,
 )
@@ -65,6 +67,7 @@ from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState,
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
+from gateway.worker.edge import EdgeReporter
 from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
@@ -125,11 +128,15 @@ class SipCalls:
         # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
         self.rtp_in_done = 0
         self.rtp_out_done = 0
+        self._edge = EdgeReporter(host)
 
     def on_sip_events(self, events: list[SipEvent]) -> None:
         for event in events:
             if isinstance(event, CallOffered):
                 self._offered(event)
+                continue
+            if isinstance(event, AuthenticationFailed | SourceBlocked):
+                self._edge.observed(event)
                 continue
             leg = self.by_handle.get(event.call) if hasattr(event, "call") else None  # type: ignore[arg-type]
             if leg is None:

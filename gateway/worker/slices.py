@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from gateway.media.jitter import JitterConfig
 from gateway.providers.base import AgentProfile, RealtimeModel
 from gateway.providers.pipeline.model import PipelineModel
+from gateway.sip.lockout import LockoutConfig
 
 if TYPE_CHECKING:
     from gateway.session.config import SessionConfig
@@ -89,7 +90,11 @@ class SipListenSettings(_Slice):
     session_expires_s: int = Field(
         default=1800, ge=90, description="Session timer (RFC 4028) asked for and granted, in seconds."
     )
-    user_agent: str = Field(default="voice-gateway/0.1", description="User-Agent and Server header of our SIP.")
+    user_agent: str = Field(
+        default="voice-gateway/0.1",
+        description="User-Agent of our SIP requests and Server of our responses; empty: the header is left out "
+        "(the product and version are not given away).",
+    )
 
     @field_validator("sip_transports", "sip_allow", mode="before")
     @classmethod
@@ -125,6 +130,71 @@ class SipListenSettings(_Slice):
     @property
     def public_sip_port(self) -> int:
         return self.advertised_sip_port or self.sip_port
+
+
+class SipEdgeSettings(_Slice):
+    """Shutting out password guessing and scanners at the SIP edge (gateway/sip/lockout.py)."""
+
+    title: ClassVar[str] = "SIP edge: password guessing and scanners"
+
+    sip_auth_max_failures: int = Field(
+        default=5,
+        ge=1,
+        description="Wrong digest answers from one source address within `GATEWAY_SIP_AUTH_WINDOW_S` that block "
+        "it: its out-of-dialog requests are then dropped unanswered (calls in progress go on).",
+    )
+    sip_auth_window_s: float = Field(default=60.0, gt=0, description="The window failures are counted in.")
+    sip_auth_block_s: float = Field(
+        default=60.0, gt=0, description="How long the first block of a source (or username) lasts; doubled on repeat."
+    )
+    sip_auth_max_block_s: float = Field(
+        default=3600.0, gt=0, description="The longest block; a source is remembered this long after its last one."
+    )
+    sip_auth_user_max_failures: int = Field(
+        default=20,
+        ge=1,
+        description="Wrong answers for one username within the window, from any sources, that block the username.",
+    )
+    sip_never_block: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="CIDRs never blocked however many failures they send (a trunk, the office), comma-separated.",
+    )
+    sip_lockout: bool = Field(default=True, description="Block sources after failed authentications at all.")
+    sip_drop_user_agents: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("friendly-scanner", "sipvicious", "sipcli", "sip-scan", "iwar", "sundayddr", "vaxsipuseragent"),
+        description="Out-of-dialog requests whose User-Agent contains one of these (any case) are dropped "
+        "unanswered, comma-separated; empty: none.",
+    )
+
+    @field_validator("sip_never_block", "sip_drop_user_agents", mode="before")
+    @classmethod
+    def _csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("sip_never_block")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            ipaddress.ip_network(cidr, strict=False)
+        return value
+
+    @model_validator(mode="after")
+    def _blocks(self) -> SipEdgeSettings:
+        if self.sip_auth_max_block_s < self.sip_auth_block_s:
+            raise ValueError("sip_auth_max_block_s must be at least sip_auth_block_s")
+        return self
+
+    def lockout(self) -> LockoutConfig | None:
+        if not self.sip_lockout:
+            return None
+        return LockoutConfig(
+            max_failures=self.sip_auth_max_failures,
+            window_s=self.sip_auth_window_s,
+            block_s=self.sip_auth_block_s,
+            max_block_s=self.sip_auth_max_block_s,
+            user_max_failures=self.sip_auth_user_max_failures,
+            never_block=self.sip_never_block,
+        )
 
 
 class SipTlsSettings(_Slice):

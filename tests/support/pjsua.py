@@ -72,6 +72,8 @@ class PjsuaPhone:
         tls_verify_server: bool = False,
         headers: Sequence[tuple[str, str]] = (),
         display_name: str = "",
+        host: str = "127.0.0.1",
+        auth: tuple[str, str] | None = None,
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
         (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
@@ -81,7 +83,9 @@ class PjsuaPhone:
         it), serving ``tls_cert``/``tls_key``; ``tls_verify_server`` checks the server's chain against ``tls_ca``
         and its name against the host dialled.
 
-        ``headers``: (name, value) pairs a caller adds to its INVITE; ``display_name``: the name in its From."""
+        ``headers``: (name, value) pairs a caller adds to its INVITE; ``display_name``: the name in its From.
+        ``host``: the loopback address it binds (another source than 127.0.0.1); ``auth``: (user, password)
+        answering a digest challenge."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
         if mode == "caller" and not uri:
@@ -114,7 +118,10 @@ class PjsuaPhone:
             f"--log={self.pjsip_log}",
             f"--srtp={srtp}",
             f"--srtp-secure-signaling={srtp_secure_signaling}",
+            f"--host={host}",
         ]
+        if auth is not None:
+            self._argv += [f"--auth-user={auth[0]}", f"--auth-password={auth[1]}"]
         if self.tls_port is not None:
             self._argv.append(f"--tls-port={self.tls_port}")
             for flag, value in (("--tls-ca", tls_ca), ("--tls-cert", tls_cert), ("--tls-key", tls_key)):

@@ -158,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
 
     transport = pj.TransportConfig()
     transport.port = args.port
-    transport.boundAddress = "127.0.0.1"
-    transport.publicAddress = "127.0.0.1"
+    transport.boundAddress = args.host
+    transport.publicAddress = args.host
     ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, transport)
     if args.tls_port:
         tls = pj.TransportConfig()
@@ -178,13 +178,16 @@ def run(args: argparse.Namespace) -> int:
     configure_codecs(ep, [c for c in args.codecs.split(",") if c])
 
     account_cfg = pj.AccountConfig()
-    account_cfg.idUri = f"sip:{args.user}@127.0.0.1:{args.port}"
+    account_cfg.idUri = f"sip:{args.user}@{args.host}:{args.port}"
     if args.display_name:
         account_cfg.idUri = f'"{args.display_name}" <{account_cfg.idUri}>'
     account_cfg.mediaConfig.transportConfig.port = args.rtp_port
     account_cfg.mediaConfig.transportConfig.portRange = 20
-    account_cfg.mediaConfig.transportConfig.boundAddress = "127.0.0.1"
-    account_cfg.mediaConfig.transportConfig.publicAddress = "127.0.0.1"
+    account_cfg.mediaConfig.transportConfig.boundAddress = args.host
+    account_cfg.mediaConfig.transportConfig.publicAddress = args.host
+    if args.auth_user:
+        # Digest credentials for any realm: the gateway's 401 is answered once per call.
+        account_cfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", "*", args.auth_user, 0, args.auth_password))
     if args.srtp != "disabled":
         # SDES SRTP (PJMEDIA_SRTP_OPTIONAL: RTP/AVP with a=crypto; MANDATORY: RTP/SAVP). Secure signalling 0: SDES
         # keys are accepted over plain SIP, as the media's only option apart from the transport's.
@@ -260,6 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=("caller", "callee"), required=True)
     parser.add_argument("--uri", help="SIP URI to dial (caller mode)")
     parser.add_argument("--user", default="pjsua")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address SIP and RTP bind to")
+    parser.add_argument("--auth-user", default="", help="digest username answering a 401")
+    parser.add_argument("--auth-password", default="")
     parser.add_argument("--display-name", default="", help="the display name of its From")
     parser.add_argument("--header", action="append", default=[], help="NAME: VALUE added to the INVITE (repeatable)")
     parser.add_argument("--port", type=int, required=True, help="SIP UDP port on 127.0.0.1")

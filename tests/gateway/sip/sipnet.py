@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.sip.auth import AuthCheck
 from gateway.sip.config import SipConfig
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.events import Outgoing, SipEvent
@@ -164,14 +165,15 @@ class FakeAuthenticator:
         self.issued.append(nonce)
         return f'Digest realm="{self.realm}", nonce="{nonce}", qop="auth", algorithm=MD5'
 
-    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> bool:
+    def verify(self, *, authorization: str, method: str, uri: str, body: bytes, now: float) -> AuthCheck:
         p = _params(authorization)
-        if p.get("nonce") not in self.issued or p.get("username") != self.username or p.get("uri") != uri:
-            return False
+        user = p.get("username")
+        if p.get("nonce") not in self.issued or user != self.username or p.get("uri") != uri:
+            return AuthCheck(ok=False, username=user)
         ha1 = _md5(f"{self.username}:{self.realm}:{self.password}")
         ha2 = _md5(f"{method}:{p.get('uri', '')}")
         expected = _md5(f"{ha1}:{p['nonce']}:{p.get('nc', '')}:{p.get('cnonce', '')}:auth:{ha2}")
-        return p.get("response") == expected
+        return AuthCheck(ok=p.get("response") == expected, username=user)
 
 
 @dataclass
