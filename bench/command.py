@@ -48,6 +48,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.cluster",
         "calls per core and setup latency: two workers behind Kamailio against one worker taken directly",
     ),
+    "call-hook": (
+        "bench.call_hook",
+        "setup latency a route's call-time application adds to admission (p50/p99), against a local application",
+    ),
     "webrtc": ("bench.webrtc", "worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"),
     "websocket-bot": (
         "bench.websocket_bot",
@@ -56,6 +60,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "pipeline": (
         "bench.pipeline",
         "the cascaded pipeline through the session core with loopback fakes: latency, CPU, barge-in",
+    ),
+    "amd": (
+        "bench.amd",
+        "answering-machine detection on the labelled set: precision, recall, beep timing, CPU per frame",
     ),
     "local-pipeline": (
         "bench.local_pipeline",

@@ -267,3 +267,28 @@ DB_RECORDS_DROPPED_TOTAL = Counter(
 DB_RECORDS_EXPIRED_TOTAL = Counter(
     "gateway_db_records_expired_total", "Call records deleted by retention (GATEWAY_RETENTION_DAYS)", registry=REGISTRY
 )
+
+WEBHOOK_PENDING = Gauge(
+    "gateway_webhook_pending",
+    "Event webhook deliveries waiting in the outbox (pending: not yet delivered, attempts left)",
+    registry=REGISTRY,
+)
+WEBHOOK_DELIVERED_TOTAL = Counter(
+    "gateway_webhook_delivered_total", "Event webhook deliveries the receiver took (2xx)", registry=REGISTRY
+)
+WEBHOOK_FAILED_TOTAL = Counter(
+    "gateway_webhook_failed_total",
+    "Event webhook deliveries given up after GATEWAY_EVENT_WEBHOOK_MAX_ATTEMPTS (a manual redeliver retries them)",
+    registry=REGISTRY,
+)
+WEBHOOK_ATTEMPTS_TOTAL = Counter(
+    "gateway_webhook_attempts_total",
+    "Event webhook delivery attempts by outcome (ok: 2xx; http_error: another status; unreachable: no answer)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+WEBHOOK_EVENTS_DROPPED_TOTAL = Counter(
+    "gateway_webhook_events_dropped_total",
+    "Live webhook events dropped before the outbox because its buffer was full (the database was down long)",
+    registry=REGISTRY,
+)

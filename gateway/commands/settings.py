@@ -46,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
 def settings_classes() -> list[tuple[str, type[BaseSettings]]]:
     """Every settings class of the product, with the heading of its part of the table, in table order."""
     from gateway.control.settings import ControlSettings
+    from gateway.control.webhooks import EventWebhookSettings
     from gateway.control.webrtc_api import WebRtcApiSettings
     from gateway.providers.pipeline.local.factories import LocalSettings
     from gateway.providers.registry import ProviderSettings
@@ -57,6 +58,7 @@ def settings_classes() -> list[tuple[str, type[BaseSettings]]]:
         ("Worker: browser calls", WebRtcSettings),
         ("Control plane", ControlSettings),
         ("Control plane: browser call offers", WebRtcApiSettings),
+        ("Control plane: event webhooks", EventWebhookSettings),
         ("Providers", ProviderSettings),
         ("Providers: local pipeline components", LocalSettings),
     ]

@@ -24,13 +24,14 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from gateway.control import api, events, internal
+from gateway.control import api, call_hook, call_hook_client, events, internal, webhooks_api
 from gateway.control.auth import require_api_token
 from gateway.control.config import GatewayConfig, load_config
 from gateway.control.history import CallHistory
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControlSettings
 from gateway.control.store import MemoryStore, StateStore
+from gateway.control.webhooks import EventWebhookSettings, Webhooks, endpoints_of
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, LinkError, WorkerNotFoundError
 from gateway.fleet.json_errors import error_response, install_json_errors
 from gateway.observability import REGISTRY, exposition
@@ -88,6 +89,7 @@ def create_app(
     startup: Sequence[StartupHook] = (),
     sweeper: bool = True,
     records: bool = True,
+    webhook_settings: EventWebhookSettings | None = None,
 ) -> FastAPI:
     """Build the control-plane app. Config comes from ``settings.config`` (TOML) unless given.
 
@@ -99,13 +101,22 @@ def create_app(
     store = store or build_store(settings, config)
     plane = ControlPlane(config, store, token=settings.token, clock=clock)
     history = CallHistory(plane)
+    webhook_settings = webhook_settings or EventWebhookSettings()
+    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret is not None else None
+    webhooks = Webhooks(
+        endpoints_of(config, webhook_settings, secret),
+        webhook_settings,
+        clock=clock,
+        lease=lambda ttl_s: plane.store.try_lock("webhooks", ttl_s=ttl_s),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         plane.shutting_down.clear()  # a host may run the lifespan again after a shutdown
         async with contextlib.AsyncExitStack() as stack:
             if records:
-                await stack.enter_async_context(_records(settings, plane, history, clock))
+                await stack.enter_async_context(_records(settings, plane, history, webhooks, clock))
+            await stack.enter_async_context(call_hook_client.attached(plane, settings))
             sweeper_task = asyncio.create_task(plane.run_sweeper(), name="control-sweeper") if sweeper else None
             try:
                 for hook in startup:
@@ -128,9 +139,11 @@ def create_app(
             '`Authorization: Bearer <GATEWAY_API_TOKEN>`. Errors are always `{"error": {"code", "message"}}`.'
         ),
         lifespan=lifespan,
+        webhooks=call_hook.webhooks,
     )
     app.state.plane = plane
     app.state.history = history
+    app.state.webhooks = webhooks
     app.state.settings = settings
     app.state.token = settings.token
     app.state.clock = clock
@@ -139,6 +152,7 @@ def create_app(
 
     app.include_router(events.router)
     app.include_router(api.router)
+    app.include_router(webhooks_api.router)
     app.include_router(internal.router)
     for extra in routers:
         app.include_router(extra)
@@ -149,16 +163,22 @@ def create_app(
 
 @contextlib.asynccontextmanager
 async def _records(
-    settings: ControlSettings, plane: ControlPlane, history: CallHistory, clock: Callable[[], float]
+    settings: ControlSettings,
+    plane: ControlPlane,
+    history: CallHistory,
+    webhooks: Webhooks,
+    clock: Callable[[], float],
 ) -> AsyncIterator[None]:
     """The database of calls for the app's life: opened and migrated, its writer and retention job running.
 
     A database a newer gateway migrated stops the start-up. One that cannot be reached does not: calls need the
     plane more than their records, so it starts, its ended calls wait in the writer's backlog, and the database
-    is opened again with backoff until it answers.
+    is opened again with backoff until it answers. The event webhooks' outbox is in it (:mod:`.webhooks`).
     """
-    writer = RecordWriter(None, capacity=settings.db_write_backlog, clock=clock)
+    writer = RecordWriter(None, capacity=settings.db_write_backlog, clock=clock, outbox=webhooks.feed)
     plane.records = writer
+    if webhooks.endpoints:
+        plane.event_tap = webhooks.feed
     tasks = {asyncio.create_task(writer.run(), name="records-writer")}
     opened: list[Database] = []
 
@@ -166,6 +186,7 @@ async def _records(
         opened.append(database)
         writer.attach(database)
         history.attach(database, writer)
+        tasks.update(webhooks.start(database))
         if settings.retention_days > 0:
             retention = RetentionJob(
                 database,
@@ -205,11 +226,16 @@ async def _records(
         yield
     finally:
         plane.records = None
+        plane.event_tap = None
         if opened and not await writer.flush(RECORDS_FLUSH_S):
             log.error("stopping with %d call records unwritten: the database of calls is down", writer.backlog)
         elif not opened and writer.backlog:
             log.error("stopping with %d call records unwritten: the database of calls never opened", writer.backlog)
+        if opened and webhooks.feed.backlog:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(webhooks.feed.flush(), RECORDS_FLUSH_S)
         history.detach()
+        webhooks.stop()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

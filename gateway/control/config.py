@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.control.webhook_events import WEBHOOK_EVENT_TYPES, WebhookEventType
 from gateway.fleet.models import (
     BotModel,
     ComponentModel,
@@ -182,6 +183,20 @@ class ProfileConfig(_Section):
         )
 
 
+class ApplicationConfig(_Section):
+    """``application = { url = "https://...", timeout_s = 2, fallback = "profile" }``: the route's call-time
+    application, asked before each call is answered (:mod:`gateway.control.call_hook`)."""
+
+    url: str = Field(pattern=r"^https?://", max_length=2048, description="Where each new call's context is POSTed")
+    timeout_s: float | None = Field(
+        default=None, gt=0.0, le=4.0, description="Deadline of the answer; unset: GATEWAY_CALL_HOOK_TIMEOUT_S"
+    )
+    fallback: Literal["profile", "reject"] = Field(
+        default="profile",
+        description="When the application is slow, down or answers badly: the route's own profile, or 503",
+    )
+
+
 class RouteConfig(_Section):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
     did: str | None = Field(default=None, min_length=1, max_length=256)
@@ -189,6 +204,7 @@ class RouteConfig(_Section):
     profile: str = Field(min_length=1)
     max_calls: int | None = Field(default=None, ge=0, description="Concurrent calls on this route")
     webrtc_public: bool = Field(default=False, description="Browsers may call this route without the API token")
+    application: ApplicationConfig | None = Field(default=None, description="The call-time application")
 
     @field_validator("did_regex")
     @classmethod
@@ -215,12 +231,22 @@ class RouteConfig(_Section):
         return number == self.did
 
 
+class WebhookEndpointConfig(_Section):
+    """An application subscribed to event webhooks (``[[webhooks]]``): docs/operations.md, "Event webhooks"."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Names the endpoint in the deliveries log")
+    url: str = Field(pattern=r"^https?://", max_length=2048)
+    secret: str = Field(default="", repr=False, description="Signs its requests; empty: GATEWAY_WEBHOOK_SECRET")
+    events: list[WebhookEventType] = Field(default_factory=lambda: list(WEBHOOK_EVENT_TYPES), min_length=1)
+
+
 class _ConfigFile(_Section):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     routes: list[RouteConfig] = Field(default_factory=list)
     profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
+    webhooks: list[WebhookEndpointConfig] = Field(default_factory=list)
 
 
 class GatewayConfig:
@@ -232,6 +258,7 @@ class GatewayConfig:
         self.fleet = parsed.fleet
         self.routes: tuple[RouteConfig, ...] = tuple(parsed.routes)
         self.context = parsed.context
+        self.webhooks: tuple[WebhookEndpointConfig, ...] = tuple(parsed.webhooks)
         self.profiles: dict[str, ProfileModel] = {
             name: p.to_model(name).model_copy(update={"context": parsed.context}) for name, p in parsed.profiles.items()
         }
@@ -280,6 +307,8 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
         if route.profile not in parsed.profiles:
             known = ", ".join(sorted(parsed.profiles)) or "none defined"
             problems.append(f"{source}: routes[{index}].profile: unknown profile {route.profile!r} (known: {known})")
+    names = [endpoint.name for endpoint in parsed.webhooks]
+    problems += [f"{source}: webhooks: duplicate endpoint name {n!r}" for n in sorted(set(names)) if names.count(n) > 1]
     policy = parsed.context.to_policy()
     for name, profile in parsed.profiles.items():
         for key in ("instructions", "greeting"):

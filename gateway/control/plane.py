@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from gateway.control.call_hook import HookOutcome, hook_request, refusal
 from gateway.control.config import GatewayConfig, RouteConfig
 from gateway.control.store import CallWrite, NewEvent, Reservation, StateStore
 from gateway.fleet.errors import CallNotFoundError, CommandRejectedError, WorkerNotFoundError
@@ -68,6 +69,18 @@ class RecordSink(Protocol):
     def submit(self, call: CallSnapshot, profile: str) -> None: ...
 
 
+class CallHook(Protocol):
+    """Asks a route's call-time application (:class:`gateway.control.call_hook_client.CallHookClient`)."""
+
+    async def ask(self, request: Any, *, route: RouteConfig, config: GatewayConfig) -> HookOutcome: ...
+
+
+class EventTap(Protocol):
+    """Sees every event the plane publishes (:class:`gateway.control.webhooks.WebhookFeed`); never waits."""
+
+    def offer(self, event_type: str, data: dict[str, Any], at: float, *, event_id: int = 0) -> None: ...
+
+
 class ControlPlane:
     """Implements :class:`gateway.fleet.ControlPlaneApi` plus the operations behind the ops API."""
 
@@ -90,6 +103,8 @@ class ControlPlane:
         self._unknown_fields: dict[str, frozenset[str]] = {}  # by worker: what its messages carried, last logged
         self.shutting_down = asyncio.Event()
         self.records: RecordSink | None = None  # the database of calls' writer, attached by the app's lifespan
+        self.call_hook: CallHook | None = None  # asks routes' applications about new calls, attached likewise
+        self.event_tap: EventTap | None = None  # the event webhooks' feed, attached by the app's lifespan
 
     def profile_name(self, route_name: str) -> str:
         """The name of the agent profile a route gives its calls ("" for a route the config does not know)."""
@@ -193,25 +208,45 @@ class ControlPlane:
 
     # ------------------------------------------------------------------------------------ admission
 
-    def _reject(self, status: int, reason: str, outcome: str, *, retry: bool = False) -> AdmissionDecision:
+    def _reject(
+        self, status: int, reason: str, outcome: str, *, retry: bool = False, contact: str = ""
+    ) -> AdmissionDecision:
         ADMISSIONS_TOTAL.labels(outcome=outcome).inc()
         retry_after = self.config.limits.retry_after_s if retry else None
         return AdmissionDecision(
-            accepted=False,
-            status=status,  # type: ignore[arg-type]
-            code=outcome,
-            reason=reason,
-            retry_after_s=retry_after,
+            accepted=False, status=status, code=outcome, reason=reason, retry_after_s=retry_after, contact=contact
         )
 
-    def _accept(self, reservation: Reservation, route: RouteConfig) -> AdmissionDecision:
+    def _accept(
+        self, reservation: Reservation, route: RouteConfig, hooked: HookOutcome | None = None
+    ) -> AdmissionDecision:
         return AdmissionDecision(
             accepted=True,
             call_id=reservation.call_id,
             worker=reservation.worker,
             route=route.name,
-            profile=self.config.profile_for(route),
+            profile=hooked.profile if hooked is not None and hooked.profile else self.config.profile_for(route),
+            metadata=hooked.metadata if hooked is not None else {},
         )
+
+    async def _ask_application(self, request: AdmissionRequest, route: RouteConfig, call_id: str) -> HookOutcome | None:
+        """The route's call-time application's word on a new inbound call (None: the route has none)."""
+        if route.application is None or self.call_hook is None or request.direction != "inbound":
+            return None
+        body = hook_request(request, call_id=call_id, route=route, config=self.config)
+        outcome = await self.call_hook.ask(body, route=route, config=self.config)
+        if outcome.fell_back:
+            log.warning(
+                "call %s: application %s failed (%s); %s",
+                call_id,
+                route.application.url,
+                outcome.problem,
+                "the route's profile answers" if outcome.action == "accept" else "refused with 503",
+            )
+            details = {"call_id": call_id, "route": route.name, "url": route.application.url}
+            fallback = route.application.fallback
+            await self._publish("call.hook_failed", {**details, "problem": outcome.problem, "fallback": fallback})
+        return outcome
 
     async def admit(self, request: AdmissionRequest) -> AdmissionDecision:
         if request.call_id:
@@ -264,8 +299,13 @@ class ControlPlane:
                     503, f"route {route.name!r} is at its limit of {route.max_calls} calls", "over_capacity", retry=True
                 )
             if outcome == "ok":
+                hooked = await self._ask_application(request, route, call_id)
+                if hooked is not None and hooked.action != "accept":
+                    await self.store.release(call_id)
+                    refused = refusal(hooked, request.kind)
+                    return self._reject(refused.status, refused.reason, refused.code, contact=refused.contact)
                 ADMISSIONS_TOTAL.labels(outcome="accepted").inc()
-                profile = self.config.profile_for(route)
+                profile = hooked.profile if hooked is not None and hooked.profile else self.config.profile_for(route)
                 await self._track_one(
                     CallSnapshot.model_validate(
                         {
@@ -282,7 +322,7 @@ class ControlPlane:
                         }
                     )
                 )
-                return self._accept(reservation, route)
+                return self._accept(reservation, route, hooked)
         return self._reject(503, "every worker is at capacity", "over_capacity", retry=True)
 
     # ----------------------------------------------------------------------------- call tracking
@@ -370,7 +410,10 @@ class ControlPlane:
         for call_id, cost in costs:
             await self.store.set_cost(call_id, cost)
         if events:
-            await self.store.append_events(events, self._clock())
+            appended = await self.store.append_events(events, self._clock())
+            if self.event_tap is not None:
+                for event in appended:
+                    self.event_tap.offer(event.type, event.data, event.time, event_id=event.id)
         return again
 
     @staticmethod
@@ -541,7 +584,10 @@ class ControlPlane:
     # ----------------------------------------------------------------------------------- events
 
     async def _publish(self, type: EventType, data: dict[str, Any]) -> FleetEvent:
-        return await self.store.append_event(type, data, self._clock())
+        event = await self.store.append_event(type, data, self._clock())
+        if self.event_tap is not None:
+            self.event_tap.offer(event.type, event.data, event.time, event_id=event.id)
+        return event
 
     async def events_since(self, last_id: int | None, wait_s: float = 0.0) -> tuple[list[FleetEvent], bool, int]:
         """Events after ``last_id`` (None: from now on), whether some were lost (gap), and the new cursor."""

@@ -68,6 +68,14 @@ class ControlSettings(BaseSettings):
         "`webhook-signature` is HMAC-SHA256 over id.timestamp.body); `whsec_` + base64 or any string. Unset: "
         "requests go unsigned and a warning is logged once.",
     )
+    call_hook_timeout_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=4.0,
+        description="How long a new call waits for its route's call-time application (the caller hears ringing "
+        "meanwhile) before the route's fallback is taken; a route's `application.timeout_s` overrides it. At most "
+        "4 s, below the 5 s a worker waits for its admission.",
+    )
 
     @property
     def records_url(self) -> str:

@@ -301,7 +301,7 @@ def webrtc_router(
         for status, text in (
             (400, "bad SDP (bad_sdp)"),
             (401, "no or bad credentials (token_required, invalid_token, token_spent, unauthorized)"),
-            (403, "the route is not open to this caller"),
+            (403, "the route is not open to this caller, or its call-time application refused the call"),
             (404, "no such route"),
             (429, "too many offers from this address (Retry-After)"),
             (503, "no capacity, draining, or no worker (Retry-After)"),

@@ -9,12 +9,13 @@ Times are Unix epoch seconds (floats) read from the sender's clock; the control 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
 from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicyError
+from gateway.sip.events import CallOffered
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
 CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
@@ -26,6 +27,7 @@ EventType = Literal[
     "call.started",
     "call.updated",
     "call.ended",
+    "call.hook_failed",
     "worker.registered",
     "worker.updated",
     "worker.draining",
@@ -481,6 +483,72 @@ class ProfileModel(_Model):
 # -------------------------------------------------------------------------------------- admission
 
 
+HeaderValue = Annotated[str, StringConstraints(max_length=4096)]
+
+
+class InviteFacts(_Model):
+    """What an inbound INVITE said about its call, for the control plane to build the call's context with the
+    routes file's ``[context]`` (the call-time application hook is sent it before the call is answered)."""
+
+    request_uri: str = Field(default="", max_length=4096)
+    from_header: str = Field(default="", max_length=4096)
+    from_display_name: str | None = Field(default=None, max_length=4096)
+    to_uri: str = Field(default="", max_length=4096)
+    headers: list[tuple[HeaderValue, HeaderValue]] = Field(
+        default_factory=list, max_length=64, description="Identity, redirection and application headers"
+    )
+    transport: str = Field(default="", max_length=16)
+
+    @classmethod
+    def of(cls, event: CallOffered) -> InviteFacts:
+        """An INVITE's facts without the headers that only route it or carry credentials, each value cut short."""
+        headers = [
+            (name[:4096], value[:4096]) for name, value in event.headers if name.lower() not in _NOT_CONTEXT_HEADERS
+        ]
+        return cls(
+            request_uri=event.request_uri[:4096],
+            from_header=event.from_uri[:4096],
+            from_display_name=event.from_display_name[:4096] if event.from_display_name is not None else None,
+            to_uri=event.to_uri[:4096],
+            headers=headers[:64],
+            transport=event.transport[:16],
+        )
+
+
+# Routing, dialog and body headers say nothing of the caller; credentials must never reach an application.
+_NOT_CONTEXT_HEADERS = frozenset(
+    {
+        "via",
+        "v",
+        "route",
+        "record-route",
+        "contact",
+        "m",
+        "content-type",
+        "c",
+        "content-length",
+        "l",
+        "cseq",
+        "call-id",
+        "i",
+        "max-forwards",
+        "from",
+        "f",
+        "to",
+        "t",
+        "authorization",
+        "proxy-authorization",
+        "allow",
+        "supported",
+        "k",
+        "accept",
+        "session-expires",
+        "x",
+        "min-se",
+    }
+)
+
+
 class AdmissionRequest(_Model):
     """A worker (inbound INVITE), the WebRTC endpoint or the ops API asks to place a call.
 
@@ -504,6 +572,10 @@ class AdmissionRequest(_Model):
         le=1000.0,
         description="Capacity the call takes on its worker: 1 for G.711, the worker's Opus cost for Opus",
     )
+    invite: InviteFacts | None = Field(default=None, description="An inbound SIP call's INVITE (its context)")
+    metadata: dict[str, HeaderValue] = Field(
+        default_factory=dict, max_length=64, description="A browser call's page metadata (its context)"
+    )
 
 
 class AdmissionDecision(_Model):
@@ -514,12 +586,24 @@ class AdmissionDecision(_Model):
     worker: str = ""
     route: str = ""
     profile: ProfileModel | None = None
-    status: Literal[200, 403, 404, 503] = 200
+    status: int = Field(
+        default=200,
+        ge=200,
+        le=699,
+        description="200, or the refusal: 403/404/503, or the SIP status the call-time application chose "
+        "(302 with contact: a redirect)",
+    )
     code: str = Field(
-        default="", description="Machine-readable rejection: no_route, forbidden, no_worker, over_capacity"
+        default="",
+        description="Machine-readable rejection: no_route, forbidden, no_worker, over_capacity, "
+        "application_rejected, application_redirected, application_unavailable",
     )
     reason: str = ""
     retry_after_s: int | None = None
+    contact: str = Field(default="", max_length=256, description="Where a redirect (302) sends the caller")
+    metadata: dict[str, str] = Field(
+        default_factory=dict, description="The call-time application's metadata, added to the call's context"
+    )
 
 
 # ---------------------------------------------------------------------------------------- commands

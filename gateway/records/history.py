@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from gateway.fleet.models import CallDirection, CallSnapshot
 from gateway.records.database import Database
 from gateway.records.models import CallRecord, call_row, record_from_rows, tool_rows, transcript_rows
+from gateway.records.outbox import OutboxEvent, insert_events
 from gateway.records.schema import calls, tool_calls, transcript_items
 
 SortKey = Literal["started", "-started", "duration", "-duration"]
@@ -186,9 +187,16 @@ async def get_record(database: Database, call_id: str) -> CallRecord | None:
     return record_from_rows(row, transcript, tools)
 
 
-async def write_records(database: Database, records: Sequence[tuple[CallSnapshot, str]], *, now: float) -> None:
+async def write_records(
+    database: Database,
+    records: Sequence[tuple[CallSnapshot, str]],
+    *,
+    now: float,
+    outbox: Sequence[OutboxEvent] = (),
+) -> None:
     """Write ended calls (snapshot, profile name) in one transaction; a call written before is replaced whole
-    (a second end: the worker's own reason after the plane's ``worker_lost``)."""
+    (a second end: the worker's own reason after the plane's ``worker_lost``). ``outbox``: the webhook events
+    of these ends, inserted in the same transaction, so an end is never kept without its events or sent unkept."""
     ids = [call.id for call, _ in records]
     call_rows = [call_row(call, profile=profile, written_at=now) for call, profile in records]
     item_rows = [row for call, _ in records for row in transcript_rows(call)]
@@ -202,6 +210,7 @@ async def write_records(database: Database, records: Sequence[tuple[CallSnapshot
             await connection.execute(sa.insert(transcript_items), item_rows)
         if tool_call_rows:
             await connection.execute(sa.insert(tool_calls), tool_call_rows)
+        await insert_events(connection, outbox)
 
 
 async def delete_ended_before(database: Database, cutoff: float, *, batch: int = 1000) -> int:

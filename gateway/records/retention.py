@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from gateway.observability import DB_RECORDS_EXPIRED_TOTAL
 from gateway.records.database import Database
 from gateway.records.history import delete_ended_before
+from gateway.records.outbox import delete_settled_before
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class RetentionJob:
         """Delete the records that ended before the retention window; how many."""
         cutoff = self._clock() - self.retention_days * DAY_S
         deleted = await delete_ended_before(self.database, cutoff)
+        # The event webhooks' delivery log goes with the records (rows still to deliver stay).
+        await delete_settled_before(self.database, cutoff)
         if deleted:
             DB_RECORDS_EXPIRED_TOTAL.inc(deleted)
             log.info("retention: deleted %d call records older than %g days", deleted, self.retention_days)

@@ -77,3 +77,28 @@ tool_calls = sa.Table(
     sa.Column("start_s", sa.Double, nullable=True),
     sa.Column("duration_ms", sa.Double, nullable=True),
 )
+
+# The event webhooks' outbox (gateway/records/outbox.py): one row per event and endpoint, delivered in id order
+# per (endpoint, call); (endpoint, call_id, dedupe_key) is unique so an event offered twice is kept once.
+webhook_outbox = sa.Table(
+    "webhook_outbox",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("msg_id", sa.String(64), nullable=False, unique=True),
+    sa.Column("endpoint", sa.String(64), nullable=False),
+    sa.Column("call_id", sa.String(128), nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("dedupe_key", sa.String(192), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("next_attempt_at", sa.Double, nullable=True),
+    sa.Column("last_attempt_at", sa.Double, nullable=True),
+    sa.Column("delivered_at", sa.Double, nullable=True),
+    sa.Column("last_status_code", sa.Integer, nullable=True),
+    sa.Column("last_error", sa.String(512), nullable=False),
+    sa.UniqueConstraint("endpoint", "call_id", "dedupe_key", name="uq_webhook_outbox_event"),
+    sa.Index("ix_webhook_outbox_due", "status", "next_attempt_at"),
+    sa.Index("ix_webhook_outbox_stream", "endpoint", "call_id", "status", "id"),
+)

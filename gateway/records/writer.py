@@ -15,6 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from gateway.fleet.models import CallSnapshot
 from gateway.observability import (
@@ -26,10 +27,22 @@ from gateway.observability import (
 from gateway.records.database import Database
 from gateway.records.errors import DatabaseError
 from gateway.records.history import write_records
+from gateway.records.outbox import OutboxEvent
 
 log = logging.getLogger(__name__)
 
 WriteBatch = Callable[[Sequence[tuple[CallSnapshot, str]], float], Awaitable[None]]
+
+
+class OutboxSource(Protocol):
+    """The event webhooks (:class:`gateway.control.webhooks.WebhookFeed`): their events of an ended call go in
+    the record's transaction, after the call's live events (``flush``), so that they keep their order."""
+
+    async def flush(self) -> None: ...
+
+    def ended_events(self, call: CallSnapshot, profile: str) -> list[OutboxEvent]: ...
+
+    def events_written(self) -> None: ...
 
 
 class RecordWriter:
@@ -49,6 +62,7 @@ class RecordWriter:
         backoff_max_s: float = 10.0,
         clock: Callable[[], float] = time.time,
         write: WriteBatch | None = None,
+        outbox: OutboxSource | None = None,
     ) -> None:
         self.database = database
         self.capacity = capacity
@@ -57,6 +71,7 @@ class RecordWriter:
         self.backoff_max_s = backoff_max_s
         self._clock = clock
         self._write: WriteBatch = write or self._write_records
+        self.outbox = outbox
         self._backlog: OrderedDict[str, tuple[CallSnapshot, str]] = OrderedDict()
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
@@ -68,7 +83,13 @@ class RecordWriter:
     async def _write_records(self, records: Sequence[tuple[CallSnapshot, str]], now: float) -> None:
         if self.database is None:
             raise DatabaseError("the database of calls is not open yet")
-        await write_records(self.database, records, now=now)
+        events: list[OutboxEvent] = []
+        if self.outbox is not None:
+            await self.outbox.flush()
+            events = [event for call, profile in records for event in self.outbox.ended_events(call, profile)]
+        await write_records(self.database, records, now=now, outbox=events)
+        if events and self.outbox is not None:
+            self.outbox.events_written()
 
     def attach(self, database: Database) -> None:
         """The database opened (it was unreachable when the writer started): write to it from now on."""

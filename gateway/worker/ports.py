@@ -70,6 +70,11 @@ class SipSignalling:
     def now(self) -> float:
         return self.transport.now()
 
+    def ring(self, call: CallHandle) -> None:
+        """180 Ringing for an offered call (nothing once it is no longer offered)."""
+        self.endpoint.ring(call, self.now())
+        self.transport.pump()
+
     def answer(self, call: CallHandle, body: bytes) -> None:
         self.endpoint.answer(call, self.now(), body=body)
         self.transport.pump()

@@ -28,6 +28,7 @@ from gateway.fleet.models import (
     AdmissionDecision,
     AdmissionRequest,
     CallSnapshot,
+    InviteFacts,
     OriginateRequest,
     ProfileModel,
     WorkerEvent,
@@ -75,6 +76,10 @@ from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
 
 log = logging.getLogger(__name__)
+
+# An admission still undecided after this (the route's call-time application is asked, or a far control plane is
+# slow) rings the caller, so that a caller never waits in silence.
+RING_AFTER_S = 0.1
 
 
 if TYPE_CHECKING:
@@ -197,7 +202,14 @@ class SipCalls:
         leg.task = self._host.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
 
     def _reject(
-        self, leg: CallLeg, status: int, reason: str, *, end_reason: str, retry_after: int | None = None
+        self,
+        leg: CallLeg,
+        status: int,
+        reason: str,
+        *,
+        end_reason: str,
+        retry_after: int | None = None,
+        contact: str = "",
     ) -> None:
         # Set before the answer goes out: the endpoint reports CallEnded at once, and its reason phrase
         # (free text, e.g. naming the dialled number) must not become the end reason or a metric label.
@@ -205,11 +217,15 @@ class SipCalls:
             leg.end_reason = end_reason
         if leg.sip is None:
             return
-        headers = (("Retry-After", str(retry_after)),) if retry_after else ()
+        headers: tuple[tuple[str, str], ...] = (("Retry-After", str(retry_after)),) if retry_after else ()
+        if contact:  # a redirect (3xx): where the caller goes
+            headers += (("Contact", f"<{contact}>"),)
         with contextlib.suppress(LocalProtocolError):  # no longer offered: cancelled meanwhile (answered 487)
             self._signalling.reject(leg.sip, status, reason, headers=headers)
 
-    async def _admit(self, leg: CallLeg, *, called: str, caller: str) -> AdmissionDecision:
+    async def _admit(
+        self, leg: CallLeg, *, called: str, caller: str, invite: InviteFacts | None = None
+    ) -> AdmissionDecision:
         if self._host.draining or self.closing:
             return AdmissionDecision(
                 accepted=False, status=503, code="draining", reason="worker draining", retry_after_s=5
@@ -235,7 +251,9 @@ class SipCalls:
             worker=self._host.id,
             call_id=leg.id,
             cost=leg.cost,
+            invite=invite,
         )
+        ringing = asyncio.get_running_loop().call_later(RING_AFTER_S, self._ring, leg)
         try:
             return await self._host.link.admit(request)
         except Exception as exc:
@@ -243,6 +261,13 @@ class SipCalls:
             return AdmissionDecision(
                 accepted=False, status=503, code="no_control", reason="control plane unreachable", retry_after_s=5
             )
+        finally:
+            ringing.cancel()
+
+    def _ring(self, leg: CallLeg) -> None:
+        if leg.sip is not None and leg.state is LegState.ADMITTED:
+            with contextlib.suppress(LocalProtocolError):
+                self._signalling.ring(leg.sip)
 
     async def _run_inbound(self, leg: CallLeg, event: CallOffered) -> None:
         try:
@@ -250,11 +275,14 @@ class SipCalls:
             # worker cannot take is answered 488 without holding an admission slot.
             if not self._negotiate_offer(leg, event.body):
                 return
-            decision = await self._admit(leg, called=user_part(event.to_uri), caller=user_part(event.from_uri))
+            decision = await self._admit(
+                leg, called=user_part(event.to_uri), caller=user_part(event.from_uri), invite=InviteFacts.of(event)
+            )
             if leg.state is not LegState.ADMITTED:  # cancelled or hung up while the control plane decided
                 return
             if not decision.accepted:
-                status = {403: 403, 404: 404}.get(decision.status, 503)
+                # The control plane's refusals, or the SIP status the route's call-time application chose.
+                status = decision.status if 300 <= decision.status <= 699 else 503
                 rejected = f"rejected_{decision.code or status}"
                 self._reject(
                     leg,
@@ -262,12 +290,15 @@ class SipCalls:
                     decision.reason or "not admitted",
                     end_reason=rejected,
                     retry_after=decision.retry_after_s,
+                    contact=decision.contact,
                 )
                 self.end(leg, rejected)
                 return
             leg.route = decision.route
             leg.profile = decision.profile or self._host.default_profile
             leg.context = _inbound_context(leg, event, leg.profile)
+            if decision.metadata:  # the call-time application's
+                leg.context = replace(leg.context, metadata=tuple(decision.metadata.items()))
             if not self._prepare_media(leg):
                 return
             assert leg.sip is not None and leg.sdp is not None and leg.sdp.local is not None

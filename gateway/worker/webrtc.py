@@ -328,6 +328,7 @@ class WebRtcCalls:
             call_id=leg.id,
             public=public,
             cost=leg.cost,
+            metadata=dict(leg.metadata),
         )
         try:
             decision = await worker.link.admit(request)
@@ -343,6 +344,8 @@ class WebRtcCalls:
             )
         leg.route = decision.route
         leg.profile = decision.profile or _DEFAULT_PROFILE
+        if decision.metadata:  # the call-time application's, added to the page's
+            leg.metadata = {**leg.metadata, **decision.metadata}
 
     # --------------------------------------------------------------------------------- media edges
 

@@ -22,7 +22,7 @@ from gateway.sip.config import SipConfig
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.errors import RemoteProtocolError
 from gateway.sip.events import CallHandle, CallOffered, SipEvent
-from gateway.sip.message import SipRequest, parse_message
+from gateway.sip.message import SipRequest, SipResponse, parse_message
 from gateway.sip.sdes import (
     CryptoAttribute,
     KeyParam,
@@ -86,6 +86,7 @@ class SipPeer:
         )
         self.endpoint = SipEndpoint(config, rng=random.Random(7))
         self.requests: list[SipRequest] = []  # every request the worker sent us, for checks of its headers
+        self.responses: list[SipResponse] = []  # and every response, likewise
         receive = self.endpoint.receive
 
         def recording_receive(data: bytes, source: tuple[str, int], *, transport: str, now: float) -> None:
@@ -93,6 +94,8 @@ class SipPeer:
                 message = parse_message(data)
                 if isinstance(message, SipRequest):
                     self.requests.append(message)
+                else:
+                    self.responses.append(message)
             receive(data, source, transport=transport, now=now)
 
         self.endpoint.receive = recording_receive  # type: ignore[method-assign]

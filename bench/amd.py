@@ -1,0 +1,164 @@
+"""``gateway bench amd``: answering-machine detection on the labelled set (bench/amd_set.py).
+
+Prints the confusion matrix, precision and recall per label, how far the beep found is from the beep placed,
+when decisions come (seconds after the answer), and the detector's CPU per 20 ms frame against the cost of
+the same frames' decode in the tick (G.711 to 24 kHz, the work every call does anyway), as a ratio in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.amd_set import RATE, Case, build
+from gateway.loadtest.audio import read_wav
+from gateway.media.amd import AmdConfig, AnsweringMachineDetector
+
+FRAME = RATE // 50
+LABELS = ("human", "machine", "fax")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    name: str
+    label: str
+    result: str
+    reason: str
+    decided_at_s: float
+    beep_error_s: float | None  # found beep start minus placed beep start (machines with a beep)
+    beep_found: bool
+
+
+def classify(case: Case, config: AmdConfig | None = None) -> Outcome:
+    pcm, _ = read_wav(case.path)
+    detector = AnsweringMachineDetector(config, sample_rate=RATE)
+    for start in range(0, pcm.size - FRAME + 1, FRAME):
+        detector.feed(pcm[start : start + FRAME])
+    decision = detector.decision
+    beep = detector.beep
+    found = beep is not None and beep.frequency_hz is not None
+    error = round(beep.at_s - case.beep_at_s, 3) if found and beep is not None and case.beep_at_s is not None else None
+    return Outcome(
+        name=case.name,
+        label=case.label,
+        result=decision.result.value if decision else "none",
+        reason=decision.reason if decision else "",
+        decided_at_s=decision.at_s if decision else float("nan"),
+        beep_error_s=error,
+        beep_found=found,
+    )
+
+
+def scores(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for label in LABELS:
+        tp = sum(1 for o in outcomes if o.label == label and o.result == label)
+        said = sum(1 for o in outcomes if o.result == label)
+        real = sum(1 for o in outcomes if o.label == label)
+        out[label] = {
+            "precision": round(tp / said, 3) if said else float("nan"),
+            "recall": round(tp / real, 3) if real else float("nan"),
+            "cases": real,
+        }
+    return out
+
+
+# A detector that never decides: every frame costs what a frame costs while the call is being analysed.
+_UNDECIDED = AmdConfig(
+    initial_silence_s=1e9,
+    greeting_s=1e9,
+    after_greeting_silence_s=1e9,
+    total_s=1e9,
+    max_words=10**9,
+    beep_min_s=1e9,
+    cng_min_s=1e9,
+    beep_wait_s=1e9,
+)
+
+
+def cpu_per_frame(cases: list[Case], *, repeats: int) -> dict[str, float]:
+    """µs per 20 ms frame: the detector against G.711 decode + resample to 24 kHz, medians of ``repeats``."""
+    from telcodecs import g711
+    from telcodecs.resample import StreamResampler
+
+    pcm = np.concatenate([read_wav(c.path)[0] for c in cases[:20]])
+    frames = [pcm[i : i + FRAME] for i in range(0, pcm.size - FRAME + 1, FRAME)]
+    ulaw = [g711.ulaw_encode(np.ascontiguousarray(f[::3])) for f in frames]  # 8 kHz payloads of the same audio
+    up = StreamResampler(8000, RATE)
+    amd_us: list[float] = []
+    decode_us: list[float] = []
+    for _ in range(repeats):
+        detector = AnsweringMachineDetector(_UNDECIDED, sample_rate=RATE)
+        began = time.perf_counter()
+        for frame in frames:
+            detector.feed(frame)
+        amd_us.append((time.perf_counter() - began) / len(frames) * 1e6)
+        began = time.perf_counter()
+        for payload in ulaw:
+            up.process(g711.ulaw_decode(payload))
+        decode_us.append((time.perf_counter() - began) / len(frames) * 1e6)
+    amd, decode = statistics.median(amd_us), statistics.median(decode_us)
+    return {"amd_us": round(amd, 2), "decode_us": round(decode, 2), "ratio": round(amd / decode, 2)}
+
+
+def run(*, per_label: int, repeats: int, directory: Path | None, json_output: bool) -> int:
+    cases = build(directory, per_label=per_label)
+    outcomes = [classify(case) for case in cases]
+    table = scores(outcomes)
+    cost = cpu_per_frame(cases, repeats=repeats)
+    beep_errors = [abs(o.beep_error_s) for o in outcomes if o.beep_error_s is not None]
+    with_beep = [c for c in cases if c.beep_at_s is not None]
+    beeps_found = sum(1 for o in outcomes if o.beep_error_s is not None)
+    report = {
+        "cases": len(cases),
+        "scores": table,
+        "confusion": {
+            f"{o}->{r}": n for (o, r), n in sorted(collections.Counter((o.label, o.result) for o in outcomes).items())
+        },
+        "reasons": dict(collections.Counter(f"{o.label}:{o.reason}" for o in outcomes)),
+        "decided_at_s_median": {
+            label: round(statistics.median(o.decided_at_s for o in outcomes if o.label == label), 2) for label in LABELS
+        },
+        "beeps_found": f"{beeps_found}/{len(with_beep)}",
+        "beep_error_s_max": max(beep_errors) if beep_errors else None,
+        "cpu": cost,
+    }
+    if json_output:
+        print(json.dumps(report))
+        return 0
+    print(f"gateway bench amd: {len(cases)} labelled cases (bench/amd_set.py), default AmdConfig")
+    print(f"{'label':8} {'cases':>5} {'precision':>9} {'recall':>7} {'decided at (median s)':>22}")
+    for label in LABELS:
+        row = table[label]
+        print(
+            f"{label:8} {row['cases']:>5.0f} {row['precision']:>9.3f} {row['recall']:>7.3f}"
+            f" {report['decided_at_s_median'][label]:>22.2f}"  # type: ignore[index]
+        )
+    print("confusion (label->result):", report["confusion"])
+    print("reasons:", report["reasons"])
+    print(f"beeps found {report['beeps_found']}, largest start error {report['beep_error_s_max']} s")
+    print(
+        f"CPU per 20 ms frame: detector {cost['amd_us']} µs, G.711 decode + resample {cost['decode_us']} µs"
+        f" (ratio {cost['ratio']}, medians of {repeats})"
+    )
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--per-label", type=int, default=40, help="human and machine cases (fax: a quarter)")
+    parser.add_argument("--repeats", type=int, default=5, help="CPU measurements (the median is reported)")
+    parser.add_argument("--dir", type=Path, default=None, help="where the set is rendered (default: the cache)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.per_label < 4 or args.repeats < 1:
+        raise SystemExit("gateway bench amd: --per-label >= 4 and --repeats >= 1")
+    return run(per_label=args.per_label, repeats=args.repeats, directory=args.dir, json_output=args.json)
