@@ -61,6 +61,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.pipeline",
         "the cascaded pipeline through the session core with loopback fakes: latency, CPU, barge-in",
     ),
+    "tracing": (
+        "bench.tracing",
+        "CPU per call-frame of a traced call: no instrumentation, tracing off (no-op API), on (in-memory export)",
+    ),
     "amd": (
         "bench.amd",
         "answering-machine detection on the labelled set: precision, recall, beep timing, CPU per frame",

@@ -30,8 +30,9 @@ def main(args: argparse.Namespace) -> int:
     from gateway.control.app import create_app
     from gateway.control.config import ConfigError
     from gateway.control.settings import ControlSettings, InsecureBindError, check_bind
+    from gateway.tracing import configure_tracing, log_format
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level.upper(), format=log_format(configure_tracing("gateway-control")))
     overrides = {
         key: value
         for key, value in (("http_host", args.host), ("http_port", args.port), ("config", args.config))

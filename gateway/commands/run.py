@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     from gateway.fleet.links import InProcessControlLink
     from gateway.worker.worker import MediaWorker
 
-    worker_args.setup_logging(args.log_level)
+    worker_args.setup_logging(args.log_level, service="gateway")
     overrides = {
         key: value
         for key, value in (("http_host", args.http_host), ("http_port", args.http_port), ("config", args.config))

@@ -65,8 +65,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def setup_logging(level: str, *, service: str = "gateway-worker") -> None:
+    """Logging, and tracing when an OTLP endpoint is set (then log lines carry the call's trace ids)."""
+    from gateway.tracing import configure_tracing, log_format
+
+    traced = configure_tracing(service)
+    logging.basicConfig(level=level.upper(), format=log_format(traced))
 
 
 #: The flags that set a worker setting: (argparse dest, setting name, as GATEWAY_<NAME>).

@@ -245,6 +245,22 @@ async def transfer(plane: PlaneDep, call_id: CallId, body: TransferRequest) -> R
     return Response(status_code=204)
 
 
+@router.post("/calls/{call_id}/hold", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
+async def hold(plane: PlaneDep, call_id: CallId) -> Response:
+    """Put the caller on hold: a re-INVITE with a=sendonly, the hold audio meanwhile, the agent paused
+    (``call.held`` follows). 409 when the call is not answered, is held already, or is a browser call."""
+    await plane.hold(call_id, True)
+    return Response(status_code=204)
+
+
+@router.post("/calls/{call_id}/unhold", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
+async def unhold(plane: PlaneDep, call_id: CallId) -> Response:
+    """Take the caller off the hold of ``/hold`` (a=sendrecv); the agent continues where the caller left off
+    (``call.resumed`` follows). 409 when the gateway does not hold the call."""
+    await plane.hold(call_id, False)
+    return Response(status_code=204)
+
+
 @router.post("/calls/{call_id}/dtmf", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
 async def send_dtmf(plane: PlaneDep, call_id: CallId, body: DtmfRequest) -> Response:
     """Send DTMF digits (RFC 4733) to the caller."""

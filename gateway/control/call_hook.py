@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 
 from gateway.control.config import ApplicationConfig, GatewayConfig, RouteConfig
 from gateway.fleet.models import AdmissionRequest, CallContextModel, CallKind, ProfileModel, ToolModel, WebhookSpec
-from gateway.providers.registry import PROVIDERS
+from gateway.providers.base import PROVIDERS
 from gateway.sip.caller_context import CallContext, context_from_invite, context_of_page, template_problems
 
 MAX_ANSWER_BYTES = 64 * 1024

@@ -146,6 +146,11 @@ class ProfileConfig(_Section):
     pipeline: PipelineConfig | None = None
     # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
     bot: BotModel | None = None
+    # Caller no-input: what each means is ProfileModel's description of it (gateway/fleet/models.py).
+    no_input_prompt_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    no_input_hangup_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    no_input_prompt: str = Field(default=ProfileModel.model_fields["no_input_prompt"].default, max_length=500)
+    no_input_goodbye: str = Field(default=ProfileModel.model_fields["no_input_goodbye"].default, max_length=500)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -180,6 +185,10 @@ class ProfileConfig(_Section):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
             bot=self.bot,
+            no_input_prompt_s=self.no_input_prompt_s,
+            no_input_hangup_s=self.no_input_hangup_s,
+            no_input_prompt=self.no_input_prompt,
+            no_input_goodbye=self.no_input_goodbye,
         )
 
 

@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from opentelemetry.trace import StatusCode
+
 from gateway.control.call_hook import HookOutcome, hook_request, refusal
 from gateway.control.config import GatewayConfig, RouteConfig
 from gateway.control.store import CallWrite, NewEvent, Reservation, StateStore
@@ -47,6 +49,7 @@ from gateway.fleet.models import (
 from gateway.fleet.protocols import WorkerCommands
 from gateway.observability import ADMISSIONS_TOTAL, WORKERS
 from gateway.slices import SLICE_S, Slices
+from gateway.tracing import CALL_ID, plane_span, traceparent_of
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +252,17 @@ class ControlPlane:
         return outcome
 
     async def admit(self, request: AdmissionRequest) -> AdmissionDecision:
+        """Decide, under the call's trace: a span of the worker's (its ``traceparent``), or the current one."""
+        with plane_span("control.admit", request.traceparent, call_id=request.call_id or "") as span:
+            decision = await self._admit(request)
+            span.set_attributes(
+                {CALL_ID: decision.call_id or request.call_id or "", "gateway.admission.accepted": decision.accepted}
+            )
+            if decision.code:
+                span.set_status(StatusCode.ERROR, decision.code)
+            return decision
+
+    async def _admit(self, request: AdmissionRequest) -> AdmissionDecision:
         if request.call_id:
             held = await self.store.get_reservation(request.call_id)
             route = self.config.route_named(held.route) if held else None
@@ -336,7 +350,11 @@ class ControlPlane:
                 log.warning("worker %s blocked %s", event.worker, event.data.get("key"))
                 await self._publish("security.blocked", {"worker": event.worker, **event.data})
             elif event.call is not None:
-                await self._track_one(event.call.model_copy(update={"worker": event.worker}))
+                call = event.call.model_copy(update={"worker": event.worker})
+                await self._track_one(call)
+                if event.type in ("call.held", "call.resumed"):
+                    # A hold is told as itself on the stream, besides the call.updated its state change made.
+                    await self._publish(event.type, _event_view(call))
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)
@@ -537,25 +555,32 @@ class ControlPlane:
             route_name = route.name if route else None
         if route_name is None:
             return self._reject(404, f"no route for caller id {request.caller_id!r}; name one with 'route'", "no_route")
-        decision = await self.admit(
-            AdmissionRequest(
-                called=request.to,
-                caller=request.caller_id,
-                kind="sip",
-                direction="outbound",
-                route=route_name,
-                worker=request.worker,
+        # An originated call's trace starts here; the worker's call span continues it (the decision carries it).
+        with plane_span("control.originate", "", call_id="") as span:
+            decision = await self.admit(
+                AdmissionRequest(
+                    called=request.to,
+                    caller=request.caller_id,
+                    kind="sip",
+                    direction="outbound",
+                    route=route_name,
+                    worker=request.worker,
+                )
             )
-        )
-        if not decision.accepted:
-            return decision
+            span.set_attribute(CALL_ID, decision.call_id)
+            if not decision.accepted:
+                return decision
+            decision = decision.model_copy(update={"traceparent": traceparent_of(span) if span.is_recording() else ""})
+            await self._dial(request, decision)
+        return decision
+
+    async def _dial(self, request: OriginateRequest, decision: AdmissionDecision) -> None:
         worker = await self.get_worker(decision.worker)
         try:
             await self.commands_for(worker).originate(request, decision)
         except BaseException:
             await self._end_call(decision.call_id, "originate_failed")
             raise
-        return decision
 
     async def _live_call_and_commands(self, call_id: str) -> tuple[CallSnapshot, WorkerCommands]:
         call = await self.get_call(call_id)
@@ -575,6 +600,10 @@ class ControlPlane:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         _, commands = await self._live_call_and_commands(call_id)
         await commands.send_dtmf(call_id, digits)
+
+    async def hold(self, call_id: str, held: bool) -> None:
+        _, commands = await self._live_call_and_commands(call_id)
+        await commands.hold(call_id, held)
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control (say, inject, update), forwarded to the call's worker."""

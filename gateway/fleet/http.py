@@ -268,6 +268,9 @@ class HttpWorkerCommands:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         await self._http.request("POST", f"/calls/{call_id}/dtmf", DtmfRequest(digits=digits).model_dump())
 
+    async def hold(self, call_id: str, held: bool) -> None:
+        await self._http.request("POST", f"/calls/{call_id}/{'hold' if held else 'unhold'}", {})
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         await self._http.request("POST", f"/calls/{call_id}/agent", command.model_dump(mode="json"))
 

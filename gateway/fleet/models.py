@@ -18,7 +18,7 @@ from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicy
 from gateway.sip.events import CallOffered
 
 WorkerStatus = Literal["up", "draining", "lost", "gone"]
-CallState = Literal["admitted", "ringing", "active", "resuming", "ending", "ended"]
+CallState = Literal["admitted", "ringing", "active", "held", "resuming", "ending", "ended"]
 CallDirection = Literal["inbound", "outbound"]
 CallKind = Literal["sip", "webrtc"]
 
@@ -26,6 +26,8 @@ CallKind = Literal["sip", "webrtc"]
 EventType = Literal[
     "call.started",
     "call.updated",
+    "call.held",
+    "call.resumed",
     "call.ended",
     "call.hook_failed",
     "worker.registered",
@@ -37,7 +39,9 @@ EventType = Literal[
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
-WorkerEventType = Literal["call.started", "call.updated", "call.ended", "worker.gone", "security.blocked"]
+WorkerEventType = Literal[
+    "call.started", "call.updated", "call.held", "call.resumed", "call.ended", "worker.gone", "security.blocked"
+]
 
 LEVEL_HISTORY_MAX = 120
 DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,64}$")
@@ -152,6 +156,14 @@ class ToolCallLine(_Model):
     duration_ms: float | None = Field(default=None, ge=0.0)
 
 
+class DtmfLine(_Model):
+    """One DTMF digit of the call: received from the caller or sent to it, and when."""
+
+    digit: str = Field(min_length=1, max_length=1)
+    direction: Literal["received", "sent"]
+    at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
+
+
 class CallStats(_Model):
     """Media and agent statistics of one call, as the worker measured them."""
 
@@ -180,6 +192,7 @@ class CallStats(_Model):
     barge_ins: int = Field(default=0, ge=0)
     resumes: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
+    handoffs: int = Field(default=0, ge=0, description="Times the call was handed to another agent")
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"
@@ -288,7 +301,13 @@ class CallSnapshot(_Model):
         default_factory=list, description="Tool calls with arguments and results (GET /v1/calls/{id} only)"
     )
     dtmf: str = Field(default="", max_length=256, description="DTMF digits the caller sent, in order")
+    dtmf_events: list[DtmfLine] = Field(
+        default_factory=list, description="Each DTMF digit received or sent, with its time (ended calls only)"
+    )
     context: CallContextModel | None = Field(default=None, description="Caller context (None before admission)")
+    trace_id: str = Field(
+        default="", max_length=32, description="The call's OpenTelemetry trace id (32 hex digits; empty: not traced)"
+    )
 
     @property
     def is_live(self) -> bool:
@@ -448,6 +467,24 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    no_input_prompt_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of caller silence, while the agent waits, before the agent says no_input_prompt "
+        "(agent speech, tool runs and hold do not count); 0: no prompt",
+    )
+    no_input_hangup_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds of further silence before the agent says no_input_goodbye and hangs up with end "
+        "reason no_input; 0: never",
+    )
+    no_input_prompt: str = Field(default="Are you still there?", max_length=500)
+    no_input_goodbye: str = Field(
+        default="I have not heard from you, so I will end the call now. Goodbye.", max_length=500
+    )
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
@@ -471,6 +508,10 @@ class ProfileModel(_Model):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
+            no_input_prompt_s=self.no_input_prompt_s,
+            no_input_hangup_s=self.no_input_hangup_s,
+            no_input_prompt=self.no_input_prompt,
+            no_input_goodbye=self.no_input_goodbye,
         )
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:
@@ -576,6 +617,11 @@ class AdmissionRequest(_Model):
     metadata: dict[str, HeaderValue] = Field(
         default_factory=dict, max_length=64, description="A browser call's page metadata (its context)"
     )
+    traceparent: str = Field(
+        default="",
+        max_length=55,
+        description="W3C traceparent of the call's span on the worker (empty when tracing is off): one trace per call",
+    )
 
 
 class AdmissionDecision(_Model):
@@ -603,6 +649,11 @@ class AdmissionDecision(_Model):
     contact: str = Field(default="", max_length=256, description="Where a redirect (302) sends the caller")
     metadata: dict[str, str] = Field(
         default_factory=dict, description="The call-time application's metadata, added to the call's context"
+    )
+    traceparent: str = Field(
+        default="",
+        max_length=55,
+        description="W3C traceparent of an originated call's span on the control plane (empty when tracing is off)",
     )
 
 

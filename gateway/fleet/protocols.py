@@ -38,6 +38,10 @@ class WorkerCommands(Protocol):
 
     async def send_dtmf(self, call_id: str, digits: str) -> None: ...
 
+    async def hold(self, call_id: str, held: bool) -> None:
+        """Put the caller on hold with hold audio (True) or take them off it (CommandRejectedError: 409)."""
+        ...
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control: the agent says, is told, or is changed (CommandRejectedError unless it is up)."""
         ...

@@ -96,6 +96,16 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
         result = await _run(lambda: commands.send_dtmf(call_id, body.digits))
         return result if isinstance(result, Response) else Response(status_code=204)
 
+    @router.post("/calls/{call_id}/hold", status_code=204, response_model=None)
+    async def hold(call_id: str) -> Any:
+        result = await _run(lambda: commands.hold(call_id, True))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.post("/calls/{call_id}/unhold", status_code=204, response_model=None)
+    async def unhold(call_id: str) -> Any:
+        result = await _run(lambda: commands.hold(call_id, False))
+        return result if isinstance(result, Response) else Response(status_code=204)
+
     @router.post("/calls/{call_id}/agent", status_code=204, response_model=None)
     async def command_agent(call_id: str, body: AgentCommand) -> Any:
         result = await _run(lambda: commands.command_agent(call_id, body))

@@ -28,6 +28,10 @@ RESUME_NOTE = (
     "is above. Do not greet the caller again and do not mention the reconnection; continue where you left off."
 )
 
+#: The provider kinds a profile may name (gateway/providers/registry.py builds each). Here, in a module
+#: without heavy imports, so that the control plane can check names without loading the providers.
+PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
@@ -115,6 +119,12 @@ class AgentProfile:
     # What the call is, set per call by the worker: from_number, to_number, call_id, direction, route. Adapters
     # that can tell their peer (the websocket provider's customParameters) pass it on.
     call_context: Mapping[str, str] = field(default_factory=dict)
+    # Caller no-input (gateway/session/noinput.py): seconds of caller silence while the agent waits before the
+    # agent says ``no_input_prompt``, then before it says ``no_input_goodbye`` and hangs up; 0 turns a step off.
+    no_input_prompt_s: float = 0.0
+    no_input_hangup_s: float = 0.0
+    no_input_prompt: str = "Are you still there?"
+    no_input_goodbye: str = "I have not heard from you, so I will end the call now. Goodbye."
 
 
 # ------------------------------------------------------------------------------------------ history

@@ -12,13 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.providers import gemini, openai
 from gateway.providers._link import is_loopback_url
-from gateway.providers.base import ComponentSpec, PipelineSpec, RealtimeModel
+from gateway.providers.base import PROVIDERS, ComponentSpec, PipelineSpec, RealtimeModel
 from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.providers.errors import ProviderConfigError
 from gateway.providers.media_stream.protocol import WireAudio
 from gateway.providers.media_stream.session import BotConfig, WebsocketBotModel
-
-PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
 
 
 def _env(name: str) -> AliasChoices:

@@ -64,6 +64,9 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "dtmf": call.dtmf,
         "recording_path": None,
         "written_at": written_at if written_at is not None else time.time(),
+        "trace_id": call.trace_id,
+        "handoffs": stats.handoffs,
+        "dtmf_events": [line.model_dump(mode="json") for line in call.dtmf_events],
     }
 
 
@@ -146,6 +149,8 @@ def record_from_rows(
                 for tool in tools
             ],
             "dtmf": row["dtmf"],
+            "dtmf_events": row["dtmf_events"] or [],
+            "trace_id": row["trace_id"],
             "context": row["context"],
             "recording_path": row["recording_path"],
         }

@@ -48,6 +48,9 @@ calls = sa.Table(
     sa.Column("dtmf", sa.String(256), nullable=False),
     sa.Column("recording_path", sa.String(1024), nullable=True),
     sa.Column("written_at", sa.Double, nullable=False),
+    sa.Column("trace_id", sa.String(32), nullable=False, server_default=""),
+    sa.Column("handoffs", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("dtmf_events", sa.JSON, nullable=True),  # [{digit, direction: received|sent, at_s}] in call order
     sa.Index("ix_calls_started_at", "started_at", "id"),
     sa.Index("ix_calls_ended_at", "ended_at"),
     sa.Index("ix_calls_from_number", "from_number"),

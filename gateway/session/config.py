@@ -116,6 +116,7 @@ class SessionConfig:
     goodbye_timeout_s: float = 8.0
     apology_audio: bytes = b""  # 24 kHz PCM16 LE played before hanging up with "provider_unavailable"
     # Caller experience.
+    hold_audio: bytes = b""  # 24 kHz PCM16 LE looped to a caller the gateway holds (empty: a soft tone)
     comfort_tone: bool = False
     local_vad: LocalVadConfig = field(default_factory=LocalVadConfig)
     forward_dtmf: bool = True
@@ -163,6 +164,8 @@ class SessionConfig:
             raise SessionConfigError("resume_backoff_max_s must be >= resume_backoff_base_s")
         if self.background_timeout_s <= self.tool_grace_s:
             raise SessionConfigError("background_timeout_s must exceed tool_grace_s")
+        if len(self.hold_audio) % 2:
+            raise SessionConfigError("hold_audio must be PCM16 (an even number of bytes)")
         if len(self.apology_audio) % 2:
             raise SessionConfigError("apology_audio must be PCM16 (an even number of bytes)")
         if "{digit}" not in self.dtmf_template:

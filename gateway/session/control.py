@@ -1,7 +1,8 @@
 """What the session may ask of the call's signalling leg: the CallControl protocol the worker implements over SIP.
 
 ``transfer`` is a blind transfer (RFC 3515 REFER, progress tracked through NOTIFY sipfrag per RFC 3515 §2.4.5);
-``send_dtmf`` sends RFC 4733 telephone-events toward the caller; ``hang_up`` ends the call (BYE, RFC 3261 §15).
+``send_dtmf`` sends RFC 4733 telephone-events toward the caller; ``hang_up`` ends the call (BYE, RFC 3261 §15);
+``hold`` re-INVITEs with a=sendonly (RFC 3264 §8.4) and plays the hold audio, or a=sendrecv to resume.
 """
 
 from __future__ import annotations
@@ -35,4 +36,8 @@ class CallControl(Protocol):
 
     async def send_dtmf(self, digits: str) -> None:
         """Play ``digits`` (0-9, *, #, A-D) to the caller as RFC 4733 events."""
+        ...
+
+    async def hold(self, held: bool) -> None:
+        """Put the caller on hold (True) or take them off it; raises, naming why, when the call cannot be."""
         ...

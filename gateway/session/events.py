@@ -181,6 +181,32 @@ class ErrorOccurred(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CallHeld(SessionEvent):
+    """The call went on hold (gateway/session/hold.py): agent playout paused with ``queued_ms`` of its audio kept;
+    ``cancelled_response`` is the response the provider was told to stop generating ("" when none ran)."""
+
+    by: Literal["caller", "gateway"]
+    queued_ms: int
+    cancelled_response: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallResumed(SessionEvent):
+    """The call came off hold after ``held_s``; playout continues with ``queued_ms`` of kept agent audio."""
+
+    by: Literal["caller", "gateway"]
+    held_s: float
+    queued_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoInputPrompted(SessionEvent):
+    """The caller was silent for ``silent_s`` while the agent waited: the agent was asked to check on them."""
+
+    silent_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEnded(SessionEvent):
     reason: str
 

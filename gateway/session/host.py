@@ -44,8 +44,10 @@ class SessionToolHost:
         request_response: Callable[[], None],
         agent_quiet: Callable[[], bool],
         end_call: Callable[[str], None],
+        observe: Callable[[SessionEvent], None] | None = None,
     ) -> None:
         self._session_id = session_id
+        self._observe = observe  # the call's trace sees the tools' events too
         self._control = control
         self._tasks = tasks
         self._pipe = pipe
@@ -106,6 +108,8 @@ class SessionToolHost:
 
     def record(self, event: SessionEvent) -> None:
         self._events.append(event)
+        if self._observe is not None:
+            self._observe(event)
 
     def now(self) -> float:
         return self._clock()

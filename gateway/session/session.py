@@ -17,6 +17,7 @@ that a push makes never delay the caller's audio.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -51,15 +52,19 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderError
+from gateway.session.calltrace import SessionTrace
 from gateway.session.config import SessionConfig
 from gateway.session.connections import Connections
 from gateway.session.control import CallControl
 from gateway.session.errors import ProfileUpdateError, SessionStartError, SessionStateError
 from gateway.session.events import (
     BargedIn,
+    CallHeld,
+    CallResumed,
     DtmfReceived,
     ErrorOccurred,
     EventRing,
+    NoInputPrompted,
     NoticeReceived,
     ProfileUpdated,
     ProfileUpdateFailed,
@@ -73,7 +78,9 @@ from gateway.session.events import (
     TranscriptUpdated,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
+from gateway.session.hold import HOLD_NOTE, RESUME_NOTE, HoldBy, HoldState
 from gateway.session.host import SessionToolHost
+from gateway.session.noinput import NoInputPolicy, NoInputTimer
 from gateway.session.pipe import (
     Link,
     ProviderPipe,
@@ -92,8 +99,9 @@ from gateway.session.stats import SessionStats, snapshot
 from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
-from gateway.session.transcript import Transcript, TranscriptEntry
+from gateway.session.transcript import DtmfEntry, Transcript, TranscriptEntry
 from gateway.session.turns import LatencyObserver, Turns
+from gateway.tracing import CallTrace
 from telcodecs.frames import Frame, unchecked_frame
 
 log = logging.getLogger(__name__)
@@ -120,8 +128,13 @@ class CallSession:
         tools: ToolRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_latency: LatencyObserver | None = None,
+        trace: CallTrace | None = None,
     ) -> None:
         self.call_id = call_id
+        # The call's trace (gateway/tracing.py); None: no instrumentation at all (the bench's baseline).
+        self._trace = SessionTrace(trace, provider=model.name) if trace is not None else None
+        if self._trace is not None:
+            on_latency = _traced_latency(on_latency, self._trace)
         self._profile = profile
         self._provider_profile = profile
         self._model = model
@@ -171,9 +184,10 @@ class CallSession:
             request_response=self._request_response,
             agent_quiet=lambda: self._turns.agent_quiet,
             end_call=self._end_call,
+            observe=self._trace.on_event if self._trace is not None else None,
         )
         self._host = host
-        self._tools = ToolRunner(host, self._registry, config)
+        self._tools = ToolRunner(host, self._registry, config, trace=trace)
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -187,8 +201,21 @@ class CallSession:
         self._deadline = float("inf")
         self._started_at = clock()
         self._out_index = 0
+        self._hold = HoldState(config.hold_audio)
+        self._no_input = self._no_input_timer(profile)
         self._counts = dict.fromkeys(
-            ("frames_in", "frames_out", "barge_ins", "resumes", "rotations", "resume_failures", "dtmf", "notices"), 0
+            (
+                "frames_in",
+                "frames_out",
+                "barge_ins",
+                "resumes",
+                "rotations",
+                "resume_failures",
+                "dtmf",
+                "notices",
+                "handoffs",
+            ),
+            0,
         )
         self._errors = 0
 
@@ -348,8 +375,8 @@ class CallSession:
         """One caller frame (24 kHz, 20 ms): to the provider while ACTIVE, held in order while (re)connecting."""
         self._counts["frames_in"] += 1
         state = self._state
-        if state is CallState.ENDING or state is CallState.ENDED:
-            return
+        if state is CallState.ENDING or state is CallState.ENDED or self._hold.held:
+            return  # on hold the caller hears nothing and sends, at most, their hold music
         vad = self._turns.vad
         if vad is not None:
             change = vad.feed(frame.pcm)
@@ -357,6 +384,7 @@ class CallSession:
                 self._caller_started("local_vad", item_id="")
             elif change == "stopped":
                 self._turns.caller_stopped()
+                self._transcript.ended("user")
         self._pipe.push(frame, holding=state is not CallState.ACTIVE)
 
     @overload
@@ -382,9 +410,16 @@ class CallSession:
         if now >= self._deadline:
             self._deadline = float("inf")
             self._tasks.spawn(self._end_at_max_duration(), name="end:max-duration")
+        if self._hold.held:  # playout paused: nothing is taken, so nothing is counted as sent
+            hold_audio = self._hold.frame()
+            return None if hold_audio is None else unchecked_frame(index, hold_audio)
+        if self._no_input is not None and state is CallState.ACTIVE:
+            self._check_no_input(now)
         audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()
+            if not self._turns.playout.starved:  # played out, not a gap: the agent's items ended now
+                self._transcript.ended("assistant")
         if audio is None:
             if self._tools.has_ready and state is CallState.ACTIVE and self._idle(now):
                 self._tools.on_idle()
@@ -414,6 +449,8 @@ class CallSession:
             self._record(NoticeReceived(code="invalid_dtmf", message=f"ignored DTMF {digit!r}"))
             return
         self._counts["dtmf"] += 1
+        if self._no_input is not None:
+            self._no_input.caller_spoke()
         forwarded = self._config.forward_dtmf
         if forwarded:
             text = self._config.dtmf_template.format(digit=digit)
@@ -428,7 +465,32 @@ class CallSession:
                     self._pipe.enqueue(SendOp(name="dtmf", send=send, epoch=link.epoch))
                     if self._config.dtmf_requests_response:
                         self._request_response()
+        self._transcript.dtmf(digit, "received")
         self._record(DtmfReceived(digit=digit, duration_ms=duration_ms, forwarded=forwarded))
+
+    def dtmf_sent(self, digits: str) -> None:
+        """Digits the call sent to the caller (RFC 4733 or a browser's), for its record."""
+        self._transcript.dtmf(digits, "sent")
+
+    @property
+    def dtmf_log(self) -> tuple[DtmfEntry, ...]:
+        return self._transcript.dtmf_log()
+
+    # The hook for agent handoffs (agent.handoff_started, then agent.handed_off or agent.handoff_failed): whoever
+    # hands the call to another agent calls these, and the handoff is counted and traced.
+
+    def handoff_started(self, *, target: str, source: str = "") -> None:
+        self._counts["handoffs"] += 1
+        if self._trace is not None:
+            self._trace.handoff_started(target=target, source=source)
+
+    def handoff_ended(self, *, ok: bool, error: str = "") -> None:
+        if self._trace is not None:
+            self._trace.handoff_ended(ok=ok, error=error)
+
+    @property
+    def handoffs(self) -> int:
+        return self._counts["handoffs"]
 
     # ------------------------------------------------------------------------------- provider events
 
@@ -455,6 +517,9 @@ class CallSession:
         turns = self._turns
         if isinstance(event, AudioReceived):
             turns.audio(event, law=None if self._g711 is None else self._g711.law)  # codes stay codes
+            # The agent's item takes its place (and start) in the transcript with its first audio: a barge-in can
+            # then mark it cut even when its words come later, or never.
+            self._transcript.placeholder("assistant", event.item_id)
         elif isinstance(event, AudioDone):
             turns.audio_done(event)
         elif isinstance(event, AudioMarked):
@@ -465,6 +530,7 @@ class CallSession:
             self._caller_started("speech_started", item_id=event.item_id)
         elif isinstance(event, SpeechStopped):
             turns.caller_stopped()
+            self._transcript.ended("user", event.item_id)
         elif isinstance(event, ResponseStarted):
             turns.response_started(event.response_id)
         elif isinstance(event, ResponseDone):
@@ -499,10 +565,74 @@ class CallSession:
             if event.fatal:
                 self._link_lost(link, f"fatal provider error {event.code}", retryable=True, cause="errored")
 
+    # ---------------------------------------------------------------------------- hold and no-input
+
+    @property
+    def held(self) -> HoldBy | None:
+        """Who holds the call (gateway/session/hold.py), None when it is not on hold."""
+        return self._hold.by
+
+    def set_held(self, held: bool, *, by: HoldBy) -> bool:
+        """The call goes on hold or comes off it (gateway/session/hold.py); False when nothing changed."""
+        if self._state is CallState.ENDING or self._state is CallState.ENDED or (held == self._hold.held):
+            return False
+        now, queued_ms = self._clock(), self._turns.playout.queued_frames * 20
+        if held:
+            cancelled = self._turns.response_for_hold()
+            self._hold.hold(by, now=now, active_response=cancelled)
+            link = self._pipe.usable()
+            if cancelled is not None and link is not None:
+                self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
+            self._system_note(HOLD_NOTE)
+            self._record(CallHeld(by=by, queued_ms=queued_ms, cancelled_response=cancelled or ""))
+            log.info(
+                "call %s: held by %s, %d ms of agent audio kept, cancelled=%s", self.call_id, by, queued_ms, cancelled
+            )
+        else:
+            held_s = self._hold.resume(by, now=now)
+            if held_s is None:
+                return False
+            self._system_note(RESUME_NOTE)
+            self._record(CallResumed(by=by, held_s=held_s, queued_ms=queued_ms))
+            log.info(
+                "call %s: resumed by %s after %.1f s, %d ms of agent audio to play", self.call_id, by, held_s, queued_ms
+            )
+        self._tasks.pulse()
+        return True
+
+    def _system_note(self, text: str) -> None:
+        """A system item for the agent (kept in the transcript, so a resume replays it); no response is asked."""
+        self._transcript.message("system", text)
+        link = self._pipe.usable()
+        if link is not None:
+            self._pipe.enqueue(SendOp(name="note", send=partial(send_text, text=text, role="system"), epoch=link.epoch))
+
+    @staticmethod
+    def _no_input_timer(profile: AgentProfile) -> NoInputTimer | None:
+        policy = NoInputPolicy(prompt_s=profile.no_input_prompt_s, hangup_s=profile.no_input_hangup_s)
+        return NoInputTimer(policy) if policy.enabled else None
+
+    def _check_no_input(self, now: float) -> None:
+        timer = self._no_input
+        assert timer is not None
+        waiting = self._turns.idle(now) and not self._tools.running and self._close_task is None
+        since = timer.waiting_since
+        action = timer.tick(now, waiting=waiting)
+        if action == "prompt":
+            silent_s = now - since if since is not None else 0.0
+            log.info("call %s: no input for %.1f s: prompting", self.call_id, silent_s)
+            self._record(NoInputPrompted(silent_s=silent_s))
+            self._request_response(f"Say exactly this, then stop: {self._profile.no_input_prompt}")
+        elif action == "goodbye":
+            log.info("call %s: no input after the prompt: ending the call", self.call_id)
+            self._tasks.spawn(self._say_then_end("no_input", self._profile.no_input_goodbye), name="end:no-input")
+
     # -------------------------------------------------------------------------------------- barge-in
 
     def _caller_started(self, trigger: Literal["speech_started", "local_vad"], *, item_id: str) -> None:
         self._turns.caller_started()
+        if self._no_input is not None:
+            self._no_input.caller_spoke()
         if item_id:
             self._transcript.placeholder("user", item_id)
         self._barge_in(trigger)
@@ -519,6 +649,7 @@ class CallSession:
             return
         self._counts["barge_ins"] += 1
         response, items = interruption.response_id, interruption.items
+        self._transcript.truncated(tuple(item.item_id for item in items))
         cancel = response is not None and trigger != "provider_interrupted"
         if cancel:
             self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
@@ -606,9 +737,10 @@ class CallSession:
                 handle = self._resume_handle if self._caps.resume_handle and self._handle_resumable else None
                 history = self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
                 try:
-                    session = await self._connections.connect(
-                        self._provider_profile, history=history, resume_handle=handle
-                    )
+                    with self._traced_connect(attempt, resuming=True):
+                        session = await self._connections.connect(
+                            self._provider_profile, history=history, resume_handle=handle
+                        )
                 except Exception as exc:
                     error = _describe(exc)
                     self._record(ResumeAttemptFailed(attempt=attempt, error=error))
@@ -660,7 +792,10 @@ class CallSession:
             if attempt > 1:
                 await asyncio.sleep(self._config.backoff_s(attempt - 1))
             try:
-                return await self._connections.connect_owned(self._provider_profile, history=self._transcript.history())
+                with self._traced_connect(attempt, resuming=False):
+                    return await self._connections.connect_owned(
+                        self._provider_profile, history=self._transcript.history()
+                    )
             except ProviderError as exc:
                 error = exc
                 if not exc.retryable:
@@ -762,6 +897,15 @@ class CallSession:
 
     def _record(self, event: SessionEvent) -> None:
         self._events.append(event)
+        if self._trace is not None:
+            self._trace.on_event(event)
+
+    def _traced_connect(self, attempt: int, *, resuming: bool) -> contextlib.AbstractContextManager[None]:
+        return self._trace.connect(attempt, resuming=resuming) if self._trace is not None else contextlib.nullcontext()
+
+    @property
+    def trace(self) -> SessionTrace | None:
+        return self._trace
 
     def _error(self, where: str, exc: BaseException) -> None:
         self._errors += 1
@@ -788,6 +932,18 @@ class CallSession:
                     on_dropped=lambda _reason: self._turns.response_request_dropped(),
                 )
             )
+
+
+def _traced_latency(observer: LatencyObserver | None, trace: SessionTrace) -> LatencyObserver:
+    """The latency observer, with each turn's round trip also made the turn's span."""
+
+    def observe(kind: Literal["round_trip", "agent_audio_wait"], seconds: float) -> None:
+        if observer is not None:
+            observer(kind, seconds)
+        if kind == "round_trip":
+            trace.turn(seconds)
+
+    return observe
 
 
 def _start_failure_reason(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol
 
+from gateway.session.calltrace import tool_key
 from gateway.session.config import SessionConfig
 from gateway.session.control import CallControl
 from gateway.session.events import (
@@ -39,6 +41,7 @@ from gateway.session.events import (
     ToolResultUndelivered,
 )
 from gateway.session.tools import Tool, ToolActions, ToolError, ToolInvocation, ToolRegistry
+from gateway.tracing import CallTrace
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +124,11 @@ class _RunActions:
 
 
 class ToolRunner:
-    def __init__(self, host: ToolHost, registry: ToolRegistry, config: SessionConfig) -> None:
+    def __init__(
+        self, host: ToolHost, registry: ToolRegistry, config: SessionConfig, *, trace: CallTrace | None = None
+    ) -> None:
         self._host = host
+        self._trace = trace
         self._registry = registry
         self._config = config
         self.runs: dict[str, ToolRun] = {}
@@ -142,6 +148,11 @@ class ToolRunner:
     @property
     def foreground_running(self) -> int:
         return self._foreground
+
+    @property
+    def running(self) -> int:
+        """Tools running now, foreground and background (the no-input timer waits for them)."""
+        return self._foreground + self._background
 
     def request(self, call_id: str, name: str, arguments: str) -> None:
         """The provider asks for a tool call."""
@@ -257,9 +268,12 @@ class ToolRunner:
 
     async def _execute(self, run: ToolRun, tool: Tool, invocation: ToolInvocation, timeout_s: float) -> None:
         ok = False
+        # Under the call's tool span (gateway/session/calltrace.py): a webhook's HTTP span is its child.
+        active = self._trace.active(tool_key(run.call_id)) if self._trace is not None else contextlib.nullcontext()
         try:
             async with asyncio.timeout(timeout_s):
-                result: Any = await tool.run(invocation)
+                with active:
+                    result: Any = await tool.run(invocation)
             output = result if isinstance(result, str) else json.dumps(result)
             ok = True
         except TimeoutError:

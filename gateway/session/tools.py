@@ -1,5 +1,5 @@
 """Tools the agent may call: the Tool protocol, the registry that resolves a profile's tools, the built-ins
-(``hang_up``, ``transfer``, ``send_dtmf``) and HTTP webhook tools.
+(``hang_up``, ``transfer``, ``send_dtmf``, ``hold_caller``, ``resume_caller``) and HTTP webhook tools.
 
 A tool returns its output as text (JSON by convention). It raises :class:`ToolError` for a failure the agent
 should be told about; the session turns that, any other exception and a timeout into ``{"error": ...}`` output
@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
+from opentelemetry.trace import Status, StatusCode
 
 from gateway.providers.base import ToolSpec
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.control import CallControl
 from gateway.session.errors import ToolResolutionError
+from gateway.tracing import client_span
 
 _DTMF_DIGITS = re.compile(r"^[0-9*#A-Da-d]{1,32}$")
 
@@ -149,6 +151,34 @@ class SendDtmfTool:
         return _ok(status="sent", digits=digits.upper())
 
 
+class HoldTool:
+    """``hold_caller``: the caller is put on hold with the hold audio once the agent has finished speaking (the
+    agent keeps working; what it says meanwhile plays after the resume); ``resume_caller`` takes them off it."""
+
+    background_ok = False
+
+    def __init__(self, *, held: bool, drain_timeout_s: float) -> None:
+        self._held = held
+        self._drain_timeout_s = drain_timeout_s
+        description = (
+            "Put the caller on hold (they hear hold music and cannot hear you) while you work on something for "
+            "them. Tell them first. Call resume_caller to take them off hold."
+            if held
+            else "Take the caller off hold: they hear you again."
+        )
+        self.spec = ToolSpec(
+            name="hold_caller" if held else "resume_caller",
+            description=description,
+            parameters={"type": "object", "properties": {}},
+        )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        if self._held:
+            await invocation.actions.wait_agent_quiet(self._drain_timeout_s)
+        await invocation.actions.control.hold(self._held)
+        return _ok(status="held" if self._held else "resumed")
+
+
 class WebhookTool:
     """A tool served over HTTP (POST JSON); any non-2xx answer is a ToolError."""
 
@@ -171,12 +201,28 @@ class WebhookTool:
         }
         if config.context:
             body["context"] = dict(config.context)
+        url = httpx.URL(config.url)
         try:
             # httpx enforces its timeout in the network layer only; the outer bound covers everything.
-            async with asyncio.timeout(config.timeout_s):
-                response = await self._client.get().post(
-                    config.url, json=body, headers=headers, timeout=config.timeout_s
-                )
+            # The span (under the tool's, when the call is traced) puts its traceparent in the headers.
+            with client_span(
+                "POST",
+                headers,
+                {
+                    "http.request.method": "POST",
+                    "url.full": str(url.copy_with(query=None, fragment=None, username=None, password=None)),
+                    "server.address": url.host,
+                    "gateway.tool.name": config.name,
+                },
+            ) as span:
+                async with asyncio.timeout(config.timeout_s):
+                    response = await self._client.get().post(
+                        config.url, json=body, headers=headers, timeout=config.timeout_s
+                    )
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response.status_code)
+                    if not response.is_success:
+                        span.set_status(Status(StatusCode.ERROR, f"HTTP {response.status_code}"))
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ToolError(f"{config.name} timed out after {config.timeout_s:g} s") from exc
         except httpx.HTTPError as exc:
@@ -218,9 +264,11 @@ class ToolRegistry:
         *,
         webhooks: Iterable[WebhookToolConfig] = (),
         http_transport: httpx.AsyncBaseTransport | None = None,
+        opt_in: Iterable[str] = (),
     ) -> None:
         self._client = _SharedClient(http_transport)
         self._tools: dict[str, Tool] = {}
+        self._opt_in = frozenset(opt_in)  # offered only to profiles that name them
         for tool in [*tools, *(WebhookTool(config, self._client) for config in webhooks)]:
             if tool.spec.name in self._tools:
                 raise ToolResolutionError(f"two tools are named {tool.spec.name!r}")
@@ -239,8 +287,12 @@ class ToolRegistry:
             HangUpTool(drain_timeout_s=config.hangup_drain_timeout_s),
             TransferTool(allowed_targets=config.transfer_targets, drain_timeout_s=config.hangup_drain_timeout_s),
             SendDtmfTool(),
+            HoldTool(held=True, drain_timeout_s=config.hangup_drain_timeout_s),
+            HoldTool(held=False, drain_timeout_s=config.hangup_drain_timeout_s),
         ]
-        return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport)
+        # An agent holds callers only where its profile says so (tools = hold_caller, resume_caller).
+        opt_in = ("hold_caller", "resume_caller")
+        return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport, opt_in=opt_in)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -250,12 +302,12 @@ class ToolRegistry:
         return tuple(self._tools)
 
     def resolve(self, wanted: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
-        """The specs to offer the provider: every registered tool when ``wanted`` is empty, else exactly those
-        named, with the implementation's parameters (a profile's non-empty description wins). Raises
-        ToolResolutionError for unknown or repeated names."""
+        """The specs to offer the provider: every registered tool but the opt-in ones when ``wanted`` is empty,
+        else exactly those named, with the implementation's parameters (a profile's non-empty description wins).
+        Raises ToolResolutionError for unknown or repeated names."""
         wanted = tuple(wanted)
         if not wanted:
-            return tuple(tool.spec for tool in self._tools.values())
+            return tuple(tool.spec for name, tool in self._tools.items() if name not in self._opt_in)
         missing = [spec.name for spec in wanted if spec.name not in self._tools]
         if missing:
             raise ToolResolutionError(f"no implementation for tool(s): {', '.join(missing)}")

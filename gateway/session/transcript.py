@@ -26,6 +26,8 @@ class TranscriptEntry:
     arguments: str = ""
     output: str = ""
     at: float = 0.0
+    ended_at: float | None = None  # a message: when its speech ended (the agent's: played out, or cut)
+    truncated: bool = False  # the agent's message was cut by a barge-in: the caller heard only part of it
 
 
 @dataclass(slots=True, kw_only=True)
@@ -40,6 +42,18 @@ class _Entry:
     arguments: str = ""
     output: str = ""
     at: float = 0.0
+    ended_at: float | None = None  # a message: when its speech ended (the agent's: played out, or cut)
+    truncated: bool = False  # the agent's message was cut by a barge-in: the caller heard only part of it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DtmfEntry:
+    digit: str
+    direction: Literal["received", "sent"]
+    at: float
+
+
+DTMF_LOG_MAX = 256  # digits kept per call (a keypad left pressed cannot grow it without bound)
 
 
 class Transcript:
@@ -49,6 +63,8 @@ class Transcript:
         self._speech: dict[tuple[str, str], _Entry] = {}
         self._calls: set[str] = set()
         self._outputs: set[str] = set()
+        self._open: list[_Entry] = []  # speech items whose end is not known yet
+        self._dtmf: list[DtmfEntry] = []
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -56,7 +72,27 @@ class Transcript:
     def placeholder(self, role: Literal["user", "assistant"], item_id: str) -> None:
         """Reserve the position of an item whose text arrives later (caller transcription lags the reply)."""
         if item_id and (role, item_id) not in self._speech:
-            self._speech[(role, item_id)] = self._add(_Entry(kind="message", role=role, item_id=item_id, final=False))
+            entry = self._add(_Entry(kind="message", role=role, item_id=item_id, final=False))
+            self._speech[(role, item_id)] = entry
+            self._open.append(entry)
+
+    def ended(self, role: Literal["user", "assistant"], item_id: str = "") -> None:
+        """Speech ended now: the item ``item_id`` of ``role``, or (no id) every open item of ``role``."""
+        now = self._clock()
+        for entry in [e for e in self._open if e.role == role and (not item_id or e.item_id == item_id)]:
+            entry.ended_at = now
+            self._open.remove(entry)
+
+    def truncated(self, item_ids: tuple[str, ...]) -> None:
+        """A barge-in cut these agent items now (the text stays as the provider gave it)."""
+        now = self._clock()
+        for item_id in item_ids:
+            entry = self._speech.get(("assistant", item_id))
+            if entry is not None:
+                entry.truncated = True
+                entry.ended_at = now
+                if entry in self._open:
+                    self._open.remove(entry)
 
     def speech(self, role: Literal["user", "assistant"], item_id: str, text: str, *, final: bool) -> None:
         """A transcript delta (``final`` False, appended) or the item's whole text (``final`` True, replaces)."""
@@ -65,11 +101,15 @@ class Transcript:
             entry = self._add(_Entry(kind="message", role=role, item_id=item_id, final=False))
             if item_id:
                 self._speech[(role, item_id)] = entry
+            if entry.role == "assistant" or item_id:
+                self._open.append(entry)
         entry.text = text if final else entry.text + text
         entry.final = final
 
     def message(self, role: Literal["user", "assistant", "system"], text: str) -> None:
-        self._add(_Entry(kind="message", role=role, text=text))
+        """A whole message at once (a keypress, an injected text): it begins and ends now."""
+        entry = self._add(_Entry(kind="message", role=role, text=text))
+        entry.ended_at = entry.at
 
     def function_call(self, call_id: str, name: str, arguments: str) -> None:
         if call_id not in self._calls:
@@ -80,6 +120,14 @@ class Transcript:
         if call_id not in self._outputs:
             self._outputs.add(call_id)
             self._add(_Entry(kind="function_call_output", call_id=call_id, output=output))
+
+    def dtmf(self, digits: str, direction: Literal["received", "sent"]) -> None:
+        now = self._clock()
+        room = DTMF_LOG_MAX - len(self._dtmf)
+        self._dtmf.extend(DtmfEntry(digit=digit, direction=direction, at=now) for digit in digits[: max(0, room)])
+
+    def dtmf_log(self) -> tuple[DtmfEntry, ...]:
+        return tuple(self._dtmf)
 
     def entries(self) -> tuple[TranscriptEntry, ...]:
         return tuple(
@@ -94,6 +142,8 @@ class Transcript:
                 arguments=e.arguments,
                 output=e.output,
                 at=e.at,
+                ended_at=e.ended_at,
+                truncated=e.truncated,
             )
             for e in self._entries
         )

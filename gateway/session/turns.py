@@ -129,6 +129,15 @@ class Turns:
             self._interrupted_response = response
         return Interruption(response_id=response, items=items)
 
+    def response_for_hold(self) -> str | None:
+        """The running response a hold cancels (None: none runs, or it was cancelled already). Its delivered audio
+        stays queued and its later deltas are kept; a barge-in after the hold does not cancel it again."""
+        response = self.active_response
+        if response is None or response == self._interrupted_response:
+            return None
+        self._interrupted_response = response
+        return response
+
     def silence_agent(self) -> None:
         """Stop all agent audio without a barge-in (the connection is going away; its markers are forgotten)."""
         self.playout.interrupt(also_drop=self.active_response)

@@ -155,6 +155,15 @@ class ReinviteAnswered:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReinviteAcked:
+    """The ACK of our 2xx to a re-INVITE that came without an offer carries the peer's answer to the offer our
+    2xx made (RFC 3261 §14.2, RFC 3264 §8)."""
+
+    call: CallHandle
+    body: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReinviteFailed:
     """Our re-INVITE / UPDATE was refused; the session goes on unchanged (491: retry later)."""
 
@@ -315,6 +324,7 @@ SipEvent = (
     | OutboundCallFailed
     | ReinviteReceived
     | ReinviteAnswered
+    | ReinviteAcked
     | ReinviteFailed
     | SessionRefreshed
     | DtmfInfoReceived

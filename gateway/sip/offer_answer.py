@@ -17,6 +17,7 @@ States and inputs (anything else raises :class:`~gateway.sip.errors.LocalProtoco
     REOFFERED   take_answer(answer) -> NEGOTIATED   (Refused: back to the state before the re-offer)
     REOFFERED   update(offer)       -> NEGOTIATED   (our re-offer is dropped: see below)
     REOFFERED   offer()             -> REOFFERED    (our unanswered re-offer is replaced)
+    REOFFERED   offer_refused()     -> NEGOTIATED   (the peer refused our re-offer: the call goes on as it was)
 
 Rules followed, and why:
 
@@ -35,9 +36,9 @@ Rules followed, and why:
   its own side; our key changes only when the suite does, or when we rekey by ``offer(rekey=True)``. Moving a
   call between RTP and SRTP mid-call is refused (488).
 * Media addresses must be IP literals: a host name in ``c=`` would need a DNS lookup for every packet sent.
-* The SIP core answers a re-INVITE without an offer with our re-offer and absorbs the ACK that answers it, so
-  that answer may never reach us; a later offer from the peer, or a new re-offer of ours, therefore replaces a
-  re-offer still pending.
+* A re-INVITE without an offer is answered with our re-offer; the ACK carries the peer's answer (the SIP core's
+  ``ReinviteAcked``). An ACK without one (a broken peer) leaves the re-offer pending: a later offer from the
+  peer, or a new re-offer of ours, therefore replaces a re-offer still pending.
 
 Refusals are values, not exceptions: :class:`Refused` carries the status (488), a reason phrase naming the
 problem (the parser's line, the crypto line, the codec) and a short ``code`` for metrics and end reasons.
@@ -175,6 +176,7 @@ class OfferAnswer:
         self._port: int | None = None
         self._state = OfferAnswerState.IDLE
         self._wish: Direction = "sendrecv"
+        self._wish_before: Direction = "sendrecv"  # our wish before the re-offer pending, restored if it is refused
         self._media: NegotiatedMedia | None = None
         self._srtp: SrtpNegotiated | None = None
         self._remote: SessionDescription | None = None
@@ -262,6 +264,8 @@ class OfferAnswer:
         (``sendonly`` to hold the peer, ``sendrecv`` to resume); None keeps it."""
         self._expect("make an offer", OfferAnswerState.IDLE, OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
         address, port = self._bound()
+        if self._state is OfferAnswerState.NEGOTIATED:
+            self._wish_before = self._wish
         if direction is not None:
             self._wish = direction
         if self._state is OfferAnswerState.IDLE:
@@ -302,6 +306,14 @@ class OfferAnswer:
         self._pending = None
         self._state = OfferAnswerState.NEGOTIATED
         return Answered(media=media, srtp=srtp, rekeyed=rekeyed, changed=before != (media, srtp))
+
+    def offer_refused(self) -> None:
+        """The peer refused our re-offer (a non-2xx to our re-INVITE): the call goes on as negotiated, with our
+        wish as it was before the re-offer (a refused hold is no hold; a refused resume leaves the hold)."""
+        self._expect("drop a refused re-offer", OfferAnswerState.REOFFERED)
+        self._pending = None
+        self._state = OfferAnswerState.NEGOTIATED
+        self._wish = self._wish_before
 
     # -------------------------------------------------------------------------------------------- inside
 

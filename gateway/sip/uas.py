@@ -9,7 +9,8 @@ answered by their transaction) -> method (501 unknown, 405 known but not allowed
     INVITE (re-)       491 on glare with ours, 500 + Retry-After while one of theirs is pending;
                        else ReinviteReceived (the application answers)
     UPDATE             same glare rules; with a body -> ReinviteReceived, without -> 200 (a refresh)
-    ACK                for our 2xx: CallEstablished (or completes a re-INVITE); others are absorbed
+    ACK                for our 2xx: CallEstablished, or completes a re-INVITE (ReinviteAcked when it carries the
+                       answer to the offer of our 2xx); others are absorbed
     CANCEL             matched to the INVITE by branch (481 if none); 200, then 487 for the INVITE if it
                        has no final response yet (CallCancelled + CallEnded); after a 2xx: only the 200
     BYE                200, CallEnded(by="remote"); 487 to an INVITE or re-INVITE still pending
@@ -35,6 +36,7 @@ from .events import (
     CallOffered,
     DtmfInfoReceived,
     OptionsReceived,
+    ReinviteAcked,
     ReinviteReceived,
     SessionRefreshed,
     TransferDeclined,
@@ -179,6 +181,8 @@ def _ack(core: Core, request: SipRequest, now: float) -> None:
             call.bye_pending = None
             send_bye(core, call, now)
             core.end_call(call, reason=reason, by="local")
+    elif call.state is CallState.CONFIRMED and request.body and not call.end_reported:
+        core.emit(ReinviteAcked(call=call.handle, body=request.body))
 
 
 def _cancel(core: Core, request: SipRequest, source: Address, transport: str, now: float) -> None:

@@ -54,8 +54,8 @@ TRANSITIONS: dict[LegState, frozenset[LegState]] = {
     LegState.ENDED: frozenset(),
 }
 
-#: What the fleet's snapshots call each state (a held call is up: the control plane shows it active).
-SNAPSHOT_STATE: dict[LegState, str] = {state: state.value for state in LegState} | {LegState.HELD: "active"}
+#: What the fleet's snapshots call each state (held included: GET /v1/calls/{id} shows a held call as such).
+SNAPSHOT_STATE: dict[LegState, str] = {state: state.value for state in LegState}
 
 
 class LegStateError(RuntimeError):
@@ -85,6 +85,11 @@ class Leg(Protocol):
 
     def send_dtmf(self, digits: str) -> None:
         """Play digits to the caller; CommandRejectedError or LocalMediaError when the call cannot."""
+        ...
+
+    def hold(self, held: bool) -> None:
+        """Put the caller on hold (hold audio) or take them off it; CommandRejectedError when this call cannot be
+        (not answered, held already or by the caller, a hold pending, a browser call)."""
         ...
 
     def transfer(self, target: str) -> None:

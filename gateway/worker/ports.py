@@ -111,6 +111,11 @@ class SipSignalling:
         self.endpoint.answer_reinvite(call, self.now(), body=body)
         self.transport.pump()
 
+    def reinvite(self, call: CallHandle, body: bytes) -> None:
+        """Our re-INVITE with a new offer (hold: a=sendonly; resume: a=sendrecv)."""
+        self.endpoint.reinvite(call, self.now(), body=body)
+        self.transport.pump()
+
     def reject_reinvite(self, call: CallHandle, status: int, reason: str | None = None) -> None:
         self.endpoint.reject_reinvite(call, self.now(), status=status, reason=reason)
         self.transport.pump()

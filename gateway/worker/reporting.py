@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, ToolCallLine, TranscriptLine
+from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, DtmfLine, ToolCallLine, TranscriptLine
 from gateway.fleet.mos import estimate_mos
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
@@ -78,6 +78,7 @@ def session_fields(session: CallSession | None) -> dict[str, Any]:
         "resumes": stats.resumes,
         "tool_calls": stats.tool_calls,
         "agent_audio_gaps": stats.agent_audio_gaps,
+        "handoffs": session.handoffs,
     }
 
 
@@ -97,9 +98,26 @@ def transcript_of(session: CallSession | None, *, ended: bool = False) -> list[T
     said = said[:TRANSCRIPT_MAX] if ended else said[-TRANSCRIPT_TAIL:]
     began = session.started_at
     return [
-        TranscriptLine(role=entry.role, text=entry.text, start_s=max(0.0, entry.at - began) if entry.at else None)
+        TranscriptLine(
+            role=entry.role,
+            text=entry.text,
+            start_s=max(0.0, entry.at - began) if entry.at else None,
+            end_s=max(0.0, entry.ended_at - began) if entry.ended_at is not None else None,
+            truncated=entry.truncated,
+        )
         for entry in said
     ]
+
+
+def dtmf_of(session: CallSession | None) -> tuple[str, list[DtmfLine]]:
+    """The digits the caller sent (the record's ``dtmf``) and every digit received or sent, with its time."""
+    if session is None:
+        return "", []
+    log = session.dtmf_log
+    began = session.started_at
+    received = "".join(entry.digit for entry in log if entry.direction == "received")
+    lines = [DtmfLine(digit=e.digit, direction=e.direction, at_s=max(0.0, e.at - began)) for e in log]
+    return received[:256], lines
 
 
 def tools_of(session: CallSession | None) -> list[ToolCallLine]:
@@ -159,8 +177,10 @@ def build_snapshot(
     srtp: str = "",
     transport: str = "",
     context: CallContext | None = None,
+    trace_id: str = "",
 ) -> CallSnapshot:
     end = ended or time.time()
+    dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
     return CallSnapshot.model_validate(
         {
             "id": call_id,
@@ -185,5 +205,8 @@ def build_snapshot(
             "transcript": transcript_of(session, ended=state == "ended"),
             "tools": tools_of(session) if state == "ended" else [],
             "context": CallContextModel.of(context) if context is not None else None,
+            "trace_id": trace_id,
+            "dtmf": dtmf,
+            "dtmf_events": dtmf_events,
         }
     )

@@ -36,7 +36,6 @@ from gateway.fleet.models import (
 )
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
-from gateway.media.srtp import SrtpConfig
 from gateway.observability import (
     ACTIVE_CALLS,
     CALL_SETUP_SECONDS,
@@ -57,6 +56,9 @@ from gateway.sip.events import (
     DtmfInfoReceived,
     OutboundCallAnswered,
     OutboundCallFailed,
+    ReinviteAcked,
+    ReinviteAnswered,
+    ReinviteFailed,
     ReinviteReceived,
     SipEvent,
     SourceBlocked,
@@ -66,6 +68,7 @@ from gateway.sip.events import (
 from gateway.sip.headers import reason_value
 from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
 from gateway.sip.sdes import SrtpNegotiated
+from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
 from gateway.worker.edge import EdgeReporter
@@ -74,6 +77,7 @@ from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
+from gateway.worker.sip_midcall import MidCall, srtp_config
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +96,6 @@ def _offer_answer(settings: MediaSettings) -> OfferAnswer:
     from ``os.urandom`` (the sans-I/O core takes them injected)."""
     policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
     return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
-
-
-def _srtp_config(srtp: SrtpNegotiated | None) -> SrtpConfig | None:
-    if srtp is None:
-        return None
-    return SrtpConfig(
-        suite=srtp.suite, local_key=srtp.local_key, remote_key=srtp.remote_key, replay_window=srtp.replay_window or 0
-    )
 
 
 class SipCalls:
@@ -130,6 +126,7 @@ class SipCalls:
         self._trunk_credentials = trunk_credentials
         self.closing = False  # the worker is shutting down: no new calls
         self.by_handle: dict[CallHandle, CallLeg] = {}
+        self.midcall = MidCall(signalling=signalling, engine=plant.engine, costs=costs, report=self._report_later)
         # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
         self.rtp_in_done = 0
         self.rtp_out_done = 0
@@ -159,7 +156,13 @@ class SipCalls:
                 if leg.session is not None:
                     leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
             elif isinstance(event, ReinviteReceived):
-                self._reinvite(leg, event)
+                self.midcall.reinvite_received(leg, event)
+            elif isinstance(event, ReinviteAnswered):
+                self.midcall.reinvite_answered(leg, event)
+            elif isinstance(event, ReinviteAcked):
+                self.midcall.reinvite_acked(leg, event)
+            elif isinstance(event, ReinviteFailed):
+                self.midcall.reinvite_failed(leg, event)
             elif isinstance(event, TransferProgressed):
                 leg.transfer_seen_progress = True
                 if event.final and leg.referral is not None and not leg.referral.done():
@@ -197,9 +200,12 @@ class SipCalls:
             owner=self,
         )
         SIP_CALLS_TOTAL.labels(self._host.id, event.transport, "inbound").inc()
+        leg.trace = _call_trace(leg)
+        leg.trace.start("setup", "call.setup")
         self._legs.add(leg)
         self.by_handle[event.call] = leg
-        leg.task = self._host.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
+        with leg.trace.active():  # the call's task (and the session's, made in it) log under its trace
+            leg.task = self._host.spawn(self._run_inbound(leg, event), name=f"call-{leg.id}")
 
     def _reject(
         self,
@@ -252,6 +258,9 @@ class SipCalls:
             call_id=leg.id,
             cost=leg.cost,
             invite=invite,
+            traceparent=traceparent_of(leg.trace.start("admit", "call.admit", parent="setup"))
+            if leg.trace is not None
+            else "",
         )
         ringing = asyncio.get_running_loop().call_later(RING_AFTER_S, self._ring, leg)
         try:
@@ -278,6 +287,8 @@ class SipCalls:
             decision = await self._admit(
                 leg, called=user_part(event.to_uri), caller=user_part(event.from_uri), invite=InviteFacts.of(event)
             )
+            if leg.trace is not None:
+                leg.trace.end("admit", {"gateway.admission.accepted": decision.accepted}, error=decision.code)
             if leg.state is not LegState.ADMITTED:  # cancelled or hung up while the control plane decided
                 return
             if not decision.accepted:
@@ -306,6 +317,8 @@ class SipCalls:
             self._signalling.answer(leg.sip, leg.sdp.local.to_bytes())
             move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
+            if leg.trace is not None:
+                leg.trace.end("setup", {"gateway.route": leg.route, "gateway.codec": self._codec(leg)})
             CALL_SETUP_SECONDS.labels(self._host.id).observe(time.monotonic() - leg.started_mono)
             ACTIVE_CALLS.labels(self._host.id).inc()
             log.info(
@@ -382,7 +395,7 @@ class SipCalls:
             direction=negotiated.direction,
             latch_any_source=not self._media_settings.rtp_strict_source,
             jitter=self._media_settings.jitter_config,
-            srtp=_srtp_config(srtp),
+            srtp=srtp_config(srtp),
         )
         now = self._plant.now()
         self._plant.engine.add_call(config, now=now)
@@ -403,44 +416,6 @@ class SipCalls:
             return
         if not self._take_answer(leg, event.body):  # a late offer: the ACK carries the caller's answer to ours
             self.end(leg, "bad_sdp")
-
-    def _reinvite(self, leg: CallLeg, event: ReinviteReceived) -> None:
-        """A re-INVITE or UPDATE: hold, resume, rekey, a new address or a refresh; or, without a body, our
-        re-offer. A refused re-offer leaves the call as it was."""
-        assert leg.sip is not None
-        sdp = leg.sdp
-        taking = (OfferAnswerState.NEGOTIATED, OfferAnswerState.REOFFERED)
-        if leg.rtp is None or sdp is None or sdp.state not in taking:
-            self._signalling.reject_reinvite(leg.sip, 488)
-            return
-        if not event.body:
-            self._signalling.answer_reinvite(leg.sip, sdp.offer().to_bytes())
-            return
-        result = sdp.update(event.body)
-        if isinstance(result, Refused):
-            log.info("call %s: re-INVITE refused: %s", leg.id, result.reason)
-            self._signalling.reject_reinvite(leg.sip, result.status, result.reason)
-            return
-        negotiated = result.media
-        if leg.media_added:
-            self._plant.engine.set_direction(leg.id, negotiated.direction)
-            if not negotiated.on_hold:
-                self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
-            config = _srtp_config(result.srtp)
-            if config is not None and result.rekeyed:  # RFC 4568 §7.1.4: the changed side rekeys
-                self._plant.engine.set_srtp(leg.id, config)
-        leg.cost = leg.agent_cost + self._costs.call_cost(negotiated.codec_name, srtp=result.srtp is not None)
-        self._hold_state(leg, held=negotiated.on_hold or negotiated.direction in ("sendonly", "inactive"))
-        assert sdp.local is not None
-        self._signalling.answer_reinvite(leg.sip, sdp.local.to_bytes())
-
-    @staticmethod
-    def _hold_state(leg: CallLeg, *, held: bool) -> None:
-        """ACTIVE <-> HELD as the far end puts the call on hold (RFC 3264 §8.4) or takes it off."""
-        if held and leg.state is LegState.ACTIVE:
-            move(leg, LegState.HELD)
-        elif not held and leg.state is LegState.HELD:
-            move(leg, LegState.ACTIVE)
 
     def _take_answer(self, leg: CallLeg, body: bytes) -> bool:
         """The remote's answer to our offer, then the call's media; False when it cannot be used."""
@@ -494,6 +469,7 @@ class SipCalls:
             control=SipCallControl(leg),
             config=config,
             on_latency=latency_observer(self._host.id, model.name),
+            trace=leg.trace,
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
@@ -556,6 +532,8 @@ class SipCalls:
         if was_active:
             ACTIVE_CALLS.labels(self._host.id).dec()
         CALLS_TOTAL.labels(self._host.id, leg.end_reason).inc()
+        if leg.trace is not None:
+            leg.trace.close(end_reason=leg.end_reason)
         media = leg.last_media
         if media is None:
             log.info("call %s ended: %s", leg.id, leg.end_reason)
@@ -608,6 +586,8 @@ class SipCalls:
         if not leg.media_added:
             raise LocalMediaError("the call has no media yet")
         self._plant.engine.send_dtmf(leg.id, digits)
+        if leg.session is not None:
+            leg.session.dtmf_sent(digits)
 
     def refer_leg(self, leg: CallLeg, target: str) -> None:
         assert leg.sip is not None
@@ -616,6 +596,10 @@ class SipCalls:
             host = leg.source.rsplit(":", 1)[0] if leg.source else self._sip_settings.sip_host
             uri = f"sip:{target}@{host}"
         self._signalling.refer(leg.sip, uri)
+
+    def start_hold(self, leg: CallLeg, held: bool) -> None:
+        """The ops API's (or the agent's) hold: :meth:`MidCall.start_hold`."""
+        self.midcall.start_hold(leg, held)
 
     def start_transfer(self, leg: CallLeg, target: str) -> None:
         """The ops API's blind transfer: runs in the background (:meth:`transfer_and_end`)."""
@@ -650,6 +634,8 @@ class SipCalls:
                 return
             move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
+            if leg.trace is not None:
+                leg.trace.end("setup", {"gateway.codec": self._codec(leg)})
             ACTIVE_CALLS.labels(self._host.id).inc()
             await self._report("call.updated", leg)
             await self._run_session(leg)
@@ -706,7 +692,11 @@ class SipCalls:
             srtp=srtp.suite if (srtp := self._srtp(leg)) is not None else "",
             transport=leg.transport,
             context=leg.context,
+            trace_id=leg.trace.trace_id if leg.trace is not None else "",
         )
+
+    def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:
+        self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
 
     async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
         if self._host.link is None:
@@ -761,11 +751,20 @@ class SipCalls:
             raise caused(CommandRejectedError(str(exc)), exc)  # noqa: B904
         leg.transport = self._signalling.transport_of(leg.sip)
         SIP_CALLS_TOTAL.labels(self._host.id, leg.transport, "outbound").inc()
+        leg.trace = _call_trace(leg, parent=admission.traceparent)
+        leg.trace.start("setup", "call.setup")
         self._legs.add(leg)
         self.by_handle[leg.sip] = leg
         move(leg, LegState.RINGING)
-        leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
+        with leg.trace.active():
+            leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
         return leg.id
+
+
+def _call_trace(leg: CallLeg, *, parent: str = "") -> CallTrace:
+    """The call's root span on this worker (under the control plane's, for a call it originated)."""
+    attributes = {"gateway.call.direction": leg.direction, "gateway.call.kind": "sip", "gateway.route": leg.route}
+    return CallTrace(leg.id, "call", parent=parent, attributes=attributes)
 
 
 def _inbound_context(leg: CallLeg, event: CallOffered, profile: ProfileModel) -> CallContext:

@@ -25,6 +25,7 @@ from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import CallHandle
 from gateway.sip.offer_answer import OfferAnswer
 from gateway.sip.sdp import NegotiatedMedia
+from gateway.tracing import CallTrace
 from gateway.transport.rtp_socket import RtpEndpoint
 from gateway.worker.legs import LegKind, LegState
 
@@ -44,6 +45,8 @@ class SipLegOwner(Protocol):
     def refer_leg(self, leg: CallLeg, target: str) -> None: ...
 
     def start_transfer(self, leg: CallLeg, target: str) -> None: ...
+
+    def start_hold(self, leg: CallLeg, held: bool) -> None: ...
 
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot: ...
 
@@ -67,6 +70,7 @@ class CallLeg:
     rtp: RtpEndpoint | None = None
     sdp: OfferAnswer | None = None  # the call's offer/answer: codec, direction, SRTP keys, our o= line
     session: CallSession | None = None
+    trace: CallTrace | None = None  # the call's spans on this worker (gateway/tracing.py)
     media_added: bool = False
     last_media: MediaStats | None = None
     started_wall: float = field(default_factory=time.time)
@@ -77,6 +81,7 @@ class CallLeg:
     task: asyncio.Task[None] | None = None
     referral: asyncio.Future[TransferOutcome] | None = None  # our REFER's outcome, while it is pending
     transfer_seen_progress: bool = False
+    hold_pending: bool | None = None  # our re-INVITE that holds (True) or resumes (False) awaits its answer
     answered: asyncio.Future[bool] | None = None  # outbound: resolved on answer / failure
     levels: deque[float] = field(default_factory=lambda: deque(maxlen=120))
     last_level: float | None = None
@@ -106,6 +111,9 @@ class CallLeg:
     def transfer(self, target: str) -> None:
         self.owner.start_transfer(self, target)
 
+    def hold(self, held: bool) -> None:
+        self.owner.start_hold(self, held)
+
 
 class SipCallControl:
     """The session's CallControl of a SIP call, over the leg's owner (SipCalls: the SIP endpoint, the media tick).
@@ -128,6 +136,12 @@ class SipCallControl:
         if leg is None:
             raise LocalMediaError("the call has ended")
         leg.owner.send_dtmf_leg(leg, digits)
+
+    async def hold(self, held: bool) -> None:
+        leg = self._leg_ref()
+        if leg is None:
+            raise LocalMediaError("the call has ended")
+        leg.owner.start_hold(leg, held)
 
     async def transfer(self, target: str) -> TransferOutcome:
         leg = self._leg_ref()

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import math
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
@@ -551,15 +553,58 @@ class SessionSettings(_Slice):
         "interim output).",
     )
 
+    hold_audio_file: str = Field(
+        default="",
+        max_length=4096,
+        description="A WAV file (mono PCM16; 8, 16, 24 or 48 kHz) looped to a caller the gateway puts on hold "
+        "(`POST /v1/calls/{id}/hold`); empty: a soft 400 Hz tone, 400 ms every 2 s. Read once, at start-up.",
+    )
+
+    @field_validator("hold_audio_file")
+    @classmethod
+    def _readable_hold_audio(cls, value: str) -> str:
+        if value:
+            load_hold_audio(value)  # a file that cannot be played is refused at start-up, not at the first hold
+        return value
+
     def session_config(self) -> SessionConfig:
         from gateway.session.config import SessionConfig
 
         return SessionConfig(
+            hold_audio=load_hold_audio(self.hold_audio_file) if self.hold_audio_file else b"",
             tool_grace_s=self.tool_grace_s,
             inbound_chunk_ms=self.provider_chunk_ms,
             inbound_quiet_chunk_ms=self.provider_quiet_chunk_ms,
             inbound_quiet_after_ms=self.provider_quiet_after_ms,
         )
+
+
+@functools.lru_cache(maxsize=4)
+def load_hold_audio(path: str) -> bytes:
+    """The hold audio as 24 kHz PCM16 LE (the session's frame format); ValueError naming what is wrong."""
+    import wave
+
+    import numpy as np
+    from scipy.signal import resample_poly
+
+    try:
+        with wave.open(path, "rb") as wav:
+            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
+            data = wav.readframes(wav.getnframes())
+    except (OSError, EOFError, wave.Error) as exc:
+        raise ValueError(f"GATEWAY_HOLD_AUDIO_FILE {path!r}: {exc}") from exc
+    if channels != 1 or width != 2 or rate not in (8000, 16000, 24000, 48000):
+        raise ValueError(
+            f"GATEWAY_HOLD_AUDIO_FILE {path!r}: need mono 16-bit PCM at 8, 16, 24 or 48 kHz, "
+            f"got {channels} channel(s), {8 * width}-bit, {rate} Hz"
+        )
+    samples = np.frombuffer(data, dtype="<i2")
+    if rate != 24000:
+        resampled = resample_poly(
+            samples.astype(np.float64), 24000 // math.gcd(24000, rate), rate // math.gcd(24000, rate)
+        )
+        samples = np.clip(np.round(resampled), -32768, 32767).astype("<i2")
+    return samples.tobytes()
 
 
 class DrainSettings(_Slice):

@@ -42,6 +42,7 @@ from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext, context_of_page, render
 from gateway.tasks import TaskSet
+from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.webrtc import (
     CallRefusedError,
     OfferError,
@@ -152,6 +153,7 @@ class WebRtcLeg:
     state: LegState = LegState.ADMITTED
     peer: WebRtcPeer | None = None
     session: CallSession | None = None
+    trace: CallTrace | None = None  # the call's spans on this worker (gateway/tracing.py)
     started_wall: float = field(default_factory=time.time)
     started_mono: float = field(default_factory=time.monotonic)
     answered_wall: float | None = None
@@ -183,6 +185,9 @@ class WebRtcLeg:
 
     def transfer(self, target: str) -> None:
         raise CommandRejectedError("a browser call cannot be transferred")
+
+    def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
 
     def receive_fields(self) -> dict[str, int]:
         """What the gateway's own receive path did to the caller's audio (nothing when aiortc decodes it)."""
@@ -221,6 +226,9 @@ class WebRtcCallControl:
 
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
+
+    async def hold(self, held: bool) -> None:
+        raise CommandRejectedError("a browser call cannot be put on hold")
 
 
 class WebRtcCalls:
@@ -283,6 +291,10 @@ class WebRtcCalls:
             id=f"w-{secrets.token_hex(6)}", client=client, owner=self, cost=self._cost, metadata=dict(metadata or {})
         )
         self.legs.add(leg)  # counts against the limit from now on
+        leg.trace = CallTrace(
+            leg.id, "call", attributes={"gateway.call.direction": "inbound", "gateway.call.kind": "webrtc"}
+        )
+        leg.trace.start("setup", "call.setup")
         try:
             await self._admit(leg, route=route, public=public)
             leg.peer = WebRtcPeer(
@@ -306,7 +318,9 @@ class WebRtcCalls:
             raise
         if leg.state is LegState.ADMITTED:  # (a hang-up meanwhile left it ending: its task finishes it at once)
             move(leg, LegState.RINGING)
-        leg.task = self._spawn(self._run(leg), name=f"call-{leg.id}")
+        leg.trace.end("setup", {"gateway.route": leg.route})
+        with leg.trace.active():  # the call's task (and its session's) log under its trace
+            leg.task = self._spawn(self._run(leg), name=f"call-{leg.id}")
         await self._report("call.started", leg)
         log.info("browser call %s from %s: answered (route %s)", leg.id, client or "?", leg.route)
         return WebRtcAnswer(sdp=answer, call_id=leg.id)
@@ -329,12 +343,16 @@ class WebRtcCalls:
             public=public,
             cost=leg.cost,
             metadata=dict(leg.metadata),
+            traceparent=traceparent_of(leg.trace.start("admit", "call.admit", parent="setup")) if leg.trace else "",
         )
         try:
             decision = await worker.link.admit(request)
         except Exception as exc:
             log.warning("admission for %s failed: %s", leg.id, exc)
             raise CallRefusedError(503, "no_control", "control plane unreachable", retry_after_s=5) from None
+        finally:
+            if leg.trace is not None:
+                leg.trace.end("admit")
         if not decision.accepted:
             raise CallRefusedError(
                 decision.status,
@@ -407,6 +425,7 @@ class WebRtcCalls:
             control=WebRtcCallControl(leg),
             config=worker.session_config,
             on_latency=latency_observer(worker.id, model.name),
+            trace=leg.trace,
         )
 
     async def _run(self, leg: WebRtcLeg) -> None:
@@ -502,6 +521,8 @@ class WebRtcCalls:
         if was_active:
             ACTIVE_CALLS.labels(worker_label).dec()
         CALLS_TOTAL.labels(worker_label, leg.end_reason).inc()
+        if leg.trace is not None:
+            leg.trace.close(end_reason=leg.end_reason)
         log.info("browser call %s ended: %s", leg.id, leg.end_reason)
         self._host.counters.call_ended(leg.id, leg.figures())
         if report:
@@ -524,6 +545,8 @@ class WebRtcCalls:
     def send_dtmf_leg(self, leg: WebRtcLeg, digits: str) -> None:
         if leg.peer is None or not leg.peer.send_message({"type": "dtmf", "digits": digits}):
             raise CommandRejectedError("the browser's control channel is not open")
+        if leg.session is not None:
+            leg.session.dtmf_sent(digits)
 
     # ----------------------------------------------------------------------------------- reporting
 
@@ -564,6 +587,7 @@ class WebRtcCalls:
             stats=stats,
             session=leg.session,
             context=leg.context,
+            trace_id=leg.trace.trace_id if leg.trace is not None else "",
         )
 
     async def snapshot(self) -> list[CallSnapshot]:

@@ -455,6 +455,9 @@ class MediaWorker:
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         self.legs.find(call_id).send_dtmf(digits)
 
+    async def hold(self, call_id: str, held: bool) -> None:
+        self.legs.find(call_id).hold(held)
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control of the call's session (gateway/worker/agent_control.py)."""
         await command_session(self.legs.find(call_id), command)

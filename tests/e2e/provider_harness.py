@@ -128,7 +128,14 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string literal is a valid TOML basic string
 
 
-def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = (), audio_format: str = "pcm24k") -> Path:
+def write_config(
+    path: Path,
+    *,
+    tools: tuple[WebhookToolSpec, ...] = (),
+    audio_format: str = "pcm24k",
+    profile_lines: tuple[str, ...] = (),
+) -> Path:
+    """The routes file: one route to one openai profile; ``profile_lines`` are more TOML lines of the profile."""
     lines = [
         "[[routes]]",
         'name = "all"',
@@ -139,6 +146,7 @@ def write_config(path: Path, *, tools: tuple[WebhookToolSpec, ...] = (), audio_f
         'provider = "openai"',
         'instructions = "You are a test agent."',
         f"audio_format = {_toml_string(audio_format)}",
+        *profile_lines,
     ]
     for tool in tools:
         lines += [
@@ -161,8 +169,11 @@ async def start_gateway_on_fake(
     tools: tuple[WebhookToolSpec, ...] = (),
     audio_format: str = "pcm24k",
     env: dict[str, str] | None = None,
+    profile_lines: tuple[str, ...] = (),
 ) -> GatewayProcess:
-    config = write_config(tmp_path / "gateway.toml", tools=tools, audio_format=audio_format)
+    config = write_config(
+        tmp_path / "gateway.toml", tools=tools, audio_format=audio_format, profile_lines=profile_lines
+    )
     return await start_gateway(
         procs,
         env={

@@ -48,6 +48,9 @@ class _Control:
     async def send_dtmf(self, digits: str) -> None:
         return None
 
+    async def hold(self, held: bool) -> None:
+        return None
+
 
 def expected_heard(jobs: list[str], audio_end_ms: int) -> str:
     """The fake speaks each flushed text in turn (a 30 ms lead before the first only); a word counts as heard

@@ -60,6 +60,8 @@ class PjsuaPhone:
         dtmf: Sequence[tuple[float, str]] = (),
         hangup_after: float | None = None,
         hangup_on_eof: bool = False,
+        hold_at: float | None = None,
+        unhold_at: float | None = None,
         max_seconds: float = 30.0,
         codecs: Sequence[str] = ("PCMU", "PCMA"),
         clock_rate: int = 8000,
@@ -142,6 +144,10 @@ class PjsuaPhone:
             self._argv.append("--dtmf=" + ",".join(f"{digits}@{at}" for at, digits in dtmf))
         if hangup_after is not None:
             self._argv.append(f"--hangup-after={hangup_after}")
+        if hold_at is not None:
+            self._argv.append(f"--hold-at={hold_at}")
+        if unhold_at is not None:
+            self._argv.append(f"--unhold-at={unhold_at}")
         if hangup_on_eof:
             self._argv.append("--hangup-on-eof")
 

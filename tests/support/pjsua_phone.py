@@ -6,11 +6,14 @@ recorded WAV header) and `os._exit`.
 
 Caller mode dials `--uri`; callee mode answers the first incoming call with 200. During the call it plays
 `--play` into the call (WAV, no loop), records what it hears to `--record`, sends RFC 4733 DTMF digits at
-the given times after the call is confirmed (`--dtmf 1@0.5,2@0.8`), and hangs up after `--hangup-after`
+the given times after the call is confirmed (`--dtmf 1@0.5,2@0.8`), puts the call on hold and takes it off
+(`--hold-at`, `--unhold-at`: re-INVITEs with a=sendonly, then a=sendrecv), and hangs up after `--hangup-after`
 seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
 
 It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
-ready, call_state, media_active, dtmf_sent, dtmf_received, player_eof, done. PJSIP's own log goes to
+ready, call_state, media_active, media_state (every media update: status, the direction we were offered),
+hold_sent, unhold_sent (with rx_packets: the RTP packets the call's stream had received), dtmf_sent, dtmf_received,
+player_eof, done. PJSIP's own log goes to
 `--log`. Everything listens on 127.0.0.1 only; a null sound device keeps it off the audio hardware.
 
 SIP over TLS: `--tls-port` adds PJSIP's TLS transport there (`--tls-cert`/`--tls-key` for what it serves,
@@ -86,23 +89,48 @@ class PhoneCall(pj.Call):  # type: ignore[misc]
     def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:
         info = self.getInfo()
         for index, media in enumerate(info.media):
-            if media.type != pj.PJMEDIA_TYPE_AUDIO or media.status != pj.PJSUA_CALL_MEDIA_ACTIVE:
+            if media.type != pj.PJMEDIA_TYPE_AUDIO:
+                continue
+            emit("media_state", status=int(media.status), dir=int(media.dir), rx_packets=rx_packets(self, index))
+            # On hold too: a port left unconnected is not clocked, so the WAV would stop playing (a held phone
+            # sends on) and the recording would lose the time of the hold.
+            live = (pj.PJSUA_CALL_MEDIA_ACTIVE, pj.PJSUA_CALL_MEDIA_LOCAL_HOLD, pj.PJSUA_CALL_MEDIA_REMOTE_HOLD)
+            if media.status not in live:
                 continue
             audio = self.getAudioMedia(index)
             stream = self.getStreamInfo(index)
-            emit("media_active", codec=stream.codecName, clock_rate=int(stream.codecClockRate))
             phone, args = self.phone, self.phone.args
+            if media.status == pj.PJSUA_CALL_MEDIA_ACTIVE:
+                emit("media_active", codec=stream.codecName, clock_rate=int(stream.codecClockRate))
             if args.record and phone.recorder is None:
                 phone.recorder = pj.AudioMediaRecorder()
                 phone.recorder.createRecorder(args.record)
-                audio.startTransmit(phone.recorder)
             if args.play and phone.player is None:
                 phone.player = Player()
                 phone.player.createPlayer(args.play, pj.PJMEDIA_FILE_NO_LOOP)
+            # A re-INVITE may give the call a new conference port: connect again (connecting twice is harmless).
+            if phone.recorder is not None:
+                audio.startTransmit(phone.recorder)
+            if phone.player is not None:
                 phone.player.startTransmit(audio)
 
     def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:
         emit("dtmf_received", digit=prm.digit, method=int(prm.method))
+
+
+def rx_packets(call: pj.Call, index: int) -> int | None:
+    """RTP packets the call's audio stream has received (None while it has no stream)."""
+    try:
+        return int(call.getStreamStat(index).rtcp.rxStat.pkt)
+    except pj.Error:
+        return None
+
+
+def audio_index(call: pj.Call) -> int:
+    for index, media in enumerate(call.getInfo().media):
+        if media.type == pj.PJMEDIA_TYPE_AUDIO:
+            return index
+    return 0
 
 
 class PhoneAccount(pj.Account):  # type: ignore[misc]
@@ -211,6 +239,10 @@ def run(args: argparse.Namespace) -> int:
         phone.call.makeCall(args.uri, call_op)
 
     dtmf_plan = parse_dtmf_plan(args.dtmf)
+    hold_plan = sorted(
+        [(at, "hold") for at in [args.hold_at] if at is not None]
+        + [(at, "unhold") for at in [args.unhold_at] if at is not None]
+    )
     deadline = _started + args.max_seconds
     hangup_sent = False
     reason = "disconnected"
@@ -236,6 +268,16 @@ def run(args: argparse.Namespace) -> int:
                 send.method = pj.PJSUA_DTMF_METHOD_RFC2833
                 call.sendDtmf(send)
                 emit("dtmf_sent", digits=digits)
+            while hold_plan and hold_plan[0][0] <= elapsed:
+                _, what = hold_plan.pop(0)
+                received = rx_packets(call, audio_index(call))
+                if what == "hold":
+                    call.setHold(pj.CallOpParam(True))
+                else:
+                    unhold = pj.CallOpParam(True)
+                    unhold.opt.flag = pj.PJSUA_CALL_UNHOLD
+                    call.reinvite(unhold)
+                emit(f"{what}_sent", rx_packets=received)
             hang_up_now = (args.hangup_after is not None and elapsed >= args.hangup_after) or (
                 args.hangup_on_eof and phone.eof_reported and not dtmf_plan
             )
@@ -274,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record", help="WAV recording what the phone hears")
     parser.add_argument("--dtmf", default="", help="DIGITS@SECONDS_AFTER_CONFIRMED,...")
     parser.add_argument("--hangup-after", type=float, help="seconds after the call is confirmed")
+    parser.add_argument("--hold-at", type=float, help="put the call on hold this many seconds after it is confirmed")
+    parser.add_argument("--unhold-at", type=float, help="take it off hold this many seconds after it is confirmed")
     parser.add_argument("--hangup-on-eof", action="store_true", help="hang up when the played WAV ends")
     parser.add_argument("--max-seconds", type=float, default=30.0)
     parser.add_argument("--codecs", default="PCMU,PCMA")

@@ -228,3 +228,20 @@ async def test_a_heartbeat_lets_the_loop_in_between_its_calls() -> None:
     done = True
     await prober
     assert during >= 40
+
+
+async def test_a_hold_is_published_as_itself_beside_the_update(hb: Plane) -> None:
+    decision = await hb.worker.place_call("+15550201")
+    call_id = decision.call_id
+    mark = await hb.mark()
+    held = _live(call_id, state="held")
+    await hb.plane.report([WorkerEvent(type="call.held", worker="worker-a", time=hb.clock(), call=held)])
+    assert (await hb.plane.get_call(call_id)).state == "held"
+    resumed = _live(call_id, state="active")
+    await hb.plane.report([WorkerEvent(type="call.resumed", worker="worker-a", time=hb.clock(), call=resumed)])
+    assert await hb.events(mark) == [
+        ("call.updated", call_id),
+        ("call.held", call_id),
+        ("call.updated", call_id),
+        ("call.resumed", call_id),
+    ]

@@ -45,6 +45,7 @@ class FakeWorker:
         self.exit_when_empty = False
         self.hangups: list[tuple[str, str]] = []
         self.transfers: list[tuple[str, str]] = []
+        self.holds: list[tuple[str, bool]] = []
         self.dtmf: list[tuple[str, str]] = []
         self.agent_commands: list[tuple[str, AgentCommand]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
@@ -65,6 +66,12 @@ class FakeWorker:
         self.hangups.append((call_id, reason))
         self.hung_up.set()
         await self.end_call(call_id, reason=f"hangup:{reason}")
+
+    async def hold(self, call_id: str, held: bool) -> None:
+        call = self._live(call_id)
+        if call.state != ("active" if held else "held"):
+            raise CommandRejectedError(f"call {call_id} is {call.state}")
+        self.holds.append((call_id, held))
 
     async def transfer(self, call_id: str, target: str) -> None:
         call = self._live(call_id)

@@ -85,6 +85,7 @@ def ended_call(
                 resumes=1,
                 tool_calls=1,
                 agent_audio_gaps=0,
+                handoffs=1,
             ),
             "transcript": [
                 TranscriptLine(role="assistant", text="Hi, how can I help?", start_s=0.6, end_s=1.9),
@@ -103,6 +104,13 @@ def ended_call(
                 )
             ],
             "dtmf": "12#",
+            "dtmf_events": [
+                {"digit": "1", "direction": "received", "at_s": 3.0},
+                {"digit": "9", "direction": "sent", "at_s": 3.5},
+                {"digit": "2", "direction": "received", "at_s": 4.0},
+                {"digit": "#", "direction": "received", "at_s": 4.25},
+            ],
+            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
             "context": {
                 "caller_number": caller,
                 "caller_name": "Ada",

@@ -26,6 +26,11 @@ async def test_a_record_is_read_back_with_every_field(database_url: str) -> None
         assert record.transcript[1].start_s == 2.4 and record.transcript[1].end_s == 4.8
         assert record.tools[0].arguments == '{"order": "A-17"}' and record.tools[0].duration_ms == 182.0
         assert record.dtmf == "12#" and record.stats.mos == 4.31
+        assert [(d.digit, d.direction, d.at_s) for d in record.dtmf_events][:2] == [
+            ("1", "received", 3.0),
+            ("9", "sent", 3.5),
+        ]
+        assert record.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736" and record.stats.handoffs == 1
         assert await get_record(database, "c-none") is None
     finally:
         await database.aclose()

@@ -31,6 +31,7 @@ from gateway.session import CallSession, SessionConfig, TransferOutcome
 from gateway.session.events import NoticeReceived, SessionEvent, StateChanged
 from gateway.session.state import CallState
 from gateway.session.tools import ToolRegistry
+from gateway.tracing import CallTrace
 from telcodecs.frames import FRAME_SAMPLES, Frame
 
 DEADLINE = 5.0
@@ -227,6 +228,7 @@ class FakeCallControl:
         self.hang_ups: list[str] = []
         self.transfers: list[str] = []
         self.dtmf: list[str] = []
+        self.holds: list[bool] = []
         self.transfer_outcome = transfer_outcome or TransferOutcome(status="accepted", sip_status=200)
 
     async def hang_up(self, reason: str) -> None:
@@ -238,6 +240,9 @@ class FakeCallControl:
 
     async def send_dtmf(self, digits: str) -> None:
         self.dtmf.append(digits)
+
+    async def hold(self, held: bool) -> None:
+        self.holds.append(held)
 
 
 class FakeClock:
@@ -310,6 +315,7 @@ def make_session(
     tools: ToolRegistry | None = None,
     clock: Callable[[], float] | None = None,
     call_id: str = "c1",
+    trace: CallTrace | None = None,
 ) -> tuple[CallSession, FakeCallControl]:
     control = control or FakeCallControl()
     session = CallSession(
@@ -320,6 +326,7 @@ def make_session(
         config=config or fast_config(),
         tools=tools,
         clock=clock or FakeClock(),
+        trace=trace,
     )
     return session, control
 

@@ -11,6 +11,7 @@ from gateway.sip.events import (
     OptionsAnswered,
     OptionsReceived,
     OutboundCallAnswered,
+    ReinviteAcked,
     ReinviteAnswered,
     ReinviteFailed,
     ReinviteReceived,
@@ -20,7 +21,7 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.message import SipRequest, SipResponse, make_response, parse_message
-from tests.gateway.sip.sipnet import Net
+from tests.gateway.sip.sipnet import DropFirst, Net
 from tests.gateway.sip.test_calls import A_ADDR, ANSWER, B_ADDR, OFFER, place_call, setup
 
 HOLD = OFFER + b"a=sendonly\r\n"
@@ -275,3 +276,29 @@ def test_callee_sees_offer_headers() -> None:
     offered = net.of_type(b, CallOffered)[0]
     names = {name for name, _ in offered.headers}  # type: ignore[attr-defined]
     assert {"Via", "From", "To", "Call-ID", "CSeq", "Contact", "Session-Expires", "Supported"} <= names
+
+
+def test_the_ack_of_an_offerless_reinvite_carries_the_answer_to_our_offer() -> None:
+    # A re-INVITE without an offer: our 2xx carries an offer, and the ACK the peer's answer (RFC 3261 §14.2).
+    # The UAC side here ACKs without a body, so the test drops that ACK and sends one that has the answer.
+    net, a, b = setup()
+    call_a, call_b = place_call(net, a, b)
+    net.drop = DropFirst("ACK", 1, source=A_ADDR)
+    a.reinvite(call_a, net.now, body=b"")
+    net.pump()
+    assert net.of_type(b, ReinviteReceived)[-1] == ReinviteReceived(
+        call=call_b, method="INVITE", body=None, content_type=None
+    )
+    b.answer_reinvite(call_b, net.now, body=OFFER)
+    net.pump()
+    ack = next(d.data for d in net.log if d.dropped and d.start_line.startswith("ACK"))
+    head, _, _ = ack.partition(b"\r\n\r\n")
+    head = head.replace(b"Content-Length: 0", f"Content-Length: {len(HELD)}".encode())
+    with_answer = head + b"\r\nContent-Type: application/sdp\r\n\r\n" + HELD
+    b.receive(with_answer, A_ADDR, transport="udp", now=net.now)
+    assert [e for e in b.events() if isinstance(e, ReinviteAcked)] == [ReinviteAcked(call=call_b, body=HELD)]
+    # A retransmitted ACK is absorbed: the answer is reported once.
+    b.receive(with_answer, A_ADDR, transport="udp", now=net.now)
+    assert [e for e in b.events() if isinstance(e, ReinviteAcked)] == []
+    net.advance(40_000)  # the 2xx was ACKed: no retransmission keeps going, the call lives on
+    assert net.of_type(b, CallEnded) == []

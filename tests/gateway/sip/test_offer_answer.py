@@ -653,3 +653,21 @@ def test_any_reoffer_is_answered_or_refused_with_488_and_a_refusal_changes_nothi
         return
     assert b.local is not None and b.media is not None and b.media.codec_name == state[0].codec_name  # type: ignore[union-attr]
     assert b.local.origin.session_version - state[2].origin.session_version in (0, 1)  # type: ignore[union-attr]
+
+
+def test_a_refused_reoffer_leaves_the_call_and_our_wish_as_they_were() -> None:
+    a, b = side(1), side(2)
+    call(a, b)
+    a.offer(direction="sendonly")  # the peer answers this hold with a 4xx/5xx
+    a.offer_refused()
+    assert a.state is OfferAnswerState.NEGOTIATED and a.wish == "sendrecv"
+    at_b, _ = reoffer(a, b)  # a refresh of ours is no hold
+    assert at_b.media.direction == "sendrecv" and not at_b.media.on_hold
+    reoffer(a, b, direction="sendonly")
+    a.offer(direction="sendrecv")  # a refused resume: the peer stays on hold
+    a.offer_refused()
+    assert a.wish == "sendonly"
+    at_b, _ = reoffer(a, b)
+    assert at_b.media.on_hold
+    with pytest.raises(LocalProtocolError):
+        a.offer_refused()  # nothing is pending

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import wave
+from pathlib import Path
+
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from gateway.media.jitter import JitterConfig
 from gateway.worker.settings import WorkerSettings
+from gateway.worker.slices import SessionSettings
 
 
 def test_default_jitter_policy_is_the_jitter_buffers_own() -> None:
@@ -178,3 +183,34 @@ def test_a_call_whose_agent_runs_whisper_here_costs_the_local_stt_call_cost() ->
     assert costs.agent_cost(model, replace(profile, pipeline=local)) == 12.5
     assert costs.agent_cost(PipelineModel(local, ComponentContext()), profile) == 12.5
     assert costs.agent_cost(EchoModel(EchoConfig()), AgentProfile()) == 0.0
+
+
+def _wav(path: Path, samples: np.ndarray, rate: int, channels: int = 1) -> Path:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(samples.astype("<i2").tobytes())
+    return path
+
+
+def test_hold_audio_is_read_at_start_up_as_24_khz_pcm(tmp_path: Path) -> None:
+    t = np.arange(16000) / 16000
+    music = _wav(tmp_path / "music.wav", 8000 * np.sin(2 * np.pi * 660 * t), 16000)
+    settings = SessionSettings(hold_audio_file=str(music))
+    pcm = np.frombuffer(settings.session_config().hold_audio, dtype="<i2")
+    assert pcm.size == 24000, "one second at 24 kHz"
+    spectrum = np.abs(np.fft.rfft(pcm.astype(float)))
+    assert abs(float(np.fft.rfftfreq(pcm.size, 1 / 24000)[int(np.argmax(spectrum))]) - 660) < 2
+    assert SessionSettings().session_config().hold_audio == b"", "no file: the built-in tone"
+
+
+def test_a_hold_audio_file_that_cannot_be_played_is_refused_at_start_up(tmp_path: Path) -> None:
+    stereo = _wav(tmp_path / "stereo.wav", np.zeros(200), 8000, channels=2)
+    with pytest.raises(ValidationError, match="need mono 16-bit PCM"):
+        SessionSettings(hold_audio_file=str(stereo))
+    with pytest.raises(ValidationError, match="GATEWAY_HOLD_AUDIO_FILE"):
+        SessionSettings(hold_audio_file=str(tmp_path / "missing.wav"))
+    odd_rate = _wav(tmp_path / "odd.wav", np.zeros(200), 11025)
+    with pytest.raises(ValidationError, match="11025 Hz"):
+        SessionSettings(hold_audio_file=str(odd_rate))
