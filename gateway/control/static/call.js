@@ -72,7 +72,7 @@
       ["Codec", call.srtp ? `${call.codec} · SRTP ${call.srtp}` : call.codec],
       ["Started", call.started ? new Date(call.started * 1000).toLocaleString() : ""],
       ["Duration", d().fmtDuration(call.state === "ended" ? call.duration_s || 0 : Date.now() / 1000 - (call.answered || call.started || Date.now() / 1000))],
-      ["End reason", call.end_reason], ["DTMF", call.dtmf],
+      ["End reason", call.end_reason], ["DTMF", call.dtmf], ["Trace id", call.trace_id],
     ];
     const list = el("dl", "facts");
     for (const [name, value] of facts) {
@@ -105,6 +105,7 @@
       ["Barge-ins", stats.barge_ins || 0, ""],
       ["Resumes", stats.resumes || 0, stats.resumes ? "warn" : ""],
       ["Tool calls", stats.tool_calls || 0, ""],
+      ["Handoffs", stats.handoffs || 0, ""],
       ["Packets", `${stats.rtp_packets_in || 0} in · ${stats.rtp_packets_out || 0} out`, ""],
     ];
     const box = $("call-quality");
@@ -150,6 +151,11 @@
         detail: [`${handoff.from_profile || "?"} → ${handoff.to_profile || "?"}`,
           handoff.initiator && `by ${handoff.initiator === "api" ? "the API" : "the agent"}`,
           handoff.reason, handoff.error].filter(Boolean).join(" · ") });
+    }
+    for (const dtmf of call.dtmf_events || []) {
+      const received = dtmf.direction === "received";
+      list.push({ at: dtmf.at_s, kind: "dtmf", title: received ? "Caller pressed a key" : "Key sent to the caller",
+        detail: dtmf.digit });
     }
     // Stable by time; entries without a time keep their place after those before them.
     let last = -Infinity;

@@ -100,6 +100,8 @@ async def _ended_call(worker: FakeWorker, caller: str, *, said: list[tuple[str, 
     await worker.update_call(
         decision.call_id,
         transcript=transcript,
+        dtmf_events=[{"digit": "4", "direction": "received", "at_s": 2.0}] if said else [],
+        trace_id="0af7651916cd43dd8448eb211c80319c" if said else "",
         tools=[
             {
                 "name": "lookup_order",
@@ -245,12 +247,15 @@ async def test_history_lists_filters_pages_and_plays_a_call(live: Live) -> None:
                 "turn-user",
                 "turn-assistant",
                 "barge-in",
+                "dtmf",
                 "turn-user",
                 "tool",
                 "turn-assistant",
                 "end",
             ], kinds
             await expect(page.locator("#timeline li[data-kind=tool]")).to_contain_text('{"status": "shipped"}')
+            await expect(page.locator("#timeline li[data-kind=dtmf]")).to_contain_text("Caller pressed a key4")
+            await expect(page.locator("#call-head")).to_contain_text("0af7651916cd43dd8448eb211c80319c")
             transcript = page.locator("#transcript li")
             await expect(transcript).to_have_count(4)
             await expect(transcript.nth(1)).to_contain_text("cut off")
