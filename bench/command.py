@@ -53,9 +53,17 @@ BENCHES: dict[str, tuple[str, str]] = {
         "setup latency a route's call-time application adds to admission (p50/p99), against a local application",
     ),
     "webrtc": ("bench.webrtc", "worker CPU per browser call (aiortc) against a G.711 SIP call, on one `gateway run`"),
+    "recording": (
+        "bench.recording",
+        "CPU per call-frame of recording a call (WAV, Ogg/Opus) against the same calls unrecorded; disk per hour",
+    ),
     "websocket-bot": (
         "bench.websocket_bot",
         "CPU per call-frame of a call answered by a websocket bot, against an echo call",
+    ),
+    "guardrails": (
+        "bench.guardrails",
+        "CPU per call-frame of output guardrails over the agent's transcript, against the same calls without",
     ),
     "pipeline": (
         "bench.pipeline",

@@ -267,6 +267,18 @@ DB_RECORDS_DROPPED_TOTAL = Counter(
 DB_RECORDS_EXPIRED_TOTAL = Counter(
     "gateway_db_records_expired_total", "Call records deleted by retention (GATEWAY_RETENTION_DAYS)", registry=REGISTRY
 )
+RECORDING_TICKS_DROPPED_TOTAL = Counter(
+    "gateway_recording_ticks_dropped_total",
+    "Ticks of recorded calls the recordings writer's queue was too full to take (written as silence)",
+    ["worker"],
+    registry=REGISTRY,
+)
+RECORDINGS_TOTAL = Counter(
+    "gateway_recordings_total",
+    "Recordings finished, by outcome (written, failed)",
+    ["worker", "outcome"],
+    registry=REGISTRY,
+)
 
 WEBHOOK_PENDING = Gauge(
     "gateway_webhook_pending",

@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vad-threshold-dbfs", type=float, default=-45.0, help="energy VAD threshold")
     parser.add_argument("--tool-name", default="", help="answer the first turn with a call of this function")
     parser.add_argument("--tool-arguments", default="{}", help="JSON arguments of the scripted tool call")
+    parser.add_argument(
+        "--reply-transcript",
+        default="",
+        help="the first reply's transcript, streamed as transcript deltas spread over its audio deltas",
+    )
     parser.add_argument("--reply-delay-s", type=float, default=0.0, help="delay before each response starts")
     parser.add_argument("--session-delay-s", type=float, default=0.0, help="delay before session.created")
     parser.add_argument("--drop-after-s", type=float, default=0.0, help="abort each connection after N s")
@@ -68,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
             tool_name=args.tool_name,
             tool_arguments=args.tool_arguments,
             reply_delay_s=args.reply_delay_s,
+            reply_transcript=args.reply_transcript,
             session_delay_s=args.session_delay_s,
             drop_after_s=args.drop_after_s,
             drop_after_frames=args.drop_after_frames,

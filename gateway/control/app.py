@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from gateway.control import api, call_hook, call_hook_client, events, internal, webhooks_api
+from gateway.control import api, call_hook, call_hook_client, events, internal, recordings, webhooks_api
 from gateway.control.auth import require_api_token
 from gateway.control.config import GatewayConfig, load_config
 from gateway.control.history import CallHistory
@@ -152,6 +152,7 @@ def create_app(
 
     app.include_router(events.router)
     app.include_router(api.router)
+    app.include_router(recordings.router)
     app.include_router(webhooks_api.router)
     app.include_router(internal.router)
     for extra in routers:
@@ -193,6 +194,7 @@ async def _records(
                 retention_days=settings.retention_days,
                 clock=clock,
                 lease=lambda ttl_s: plane.store.try_lock("retention", ttl_s=ttl_s),
+                recordings_dir=settings.recordings_path,
             )
             tasks.add(asyncio.create_task(retention.run(), name="records-retention"))
 

@@ -31,6 +31,7 @@ from gateway.fleet.models import (
     BotModel,
     ComponentModel,
     ContextPolicyModel,
+    GuardrailModel,
     PipelineModel,
     ProfileModel,
     ToolModel,
@@ -151,13 +152,24 @@ class ProfileConfig(_Section):
     no_input_hangup_s: float = Field(default=0.0, ge=0.0, le=3600.0)
     no_input_prompt: str = Field(default=ProfileModel.model_fields["no_input_prompt"].default, max_length=500)
     no_input_goodbye: str = Field(default=ProfileModel.model_fields["no_input_goodbye"].default, max_length=500)
+    # Output guardrails ([[profiles.<name>.guardrails]]) and how often they check the agent's transcript.
+    guardrails: list[GuardrailModel] = Field(default_factory=list)
+    guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
+    # Recordings (docs/operations.md#recordings): which sides, in which format and rate, after which notice.
+    record: Literal["off", "caller", "agent", "both"] = "off"
+    record_format: Literal["wav", "ogg"] = "wav"
+    record_sample_rate: Literal[8000, 16000, 24000, 48000] = 16000
+    record_notice: str = Field(default="", max_length=1024)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
-        names = [tool.name for tool in self.tools]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        for kind, names in (
+            ("tool", [tool.name for tool in self.tools]),
+            ("guardrail", [guardrail.name for guardrail in self.guardrails]),
+        ):
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise ValueError(f"duplicate {kind} names: {', '.join(duplicates)}")
         return self
 
     def to_model(self, name: str) -> ProfileModel:
@@ -189,6 +201,12 @@ class ProfileConfig(_Section):
             no_input_hangup_s=self.no_input_hangup_s,
             no_input_prompt=self.no_input_prompt,
             no_input_goodbye=self.no_input_goodbye,
+            guardrails=self.guardrails,
+            guardrail_every_chars=self.guardrail_every_chars,
+            record=self.record,
+            record_format=self.record_format,
+            record_sample_rate=self.record_sample_rate,
+            record_notice=self.record_notice,
         )
 
 
@@ -213,6 +231,9 @@ class RouteConfig(_Section):
     profile: str = Field(min_length=1)
     max_calls: int | None = Field(default=None, ge=0, description="Concurrent calls on this route")
     webrtc_public: bool = Field(default=False, description="Browsers may call this route without the API token")
+    record: Literal["off", "caller", "agent", "both"] | None = Field(
+        default=None, description="Overrides the profile's record for this route's calls"
+    )
     application: ApplicationConfig | None = Field(default=None, description="The call-time application")
 
     @field_validator("did_regex")
@@ -284,7 +305,10 @@ class GatewayConfig:
         return self._routes_by_name.get(name)
 
     def profile_for(self, route: RouteConfig) -> ProfileModel:
-        return self.profiles[route.profile]
+        profile = self.profiles[route.profile]
+        if route.record is not None and route.record != profile.record:
+            return profile.model_copy(update={"record": route.record})
+        return profile
 
 
 def _key(location: tuple[int | str, ...]) -> str:

@@ -355,6 +355,9 @@ class ControlPlane:
                 if event.type in ("call.held", "call.resumed"):
                     # A hold is told as itself on the stream, besides the call.updated its state change made.
                     await self._publish(event.type, _event_view(call))
+                elif event.type == "guardrail.tripped" and call.stats.guardrail_trips:
+                    trip = call.stats.guardrail_trips[-1]
+                    await self._publish("guardrail.tripped", {"call_id": call.id, **trip.model_dump(mode="json")})
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)
@@ -402,6 +405,9 @@ class ControlPlane:
                     self.records.submit(call, self.profile_name(call.route))
                 if ended is None:
                     events.append(("call.ended", _event_view(call)))
+                    if call.recording is not None and call.recording.bytes:  # finished by its worker
+                        recording = call.recording.model_dump(mode="json")
+                        events.append(("call.recording_ready", {"call_id": call.id, "recording": recording}))
             else:
                 if held is None:
                     # A live call the plane holds no slot for (reported after a restart, or never admitted here):

@@ -54,6 +54,12 @@ class ControlSettings(BaseSettings):
         ge=0.0,
         description="Records of calls that ended longer ago are deleted (checked hourly); 0 keeps them forever.",
     )
+    recordings_dir: Path | None = Field(
+        default=None,
+        description="Where the workers write call recordings, served by `GET /v1/calls/{id}/recording` and deleted "
+        "with their records; the same directory as the workers' (one host, or a volume they share). Unset: "
+        "`GATEWAY_STATE_DIR`/recordings.",
+    )
     db_write_backlog: int = Field(
         default=10_000,
         ge=1,
@@ -83,6 +89,12 @@ class ControlSettings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.state_dir.expanduser() / 'calls.db'}"
+
+    @property
+    def recordings_path(self) -> Path:
+        """The recordings directory: ``recordings_dir``, or ``recordings`` in the state directory."""
+        given = self.recordings_dir
+        return (given if given is not None else self.state_dir / "recordings").expanduser()
 
     @property
     def token(self) -> str | None:

@@ -130,7 +130,8 @@ def from_stream(
     call_id = _call_id_of(data)
     if not call_id:
         return []
-    key = kind if kind in _ONCE_PER_CALL else f"{kind}:{data.get('id') or event_id}"
+    # Several per call: told apart by the stream's event id and time (ids of an in-memory store restart at 1).
+    key = kind if kind in _ONCE_PER_CALL else f"{kind}:{event_id}:{time:.6f}"
     return [WebhookEvent(type=kind, call_id=call_id, dedupe_key=key, time=time, data={"call_id": call_id, **data})]
 
 

@@ -204,10 +204,7 @@ class WebhookFeed:
             self._answered.pop(call_id, None)
         for row in self._rows(events):
             if len(self._buffer) >= self.capacity:
-                self._buffer.popleft()
-                self.dropped += 1
-                WEBHOOK_EVENTS_DROPPED_TOTAL.inc()
-                log.error("webhook event buffer full (%d): the oldest event is dropped", self.capacity)
+                self._drop_oldest()
             self._buffer.append(row)
         if events:
             self._wake.set()
@@ -218,18 +215,29 @@ class WebhookFeed:
             return []
         return self._rows(from_record(call, profile))
 
-    async def flush(self) -> None:
-        """Insert the buffered events (one transaction); on failure they stay buffered, in order, and it raises."""
+    async def flush(self, *, batch: int = 500) -> None:
+        """Insert every buffered event, ``batch`` per transaction; on a failure the rest stay buffered, in order,
+        and it raises."""
         async with self._lock:
-            if not self._buffer:
-                return
-            if self.database is None:
-                raise DatabaseError("the database of calls is not open yet")
-            taken = list(self._buffer)
-            await write_events(self.database, taken)
-            for _ in taken:
-                self._buffer.popleft()
-        self._on_written()
+            while self._buffer:
+                if self.database is None:
+                    raise DatabaseError("the database of calls is not open yet")
+                # Taken out while written: offers meanwhile append (or drop the oldest) without touching these.
+                taken = [self._buffer.popleft() for _ in range(min(batch, len(self._buffer)))]
+                try:
+                    await write_events(self.database, taken)
+                except BaseException:
+                    self._buffer.extendleft(reversed(taken))
+                    while len(self._buffer) > self.capacity:
+                        self._drop_oldest()
+                    raise
+                self._on_written()
+
+    def _drop_oldest(self) -> None:
+        self._buffer.popleft()
+        self.dropped += 1
+        WEBHOOK_EVENTS_DROPPED_TOTAL.inc()
+        log.error("webhook event buffer full (%d): the oldest event is dropped", self.capacity)
 
     def events_written(self) -> None:
         """The record writer inserted an ended call's events: time to deliver them."""

@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from gateway.providers.base import AgentProfile, BotSpec, ComponentSpec, PipelineSpec, ToolSpec, TurnDetection
+from gateway.session.config import GuardrailConfig
+from gateway.session.errors import SessionConfigError
+from gateway.session.guardrail_checks import PII_KINDS, PiiKind
 from gateway.sip.caller_context import CallContext, ContextPolicy, ContextPolicyError
 from gateway.sip.events import CallOffered
 
@@ -29,6 +32,7 @@ EventType = Literal[
     "call.held",
     "call.resumed",
     "call.ended",
+    "call.recording_ready",
     "call.hook_failed",
     "worker.registered",
     "worker.updated",
@@ -36,11 +40,19 @@ EventType = Literal[
     "worker.lost",
     "worker.gone",
     "security.blocked",
+    "guardrail.tripped",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
 WorkerEventType = Literal[
-    "call.started", "call.updated", "call.held", "call.resumed", "call.ended", "worker.gone", "security.blocked"
+    "call.started",
+    "call.updated",
+    "call.held",
+    "call.resumed",
+    "call.ended",
+    "worker.gone",
+    "security.blocked",
+    "guardrail.tripped",
 ]
 
 LEVEL_HISTORY_MAX = 120
@@ -164,6 +176,18 @@ class DtmfLine(_Model):
     at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
 
 
+class GuardrailTripLine(_Model):
+    """One output guardrail trip (docs/operations.md, "Output guardrails")."""
+
+    guardrail: str = Field(max_length=64)
+    reason: str = Field(max_length=200)
+    response_id: str = Field(default="", max_length=128)
+    item_id: str = Field(default="", max_length=128)
+    at_s: float | None = Field(default=None, ge=0.0, description="When it tripped, seconds into the call")
+    heard_ms: int = Field(default=0, ge=0, description="Audio of the cut reply the caller was sent")
+    followed_up: bool = Field(default=True, description="A follow-up naming the guardrail was asked for")
+
+
 class CallStats(_Model):
     """Media and agent statistics of one call, as the worker measured them."""
 
@@ -193,6 +217,9 @@ class CallStats(_Model):
     resumes: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
     handoffs: int = Field(default=0, ge=0, description="Times the call was handed to another agent")
+    guardrail_trips: list[GuardrailTripLine] = Field(
+        default_factory=list, max_length=50, description="Output guardrail trips, oldest first"
+    )
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"
@@ -231,6 +258,17 @@ class CallContextModel(_Model):
             transport=context.transport,
             source=context.source,
         )
+
+
+class RecordingModel(_Model):
+    """A call's recording: where it lies (relative to the recordings directory) and what it holds."""
+
+    path: str = Field(max_length=1024, description="Relative to GATEWAY_RECORDINGS_DIR: <UTC date>/<call id>.<ext>")
+    format: Literal["wav", "ogg"] = Field(description="wav: PCM16 RIFF; ogg: Opus in Ogg")
+    channels: int = Field(ge=1, le=2, description="1: one side; 2: caller left, agent right")
+    sample_rate: int = Field(gt=0)
+    bytes: int = Field(default=0, ge=0, description="Size of the file (0 while the call runs)")
+    duration_s: float = Field(default=0.0, ge=0.0, description="Audio written (0 while the call runs)")
 
 
 class CallSnapshot(_Model):
@@ -308,6 +346,9 @@ class CallSnapshot(_Model):
     trace_id: str = Field(
         default="", max_length=32, description="The call's OpenTelemetry trace id (32 hex digits; empty: not traced)"
     )
+    recording: RecordingModel | None = Field(
+        default=None, description="The call's recording (None: not recorded); sizes are final once the call ended"
+    )
 
     @property
     def is_live(self) -> bool:
@@ -358,6 +399,38 @@ class ToolModel(_Model):
     webhook: WebhookSpec | None = Field(
         default=None, description="Absent: a tool built into the worker (e.g. hang_up, transfer)"
     )
+
+
+class GuardrailModel(_Model):
+    """An output guardrail of a profile (``[[profiles.<name>.guardrails]]``): docs/operations.md, "Output
+    guardrails". Validated when loaded (patterns compile, the kind has what it needs)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    kind: Literal["blocked", "pii", "http"]
+    phrases: list[str] = Field(default_factory=list, max_length=1000)
+    patterns: list[str] = Field(default_factory=list, max_length=100)
+    pii: list[PiiKind] = Field(default_factory=lambda: list(PII_KINDS))
+    url: str = Field(default="", max_length=2048)
+    timeout_s: float = Field(default=1.0, gt=0.0, le=30.0)
+
+    @model_validator(mode="after")
+    def _valid(self) -> GuardrailModel:
+        try:
+            self.to_config()
+        except SessionConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def to_config(self) -> GuardrailConfig:
+        return GuardrailConfig(
+            name=self.name,
+            kind=self.kind,
+            phrases=tuple(self.phrases),
+            patterns=tuple(self.patterns),
+            pii=tuple(self.pii),
+            url=self.url,
+            timeout_s=self.timeout_s,
+        )
 
 
 class TurnDetectionModel(_Model):
@@ -485,6 +558,12 @@ class ProfileModel(_Model):
     no_input_goodbye: str = Field(
         default="I have not heard from you, so I will end the call now. Goodbye.", max_length=500
     )
+    guardrails: list[GuardrailModel] = Field(default_factory=list)
+    guardrail_every_chars: int = Field(default=40, ge=1, le=10_000)
+    record: Literal["off", "caller", "agent", "both"] = "off"
+    record_format: Literal["wav", "ogg"] = "wav"
+    record_sample_rate: Literal[8000, 16000, 24000, 48000] = 16000
+    record_notice: str = Field(default="", max_length=1024, description="An audio file the worker plays first")
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
 
@@ -513,6 +592,9 @@ class ProfileModel(_Model):
             no_input_prompt=self.no_input_prompt,
             no_input_goodbye=self.no_input_goodbye,
         )
+
+    def guardrail_configs(self) -> tuple[GuardrailConfig, ...]:
+        return tuple(guardrail.to_config() for guardrail in self.guardrails)
 
     def webhook_for(self, tool_name: str) -> WebhookSpec | None:
         for tool in self.tools:

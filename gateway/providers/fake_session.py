@@ -65,6 +65,9 @@ class FakeOptions:
     tool_name: str = ""  # when set, the first turn is answered with a call of this function
     tool_arguments: str = "{}"
     reply_delay_s: float = 0.0
+    # The first reply's transcript ("" keeps the default), streamed as output_audio_transcript deltas spread
+    # evenly over its audio deltas, each sent just before the audio delta it goes with.
+    reply_transcript: str = ""
     session_delay_s: float = 0.0  # a slow handshake: wait this long before session.created
     drop_after_s: float = 0.0  # 0 = never; abort the TCP connection (the client sees 1006)
     drop_after_frames: int = 0  # abort after this many 20 ms frames of caller audio
@@ -526,9 +529,10 @@ class FakeConnection:
             return
         audio = self._reply_audio(turn_audio)
         transcript = instructions or (f"tool said {self.pending_tool_output}" if self.pending_tool_output else "")
-        transcript = transcript or f"{self.options.mode} reply"
+        streamed = not transcript and self.options.reply_transcript and len(self.record.responses) == 1
+        transcript = transcript or (self.options.reply_transcript if streamed else f"{self.options.mode} reply")
         self.pending_tool_output = ""
-        await self._stream_audio(response_id, audio, transcript)
+        await self._stream_audio(response_id, audio, transcript, stream_transcript=bool(streamed))
         await self.send({"type": "response.done", "response": {**response, "status": "completed"}})
 
     def _reply_audio(self, turn_audio: bytes) -> bytes:
@@ -539,7 +543,9 @@ class FakeConnection:
             return fake_audio.speech_like(self.format, self.options.reply_ms, seed=self.turns)
         return fake_audio.tone(self.format, self.options.reply_ms)
 
-    async def _stream_audio(self, response_id: str, audio: bytes, transcript: str) -> None:
+    async def _stream_audio(
+        self, response_id: str, audio: bytes, transcript: str, *, stream_transcript: bool = False
+    ) -> None:
         item_id = self.next_id("item")
         item = {"id": item_id, "type": "message", "role": "assistant", "object": "realtime.item"}
         where = {"response_id": response_id, "output_index": 0}
@@ -552,12 +558,18 @@ class FakeConnection:
         chunk = max(1, self.options.chunk_ms) * per_ms
         loop = asyncio.get_running_loop()
         deadline = loop.time()
-        for offset in range(0, len(audio), chunk):
+        words = transcript.split(" ") if stream_transcript else []
+        chunks = max(1, -(-len(audio) // chunk))
+        for number, offset in enumerate(range(0, len(audio), chunk)):
             piece = audio[offset : offset + chunk]
             if self.options.paced:
                 # Absolute deadlines: real-time pacing that does not drift with send latency.
                 await asyncio.sleep(max(0.0, deadline - loop.time()))
                 deadline += len(piece) / per_ms / 1000 / self.options.pace
+            share = words[len(words) * number // chunks : len(words) * (number + 1) // chunks]
+            if share:
+                text = " ".join(share) + ("" if number == chunks - 1 else " ")
+                await self.send({"type": "response.output_audio_transcript.delta", **at, "delta": text})
             await self.send({"type": "response.output_audio.delta", **at, "delta": pybase64.b64encode(piece).decode()})
             self.items_audio_ms[item_id] = self.items_audio_ms.get(item_id, 0) + len(piece) // per_ms
         await self.send({"type": "response.output_audio.done", **at})

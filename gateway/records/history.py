@@ -213,18 +213,21 @@ async def write_records(
         await insert_events(connection, outbox)
 
 
-async def delete_ended_before(database: Database, cutoff: float, *, batch: int = 1000) -> int:
-    """Delete the records of calls that ended before ``cutoff``, ``batch`` calls per transaction; how many."""
+async def delete_ended_before(
+    database: Database, cutoff: float, *, batch: int = 1000, recordings: list[str] | None = None
+) -> int:
+    """Delete the records of calls that ended before ``cutoff``, ``batch`` calls per transaction; how many.
+    ``recordings`` (when given) receives the recording paths of the deleted records, for their files to go."""
     deleted = 0
     while True:
         async with database.engine.begin() as connection:
-            ids = (
-                (await connection.execute(sa.select(calls.c.id).where(calls.c.ended_at < cutoff).limit(batch)))
-                .scalars()
-                .all()
-            )
+            selected = sa.select(calls.c.id, calls.c.recording_path).where(calls.c.ended_at < cutoff).limit(batch)
+            rows = (await connection.execute(selected)).all()
+            ids = [row.id for row in rows]
             if not ids:
                 return deleted
+            if recordings is not None:
+                recordings += [row.recording_path for row in rows if row.recording_path]
             await connection.execute(sa.delete(transcript_items).where(transcript_items.c.call_id.in_(ids)))
             await connection.execute(sa.delete(tool_calls).where(tool_calls.c.call_id.in_(ids)))
             await connection.execute(sa.delete(calls).where(calls.c.id.in_(ids)))

@@ -62,7 +62,8 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         # Every figure, for those without a column of their own; the level sparkline is for live calls only.
         "stats": stats.model_dump(mode="json", exclude={"level_history", "level_dbfs"}),
         "dtmf": call.dtmf,
-        "recording_path": None,
+        "recording_path": call.recording.path if call.recording is not None else None,
+        "recording": call.recording.model_dump(mode="json") if call.recording is not None else None,
         "written_at": written_at if written_at is not None else time.time(),
         "trace_id": call.trace_id,
         "handoffs": stats.handoffs,
@@ -153,5 +154,6 @@ def record_from_rows(
             "trace_id": row["trace_id"],
             "context": row["context"],
             "recording_path": row["recording_path"],
+            "recording": row.get("recording"),
         }
     )

@@ -2,8 +2,9 @@
 
 Times are Unix epoch seconds (double precision), as everywhere in the fleet contract. A call's transcript items
 and tool calls are rows of their own, keyed by (call id, position), deleted with their call. ``context`` holds
-the caller context as JSON; ``recording_path`` (where its recording lies) is here for the recordings slice, null
-until then. Migrations under ``migrations/versions`` build this; a test checks
+the caller context as JSON; ``recording_path`` is where its recording lies (relative to the
+recordings directory) and ``recording`` describes it (JSON: the fleet contract's RecordingModel); both null for a
+call not recorded. Migrations under ``migrations/versions`` build this; a test checks
 that the two agree.
 """
 
@@ -51,6 +52,7 @@ calls = sa.Table(
     sa.Column("trace_id", sa.String(32), nullable=False, server_default=""),
     sa.Column("handoffs", sa.Integer, nullable=False, server_default="0"),
     sa.Column("dtmf_events", sa.JSON, nullable=True),  # [{digit, direction: received|sent, at_s}] in call order
+    sa.Column("recording", sa.JSON, nullable=True),
     sa.Index("ix_calls_started_at", "started_at", "id"),
     sa.Index("ix_calls_ended_at", "ended_at"),
     sa.Index("ix_calls_from_number", "from_number"),

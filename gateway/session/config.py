@@ -1,7 +1,8 @@
 """Typed, frozen configuration of the session core, validated when built.
 
 One small class per concern: :class:`LocalVadConfig` (the energy VAD used when a provider has no server VAD),
-:class:`WebhookToolConfig` (an HTTP tool the agent may call) and :class:`SessionConfig` (everything else).
+:class:`WebhookToolConfig` (an HTTP tool the agent may call), :class:`GuardrailConfig` (an output guardrail) and
+:class:`SessionConfig` (everything else).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.session.errors import SessionConfigError
+from gateway.session.guardrail_checks import PII_KINDS, BlockedTerms, PiiCheck, PiiKind
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -76,6 +78,38 @@ class WebhookToolConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GuardrailConfig:
+    """An output guardrail over what the agent says (docs/operations.md, "Output guardrails").
+
+    ``kind`` "blocked": ``phrases`` and/or ``patterns`` (regular expressions), case-insensitive. "pii": the
+    ``pii`` checks (``card``, ``us_ssn``). "http": POST ``{call_id, guardrail, response_id, item_id, text}`` to
+    ``url``, which answers ``{"flagged": bool, "reason": str}`` within ``timeout_s``.
+    """
+
+    name: str
+    kind: Literal["blocked", "pii", "http"]
+    phrases: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    pii: tuple[PiiKind, ...] = PII_KINDS
+    url: str = ""
+    timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not _TOOL_NAME.match(self.name):
+            raise SessionConfigError(f"guardrail name must match {_TOOL_NAME.pattern}, got {self.name!r}")
+        if self.kind == "blocked":
+            BlockedTerms(phrases=self.phrases, patterns=self.patterns)
+        elif self.kind == "pii":
+            PiiCheck(self.pii)
+        elif self.kind == "http":
+            if not self.url.startswith(("http://", "https://")):
+                raise SessionConfigError(f"guardrail {self.name}: url must be http(s), got {self.url!r}")
+            _positive(f"guardrail {self.name}: timeout_s", self.timeout_s)
+        else:
+            raise SessionConfigError(f"guardrail {self.name}: kind must be blocked, pii or http, got {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionConfig:
     """Everything a CallSession needs besides the profile, the model and the call control."""
 
@@ -110,6 +144,14 @@ class SessionConfig:
     background_result_role: Literal["system", "user"] = "system"
     transfer_targets: tuple[str, ...] = ()  # allow-list for the transfer tool; empty allows any target
     webhook_tools: tuple[WebhookToolConfig, ...] = ()
+    # Output guardrails (the profile's), checked every guardrail_every_chars characters of the agent's transcript
+    # and at sentence ends; a trip sends guardrail_follow_up as a system message, then asks for a response.
+    guardrails: tuple[GuardrailConfig, ...] = ()
+    guardrail_every_chars: int = 40
+    guardrail_follow_up: str = (
+        "Your last reply was cut off by the {guardrail} guardrail ({reason}) and the caller did not hear the rest. "
+        "Do not repeat it; continue the conversation safely."
+    )
     # Ending: how long hang-up waits for the agent's audio to finish, and the polite goodbye.
     hangup_drain_timeout_s: float = 10.0
     goodbye_message: str = ""
@@ -175,6 +217,17 @@ class SessionConfig:
         names = [tool.name for tool in self.webhook_tools]
         if len(set(names)) != len(names):
             raise SessionConfigError(f"webhook tool names must be unique, got {names}")
+        names = [guardrail.name for guardrail in self.guardrails]
+        if len(set(names)) != len(names):
+            raise SessionConfigError(f"guardrail names must be unique, got {names}")
+        if not isinstance(self.guardrail_every_chars, int) or self.guardrail_every_chars < 1:
+            raise SessionConfigError(
+                f"guardrail_every_chars must be an integer >= 1, got {self.guardrail_every_chars!r}"
+            )
+        try:
+            self.guardrail_follow_up.format(guardrail="", reason="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise SessionConfigError(f"guardrail_follow_up may use only {{guardrail}} and {{reason}}: {exc}") from exc
 
     @property
     def hold_frames(self) -> int:

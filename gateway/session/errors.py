@@ -8,7 +8,8 @@ Error tree::
      ├── SessionStateError       the operation is not allowed in the session's current state
      │    └── InvalidTransitionError   a state change outside the transition table (a bug in the session)
      ├── ProfileUpdateError      a mid-call profile update failed; the call keeps its previous profile
-     └── ToolResolutionError     a profile names a tool the registry cannot run
+     ├── ToolResolutionError     a profile names a tool the registry cannot run
+     └── GuardrailError          a guardrail check failed (bad answer, timeout); the check is skipped
 
 Tool implementations raise :class:`ToolError` (in :mod:`gateway.session.tools`) for failures the agent should
 hear about; any other exception from a tool is contained the same way and reported as an error event.
@@ -47,3 +48,7 @@ class ProfileUpdateError(SessionError):
 
 class ToolResolutionError(SessionError):
     """A profile lists a tool that no registered implementation provides."""
+
+
+class GuardrailError(SessionError):
+    """An output guardrail could not give a verdict (its hook timed out or answered badly); it is skipped."""

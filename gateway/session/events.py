@@ -72,6 +72,30 @@ class BargedIn(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GuardrailTripped(SessionEvent):
+    """An output guardrail judged the agent's response (``guardrail.tripped``); once per response.
+
+    The agent was cut like a barge-in (``items``: what the caller was sent of each; ``cancelled``/``truncated``
+    as in :class:`BargedIn`) and, when ``followed_up``, a follow-up naming the guardrail was sent (one until the
+    caller speaks again, so a follow-up that trips too cannot loop). ``received_at``: the session clock
+    when the judged text reached the gateway; ``stopped_at``/``stopped_frame``: the first media tick that sent
+    no more of it (None when the call ended before another tick).
+    """
+
+    guardrail: str
+    reason: str
+    response_id: str
+    item_id: str
+    items: tuple[InterruptedItem, ...]
+    cancelled: bool
+    truncated: bool
+    followed_up: bool
+    received_at: float
+    stopped_at: float | None
+    stopped_frame: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeStarted(SessionEvent):
     cause: Literal["dropped", "errored", "expiring", "rotation"]
     reason: str

@@ -155,6 +155,10 @@ class PlayoutBuffer:
         self._due, self._cleared = [], []
         return due, cleared
 
+    def has_item(self, item_id: str) -> bool:
+        """Audio of ``item_id`` is queued or still arriving."""
+        return any(item.item_id == item_id for item in self._items.values())
+
     def is_dropped(self, response_id: str) -> bool:
         return response_id in self._dropped
 

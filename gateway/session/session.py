@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -64,6 +65,7 @@ from gateway.session.events import (
     DtmfReceived,
     ErrorOccurred,
     EventRing,
+    GuardrailTripped,
     NoInputPrompted,
     NoticeReceived,
     ProfileUpdated,
@@ -78,6 +80,7 @@ from gateway.session.events import (
     TranscriptUpdated,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
+from gateway.session.guardrails import Guardrails, Trip, tripped_event
 from gateway.session.hold import HOLD_NOTE, RESUME_NOTE, HoldBy, HoldState
 from gateway.session.host import SessionToolHost
 from gateway.session.noinput import NoInputPolicy, NoInputTimer
@@ -100,13 +103,14 @@ from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
 from gateway.session.transcript import DtmfEntry, Transcript, TranscriptEntry
-from gateway.session.turns import LatencyObserver, Turns
+from gateway.session.turns import Cut, LatencyObserver, Turns
 from gateway.tracing import CallTrace
 from telcodecs.frames import Frame, unchecked_frame
 
 log = logging.getLogger(__name__)
 
 _DTMF = frozenset("0123456789*#ABCD")
+_TRIPS_KEPT = 50
 ResumeCause = Literal["dropped", "errored", "expiring", "rotation"]
 
 
@@ -129,6 +133,7 @@ class CallSession:
         clock: Callable[[], float] = time.monotonic,
         on_latency: LatencyObserver | None = None,
         trace: CallTrace | None = None,
+        on_guardrail_tripped: Callable[[GuardrailTripped], object] | None = None,
     ) -> None:
         self.call_id = call_id
         # The call's trace (gateway/tracing.py); None: no instrumentation at all (the bench's baseline).
@@ -188,6 +193,19 @@ class CallSession:
         )
         self._host = host
         self._tools = ToolRunner(host, self._registry, config, trace=trace)
+        self._guardrails = Guardrails(
+            config.guardrails,
+            every_chars=config.guardrail_every_chars,
+            call_id=call_id,
+            tasks=self._tasks,
+            clock=clock,
+            on_trip=self._guardrail_tripped,
+            on_error=self._error,
+        )
+        self._trips_pending: list[tuple[Trip, Cut | None, bool]] = []  # recorded by the next tick (its time, index)
+        self._followed_up = False  # a follow-up was asked for since the caller last spoke
+        self._trip_log: deque[tuple[float, GuardrailTripped]] = deque(maxlen=_TRIPS_KEPT)  # (at, event)
+        self._on_guardrail_tripped = on_guardrail_tripped
         self._g711: G711Transcoder | None = None  # set per connection for G.711 profiles (_install)
         self._g711_playback: G711Playback | None = None  # made when a PCM caller is first sent provider codes
         self._close_task: asyncio.Task[None] | None = None
@@ -245,6 +263,11 @@ class CallSession:
     @property
     def profile(self) -> AgentProfile:
         return self._profile
+
+    @property
+    def guardrail_trips(self) -> tuple[tuple[float, GuardrailTripped], ...]:
+        """The guardrail trips of the call (the last few), each with the session clock when it was recorded."""
+        return tuple(self._trip_log)
 
     @property
     def agent_audio_gaps(self) -> int:
@@ -405,6 +428,8 @@ class CallSession:
         if state is CallState.ENDING or state is CallState.ENDED:
             return None
         now = self._clock()
+        if self._trips_pending:
+            self._record_trips(now, index)
         if now >= self._rotation.next_at:
             self._maybe_rotate(now)
         if now >= self._deadline:
@@ -539,6 +564,11 @@ class CallSession:
                 self._request_response(wanted[0])
             self._tasks.pulse()
         elif isinstance(event, TranscriptReceived):
+            if event.role == "assistant" and self._guardrails.enabled:
+                response_id = turns.active_response
+                self._guardrails.feed(
+                    response_id=response_id, item_id=event.item_id, text=event.text, final=event.final
+                )
             self._transcript.speech(event.role, event.item_id, event.text, final=event.final)
             if event.final:
                 self._record(TranscriptUpdated(role=event.role, item_id=event.item_id, text=event.text))
@@ -633,6 +663,7 @@ class CallSession:
         self._turns.caller_started()
         if self._no_input is not None:
             self._no_input.caller_spoke()
+        self._followed_up = False
         if item_id:
             self._transcript.placeholder("user", item_id)
         self._barge_in(trigger)
@@ -642,15 +673,38 @@ class CallSession:
         link = self._pipe.usable()
         if self._state is not CallState.ACTIVE or link is None:
             return
+        cut = self._cut(link, cancel=trigger != "provider_interrupted")
+        if cut is None:
+            return
+        self._counts["barge_ins"] += 1
+        items = cut.items
+        described = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
+        log.info(
+            "call %s: barge-in (%s) response=%s cancelled=%s items=%s",
+            *(self.call_id, trigger, cut.response_id, cut.cancelled, described),
+        )
+        self._record(
+            BargedIn(
+                trigger=trigger,
+                response_id=cut.response_id,
+                items=items,
+                cancelled=cut.cancelled,
+                truncated=cut.truncated,
+            )
+        )
+        self._tasks.pulse()
+
+    def _cut(self, link: Link, *, cancel: bool) -> Cut | None:
+        """Drop queued agent audio (the next tick sends none), cancel the response when ``cancel``, and truncate
+        each item at what the caller was actually sent. None when nothing was playing or running."""
         interruption = self._turns.interrupt()
         if self._turns.playout.markers_due:
             self._report_markers()
         if interruption is None:
-            return
-        self._counts["barge_ins"] += 1
+            return None
         response, items = interruption.response_id, interruption.items
         self._transcript.truncated(tuple(item.item_id for item in items))
-        cancel = response is not None and trigger != "provider_interrupted"
+        cancel = cancel and response is not None
         if cancel:
             self._pipe.enqueue(SendOp(name="cancel_response", send=cancel_response, epoch=link.epoch))
         truncate = self._caps.truncate and bool(items)
@@ -666,14 +720,47 @@ class CallSession:
                 send = partial(delete_item, item_id=item.item_id)
             self._pipe.enqueue(SendOp(name="truncate", send=send, epoch=link.epoch))
         response_id = response or (items[0].response_id if items else "")
-        cut = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in items) or "-"
-        log.info(
-            "call %s: barge-in (%s) response=%s cancelled=%s items=%s", self.call_id, trigger, response_id, cancel, cut
+        return Cut(response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
+
+    def _guardrail_tripped(self, trip: Trip) -> None:
+        """Cut the agent at once (like a barge-in) and send one follow-up naming the guardrail; the event is
+        recorded at the next tick, the first to send none of the cut audio."""
+        link = self._pipe.usable()
+        if self._state is not CallState.ACTIVE or link is None or self._close_task is not None:
+            return
+        turns = self._turns
+        playing = (bool(trip.response_id) and turns.active_response == trip.response_id) or turns.playout.has_item(
+            trip.item_id
         )
-        self._record(
-            BargedIn(trigger=trigger, response_id=response_id, items=items, cancelled=cancel, truncated=truncate)
-        )
+        cut = self._cut(link, cancel=True) if playing else None
+        # One follow-up until the caller speaks again: a follow-up that trips too is cut without another (no loop).
+        follow_up = not self._followed_up
+        if follow_up:
+            self._followed_up = True
+            text = self._config.guardrail_follow_up.format(guardrail=trip.guardrail, reason=trip.reason)
+            self._transcript.message("system", text)
+            send = partial(send_text, text=text, role="system")
+            self._pipe.enqueue(SendOp(name="guardrail_follow_up", send=send, epoch=link.epoch))
+            self._request_response()
+        self._trips_pending.append((trip, cut, follow_up))
         self._tasks.pulse()
+
+    def _record_trips(self, now: float | None, index: int | None) -> None:
+        pending, self._trips_pending = self._trips_pending, []
+        for trip, cut, follow_up in pending:
+            event = tripped_event(trip, cut, followed_up=follow_up, stopped_at=now, stopped_frame=index)
+            described = " ".join(f"{i.item_id}:sent_ms={i.sent_ms}:received_ms={i.received_ms}" for i in event.items)
+            log.info(
+                "call %s: guardrail %s tripped response=%s received_at=%.6f stopped_at=%s stopped_frame=%s items=%s",
+                *(self.call_id, trip.guardrail, event.response_id, trip.received_at, now, index, described or "-"),
+            )
+            self._record(event)
+            self._trip_log.append((self._clock(), event))
+            if self._on_guardrail_tripped is not None:
+                try:
+                    self._on_guardrail_tripped(event)
+                except Exception as exc:
+                    self._error("guardrail observer", exc)
 
     def _report_markers(self) -> None:
         """Call back the provider's markers whose audio was sent (cleared False) or dropped by a barge-in."""
@@ -859,6 +946,7 @@ class CallSession:
             if self._state is not CallState.ENDING:
                 self._transition(CallState.ENDING, reason)
             leaked = await self._tasks.cancel_all(timeout_s=self._config.close_timeout_s)
+            await self._guardrails.aclose()
             if leaked:
                 self._record(ErrorOccurred(where="teardown", error_type="TaskLeak", message=", ".join(leaked)))
             if self._hang_up_reason is not None:
@@ -877,12 +965,16 @@ class CallSession:
                     self._error("closing the tool registry", exc)
         finally:
             self._transition(CallState.ENDED, reason)
+            if self._trips_pending:
+                self._record_trips(None, None)
             self._record(SessionEnded(reason=reason))
             self._events.close()
             self._tasks.release()
             self._pipe.release()
             self._connections.release()
             self._host.release()
+            self._guardrails.release()
+            self._on_guardrail_tripped = None
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 

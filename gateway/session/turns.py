@@ -36,6 +36,16 @@ class Interruption:
     items: tuple[InterruptedItem, ...]  # provider items the caller did not hear to the end
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cut:
+    """What an interruption did: the response cut, each item's sent/received audio, cancel and truncate sent."""
+
+    response_id: str
+    items: tuple[InterruptedItem, ...]
+    cancelled: bool
+    truncated: bool
+
+
 class Turns:
     def __init__(
         self,

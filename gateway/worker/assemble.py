@@ -35,6 +35,7 @@ from gateway.transport.tls import TlsContexts
 from gateway.worker.drain import WorkerDrain
 from gateway.worker.legs import LegRegistry
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
+from gateway.worker.recorder import Recordings
 from gateway.worker.registration import REGISTRATION_EVENTS, TrunkRegistration
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls
@@ -150,6 +151,11 @@ def assemble_worker(
         engine=TickEngine(wall_clock_offset=time.time() - time.monotonic()),
         ports=RtpPortPool(RtpPortRange(host=settings.media_host, first=first, last=last)),
         rtp_drain=RtpDrain() if media.rtp_read_at_tick and RtpDrain.supported() else None,
+        recordings=Recordings(
+            settings.recordings_dir,
+            worker_id=settings.worker_id,
+            queue_ticks=settings.recording.recording_queue_ticks,
+        ),
     )
     sip_calls = SipCalls(
         host,

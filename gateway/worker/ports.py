@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gateway.transport.rtp_socket import RtpDrain, RtpPortPool
     from gateway.transport.sip_transport import SipTransport
     from gateway.worker.counters import CounterExporter
+    from gateway.worker.recorder import Recordings
     from gateway.worker.routes import TickRoute
 
 
@@ -144,6 +145,8 @@ class MediaPlant:
     rtp_drain: RtpDrain | None = None
     # Every call whose media is in the engine: kept by SipCalls, read by the tick.
     routes: dict[str, TickRoute] = field(default_factory=dict)
+    # The recorded calls' recorders, filled by the tick, and the writer thread behind them.
+    recordings: Recordings | None = None
 
     def now(self) -> float:
         """The loop's clock, which the tick and the engine's statistics run on."""

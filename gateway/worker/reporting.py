@@ -11,7 +11,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.fleet.models import CallContextModel, CallSnapshot, CallStats, DtmfLine, ToolCallLine, TranscriptLine
+from gateway.fleet.models import (
+    CallContextModel,
+    CallSnapshot,
+    CallStats,
+    DtmfLine,
+    GuardrailTripLine,
+    RecordingModel,
+    ToolCallLine,
+    TranscriptLine,
+)
 from gateway.fleet.mos import estimate_mos
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
@@ -79,7 +88,24 @@ def session_fields(session: CallSession | None) -> dict[str, Any]:
         "tool_calls": stats.tool_calls,
         "agent_audio_gaps": stats.agent_audio_gaps,
         "handoffs": session.handoffs,
+        "guardrail_trips": guardrail_lines(session),
     }
+
+
+def guardrail_lines(session: CallSession) -> list[GuardrailTripLine]:
+    began = session.started_at
+    return [
+        GuardrailTripLine(
+            guardrail=event.guardrail,
+            reason=event.reason[:200],
+            response_id=event.response_id[:128],
+            item_id=event.item_id[:128],
+            at_s=max(0.0, at - began),
+            heard_ms=sum(item.sent_ms for item in event.items),
+            followed_up=event.followed_up,
+        )
+        for at, event in session.guardrail_trips
+    ]
 
 
 def level_fields(last_level: float | None, levels: Iterable[float]) -> dict[str, Any]:
@@ -178,6 +204,7 @@ def build_snapshot(
     transport: str = "",
     context: CallContext | None = None,
     trace_id: str = "",
+    recording: RecordingModel | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
@@ -208,5 +235,6 @@ def build_snapshot(
             "trace_id": trace_id,
             "dtmf": dtmf,
             "dtmf_events": dtmf_events,
+            "recording": recording,
         }
     )

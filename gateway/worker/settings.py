@@ -16,6 +16,7 @@ slice                         attribute         used by
 :class:`GcSettings`           ``gc``            the collector paced by the tick (ADR 0010)
 :class:`SessionSettings`      ``session``       each call's session: provider audio, tools
 :class:`DrainSettings`        ``drain``         drains with a deadline
+:class:`RecordingSettings`    ``recording``     call recordings (gateway/worker/recorder.py)
 ============================  ================  =====================================================
 
 The environment names are a contract: a setting ``x`` of any slice is ``GATEWAY_X`` and, on the command line,
@@ -28,6 +29,7 @@ which ``gateway settings --markdown`` writes the table in docs/operations.md.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -37,6 +39,7 @@ from gateway.worker.slices import (
     DrainSettings,
     GcSettings,
     MediaSettings,
+    RecordingSettings,
     SessionSettings,
     SipEdgeSettings,
     SipListenSettings,
@@ -53,6 +56,7 @@ __all__ = [
     "DrainSettings",
     "GcSettings",
     "MediaSettings",
+    "RecordingSettings",
     "SessionSettings",
     "SipEdgeSettings",
     "SipListenSettings",
@@ -75,6 +79,7 @@ SLICES: dict[str, type[_Slice]] = {
     "gc": GcSettings,
     "session": SessionSettings,
     "drain": DrainSettings,
+    "recording": RecordingSettings,
 }
 # Each flat name (GATEWAY_<NAME>, a flag's key) belongs to one slice.
 _SLICE_OF: dict[str, str] = {name: attr for attr, cls in SLICES.items() for name in cls.model_fields}
@@ -97,6 +102,7 @@ class WorkerSettings(BaseModel):
     gc: GcSettings = Field(default_factory=GcSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
+    recording: RecordingSettings = Field(default_factory=RecordingSettings)
 
     def __init__(self, **values: Any) -> None:
         """Slices as they are, or flat names (``sip_port=5070``) given to their slice, which reads the rest of
@@ -148,6 +154,12 @@ class WorkerSettings(BaseModel):
     def media_host(self) -> str:
         """The address RTP (and browser calls' ICE host candidates) bind to."""
         return self.media.rtp_host or self.sip.sip_host
+
+    @property
+    def recordings_dir(self) -> Path:
+        """Where recordings go: ``GATEWAY_RECORDINGS_DIR``, else ``recordings`` in the state directory."""
+        given = self.recording.recordings_dir
+        return (given if given is not None else self.tls.state_dir / "recordings").expanduser()
 
     def offer_cost(self) -> float:
         return self.costs.offer_cost(self.media)

@@ -458,6 +458,12 @@ class SipCalls:
         )
         if webhooks:
             config = replace(config, webhook_tools=config.webhook_tools + webhooks)
+        if profile_model.guardrails:
+            config = replace(
+                config,
+                guardrails=profile_model.guardrail_configs(),
+                guardrail_every_chars=profile_model.guardrail_every_chars,
+            )
         model = self._host.model_for(profile.provider)
         leg.provider = model.name
         leg.agent_cost = self._costs.agent_cost(model, profile)
@@ -470,11 +476,17 @@ class SipCalls:
             config=config,
             on_latency=latency_observer(self._host.id, model.name),
             trace=leg.trace,
+            on_guardrail_tripped=lambda _event: self._host.spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
         if route is not None:  # media started before the session was made
             route.session = session
+        recordings = self._plant.recordings
+        if recordings is not None and (recorder := recordings.open(leg.id, profile_model)) is not None:
+            leg.recording = recorder.info
         return session
 
     async def _run_session(self, leg: CallLeg) -> None:
@@ -521,6 +533,8 @@ class SipCalls:
                 await leg.session.aclose(leg.end_reason)
             except Exception:  # a session must not keep its call from being released
                 log.exception("call %s: session close failed", leg.id)
+        if leg.recording is not None and self._plant.recordings is not None:
+            leg.recording = await self._plant.recordings.close(leg.id) or leg.recording
         was_active = leg.answered_wall is not None
         self.release_media(leg)
         move(leg, LegState.ENDED)
@@ -693,6 +707,7 @@ class SipCalls:
             transport=leg.transport,
             context=leg.context,
             trace_id=leg.trace.trace_id if leg.trace is not None else "",
+            recording=leg.recording,
         )
 
     def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from gateway.fleet.models import CallSnapshot, ProfileModel
+from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel
 from gateway.media.call import MediaStats
 from gateway.media.errors import LocalMediaError
 from gateway.session.control import TransferOutcome
@@ -89,6 +89,7 @@ class CallLeg:
     tick_count: int = 0
     cost: float = 1.0  # of the worker's capacity: 1 for G.711 (CapacitySettings.call_cost) plus agent_cost
     agent_cost: float = 0.0  # what the agent takes here (CapacitySettings.agent_cost), set with the session
+    recording: RecordingModel | None = None  # where the call is being recorded; final once the call ended
 
     @property
     def live(self) -> bool:

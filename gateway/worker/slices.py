@@ -624,3 +624,22 @@ class DrainSettings(_Slice):
         max_length=500,
         description="What the agent says to calls a drain deadline ends (where the provider speaks).",
     )
+
+
+class RecordingSettings(_Slice):
+    """Where the worker writes call recordings, and how far the writer may fall behind the tick."""
+
+    title: ClassVar[str] = "recordings"
+
+    recordings_dir: Path | None = Field(
+        default=None,
+        description="Directory of call recordings (`<UTC date>/<call id>.wav|ogg`); the control plane serves them "
+        "from the same directory (one host, or a shared volume). Unset: `GATEWAY_STATE_DIR`/recordings.",
+    )
+    recording_queue_ticks: int = Field(
+        default=250,
+        ge=10,
+        le=60_000,
+        description="Ticks of recorded calls' audio queued for the recordings writer; past this a tick is dropped "
+        "(written as silence, counted in `gateway_recording_ticks_dropped_total`), never waited for.",
+    )

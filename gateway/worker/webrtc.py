@@ -418,14 +418,24 @@ class WebRtcCalls:
         )
         model = worker.model_for(profile.provider)
         leg.cost = self._cost + self._costs.agent_cost(model, profile)
+        config = worker.session_config
+        if profile_model.guardrails:
+            config = replace(
+                config,
+                guardrails=profile_model.guardrail_configs(),
+                guardrail_every_chars=profile_model.guardrail_every_chars,
+            )
         return CallSession(
             call_id=leg.id,
             profile=profile,
             model=model,
             control=WebRtcCallControl(leg),
-            config=worker.session_config,
+            config=config,
             on_latency=latency_observer(worker.id, model.name),
             trace=leg.trace,
+            on_guardrail_tripped=lambda _event: self._spawn(
+                self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
+            ),
         )
 
     async def _run(self, leg: WebRtcLeg) -> None:

@@ -231,6 +231,8 @@ class MediaWorker:
             self.collector.close()
         for leg in self._sip_legs():
             self.sip_calls.release_media(leg)
+        if self.plant.recordings is not None:
+            await self.plant.recordings.aclose()  # recordings of calls that outlived the wait are closed whole
         if self.rtp_drain is not None:
             self.rtp_drain.close()
 
@@ -368,9 +370,18 @@ class MediaWorker:
         # The caller's half first: every call's frame is encoded and sent at the start of the tick, so its packets
         # leave at the same point of every tick, whatever the inbound half costs that tick.
         outbound: dict[str, OutboundFrame] = {}
+        recordings = self.plant.recordings
+        recorders = recordings.recorders if recordings is not None else None
         for call_id, takes_g711 in engine.takes_g711:
             route = routes.get(call_id)
             session = route.session if route is not None else None
+            if recorders and (recorder := recorders.get(call_id)) is not None:
+                # The recording notice first (the session's audio waits for it), and what is sent is recorded.
+                frame: OutboundFrame = recorder.notice_frame(self._tick_no)
+                if frame is None and session is not None:
+                    frame = session.pull_outbound(takes_g711=takes_g711)
+                outbound[call_id] = recorder.agent = frame
+                continue
             # A G.711 caller may be handed the provider's G.711 codes without PCM (sent as they are or via tables).
             outbound[call_id] = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
         opus = engine.has_opus
@@ -392,12 +403,16 @@ class MediaWorker:
             if route is None or (session := route.session) is None:
                 continue
             session.push_inbound(frame)  # written to the provider now when the connection takes it at once
+            if recorders and (recorder := recorders.get(call_id)) is not None:
+                recorder.caller = frame
             if probes and (arrived := probes.get(call_id)) is not None:
                 self._caller_audio_wait.observe(loop_time() - arrived)
             if route.level_phase == level_phase:
                 leg = route.leg
                 leg.last_level = level = max(dbfs(frame.pcm), -100.0)
                 leg.levels.append(level)
+        if recorders and recordings is not None:
+            recordings.tick(self._tick_no)  # this tick's frames of every recorded call, to the writer thread
         for dtmf in inbound.events:
             route = routes.get(dtmf.call_id)
             if route is not None and route.session is not None:

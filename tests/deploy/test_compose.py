@@ -176,12 +176,16 @@ def test_control_plane_reads_the_example_routes_from_redis_backed_state() -> Non
     found = services()
     control = found["control"]
     env = control["environment"]
-    mount, records = control["volumes"]
+    mount, records, recordings = control["volumes"]
     source, target, mode = mount.split(":")
     assert target == env["GATEWAY_CONFIG"] and mode == "ro"
     # The database of calls outlives the container: a named volume at the image's GATEWAY_STATE_DIR.
     volume, state_dir = records.split(":")
     assert volume in s.load_yaml_documents(s.COMPOSE)[0]["volumes"] and state_dir == "/var/lib/gateway"
+    # The workers' recordings: one named volume the plane and every worker mount at the image's recordings dir.
+    for name in ("control", *WORKERS):
+        assert recordings in found[name]["volumes"]
+    assert recordings == "recordings:/var/lib/gateway/recordings"
     config = load_config(str(s.REPO / source))
     assert config.routes, "the example routes load"
     redis_port = found["redis"]["command"][found["redis"]["command"].index("--port") + 1]

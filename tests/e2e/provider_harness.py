@@ -134,8 +134,10 @@ def write_config(
     tools: tuple[WebhookToolSpec, ...] = (),
     audio_format: str = "pcm24k",
     profile_lines: tuple[str, ...] = (),
+    extra_toml: str = "",
 ) -> Path:
-    """The routes file: one route to one openai profile; ``profile_lines`` are more TOML lines of the profile."""
+    """The routes file: every number to one ``openai`` profile ("agent"); ``profile_lines`` are more TOML lines of
+    the profile, ``extra_toml`` is appended as written (e.g. ``[[profiles.agent.guardrails]]`` tables)."""
     lines = [
         "[[routes]]",
         'name = "all"',
@@ -157,7 +159,7 @@ def write_config(
             f"url = {_toml_string(tool.url)}",
             f"timeout_s = {tool.timeout_s}",
         ]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + extra_toml)
     return path
 
 
@@ -170,9 +172,14 @@ async def start_gateway_on_fake(
     audio_format: str = "pcm24k",
     env: dict[str, str] | None = None,
     profile_lines: tuple[str, ...] = (),
+    extra_toml: str = "",
 ) -> GatewayProcess:
     config = write_config(
-        tmp_path / "gateway.toml", tools=tools, audio_format=audio_format, profile_lines=profile_lines
+        tmp_path / "gateway.toml",
+        tools=tools,
+        audio_format=audio_format,
+        profile_lines=profile_lines,
+        extra_toml=extra_toml,
     )
     return await start_gateway(
         procs,
@@ -238,6 +245,45 @@ def barge_in_lines(gateway: GatewayProcess) -> list[BargeInLine]:
                 trigger=match.group(2),
                 response_id=match.group(3),
                 cancelled=match.group(4) == "True",
+                items=items,
+            )
+        )
+    return found
+
+
+_TRIPPED = re.compile(
+    r"call (\S+): guardrail (\S+) tripped response=(\S*) received_at=(\S+) stopped_at=(\S+) stopped_frame=(\S+) "
+    r"items=([^\n]*)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TripLine:
+    guardrail: str
+    response_id: str
+    received_at: float  # the session clock when the judged text reached the gateway
+    stopped_at: float | None  # ... and at the first media tick that sent none of the cut audio
+    stopped_frame: int | None
+    items: dict[str, tuple[int, int]]  # item_id -> (sent_ms, received_ms)
+
+
+def trip_lines(gateway: GatewayProcess) -> list[TripLine]:
+    """The session's ``guardrail ... tripped`` log lines."""
+    found = []
+    for match in _TRIPPED.finditer(gateway.process.output):
+        items = {}
+        for part in match.group(7).split():
+            if part != "-":
+                item_id, sent, received = part.split(":")
+                items[item_id] = (int(sent.removeprefix("sent_ms=")), int(received.removeprefix("received_ms=")))
+        stopped_at, stopped_frame = match.group(5), match.group(6)
+        found.append(
+            TripLine(
+                guardrail=match.group(2),
+                response_id=match.group(3),
+                received_at=float(match.group(4)),
+                stopped_at=None if stopped_at == "None" else float(stopped_at),
+                stopped_frame=None if stopped_frame == "None" else int(stopped_frame),
                 items=items,
             )
         )

@@ -214,3 +214,46 @@ def test_a_bad_context_section_names_the_problem(tmp_path: Path) -> None:
     text = CONTEXT_CONFIG.replace('"10.0.0.0/8"', '"ten.zero"')
     with pytest.raises(ConfigError, match=r"context: not an address or network: 'ten.zero'"):
         load_config(write(tmp_path, text))
+
+
+GUARDRAILS_HEAD = "[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\nguardrail_every_chars = 24\n"
+
+
+def test_guardrails_load_into_the_profile_and_the_session_config(tmp_path: Path) -> None:
+    text = (
+        GUARDRAILS_HEAD
+        + "[[profiles.p.guardrails]]\nname='no-acme'\nkind='blocked'\nphrases=['acme corp']\n"
+        + "patterns=['free\\s+money']\n"
+        + "[[profiles.p.guardrails]]\nname='pii'\nkind='pii'\n"
+        + "[[profiles.p.guardrails]]\nname='mod'\nkind='http'\nurl='http://127.0.0.1:9000/moderate'\ntimeout_s=0.5\n"
+    )
+    profile = load_config(write(tmp_path, text)).profiles["p"]
+    assert profile.guardrail_every_chars == 24
+    blocked, pii, hook = profile.guardrail_configs()
+    assert (blocked.kind, blocked.phrases, blocked.patterns) == ("blocked", ("acme corp",), (r"free\s+money",))
+    assert (pii.kind, pii.pii) == ("pii", ("card", "us_ssn"))
+    assert (hook.kind, hook.url, hook.timeout_s) == ("http", "http://127.0.0.1:9000/moderate", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("guardrail", "problem"),
+    [
+        ("name='g'\nkind='blocked'\npatterns=['(+']\n", "not a valid regular expression"),
+        ("name='g'\nkind='blocked'\n", "at least one phrase or pattern"),
+        ("name='g'\nkind='pii'\npii=['passport']\n", "Input should be 'card' or 'us_ssn'"),
+        ("name='g'\nkind='http'\n", "url must be http(s)"),
+        ("name='g'\nkind='sentiment'\n", "Input should be 'blocked', 'pii' or 'http'"),
+    ],
+)
+def test_a_bad_guardrail_fails_the_load_naming_it(tmp_path: Path, guardrail: str, problem: str) -> None:
+    path = write(tmp_path, GUARDRAILS_HEAD + "[[profiles.p.guardrails]]\n" + guardrail)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "profiles.p.guardrails[0]" in message and problem in message, message
+
+
+def test_duplicate_guardrail_names_fail_the_load(tmp_path: Path) -> None:
+    one = "[[profiles.p.guardrails]]\nname='g'\nkind='pii'\n"
+    with pytest.raises(ConfigError, match="duplicate guardrail names: g"):
+        load_config(write(tmp_path, GUARDRAILS_HEAD + one + one))

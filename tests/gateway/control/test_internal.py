@@ -24,7 +24,7 @@ def _newer_call(call_id: str) -> dict[str, Any]:
         "codec": "PCMU",
         "started": 1767225600.0,
         "answered": 1767225600.5,
-        "recording": {"enabled": True, "uri": "s3://bucket/c"},  # unknown to this version
+        "archive": {"enabled": True, "uri": "s3://bucket/c"},  # unknown to this version
         "stats": {"rtp_packets_in": 50, "mos": 4.2, "dtx_frames": 3},  # dtx_frames: unknown
         "transcript": [{"role": "user", "text": "Hello", "confidence": 0.9}],  # confidence: unknown
     }
@@ -53,11 +53,11 @@ async def test_a_newer_workers_heartbeat_is_taken_and_the_worker_stays_up(
         4.2,
         [{"role": "user", "text": "Hello", "start_s": None, "end_s": None, "truncated": False}],
     )
-    assert "recording" not in call and "dtx_frames" not in call["stats"]  # what the plane does not know, it drops
+    assert "archive" not in call and "dtx_frames" not in call["stats"]  # what the plane does not know, it drops
     skew = [r.getMessage() for r in caplog.records if "does not know" in r.getMessage()]
     assert skew == [
         "worker worker-a (version 9.9.0) sends fields this control plane does not know; they are ignored until the "
-        "plane is updated too: calls.recording, calls.stats.dtx_frames, calls.transcript.confidence, info.zone, sent_at"
+        "plane is updated too: calls.archive, calls.stats.dtx_frames, calls.transcript.confidence, info.zone, sent_at"
     ]  # once, not once per heartbeat
 
     # The worker updated again and sends something else new: said again.
@@ -98,7 +98,7 @@ async def test_a_known_field_that_is_wrong_is_refused_naming_it_and_only_it(
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["code"] == "validation_error" and named in error["message"], error
-    for unknown in ("recording", "dtx_frames", "zone", "sent_at"):
+    for unknown in ("archive", "dtx_frames", "zone", "sent_at"):
         assert unknown not in error["message"]  # the fields it ignores are not what is wrong
     assert await env.plane.store.last_event_id() == mark  # nothing of the refused heartbeat was taken
     assert await env.plane.store.get_call("c-bad") is None

@@ -318,10 +318,10 @@ async def test_what_a_newer_control_plane_wrote_to_redis_is_read_without_its_new
     try:
         worker = WorkerInfo(id="w", capacity=3).model_dump(mode="json") | {"zone": "eu-1"}
         raw.hset(prefix + "workers", "w", orjson.dumps(worker))
-        call = _live("c").model_dump(mode="json", by_alias=True) | {"recording": True}
+        call = _live("c").model_dump(mode="json", by_alias=True) | {"archive": True}
         call["stats"] |= {"dtx_frames": 2}
         raw.hset(prefix + "calls", "c", orjson.dumps(call))
-        ended = _ended("e").model_dump(mode="json", by_alias=True) | {"recording": False}
+        ended = _ended("e").model_dump(mode="json", by_alias=True) | {"archive": False}
         await store.put_call(_ended("e"))
         raw.hset(prefix + "calls", "e", orjson.dumps(ended))
         slot = _reservation("c").model_dump(mode="json") | {"priority": 1}

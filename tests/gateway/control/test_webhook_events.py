@@ -46,9 +46,13 @@ def test_call_started_then_answered_once_from_the_plane_stream() -> None:
 def test_events_other_helpers_add_are_mapped_from_their_names() -> None:
     (handoff,) = _stream("agent.handed_off", {"call_id": "c-1", "from_profile": "a", "to_profile": "b"})
     assert handoff.type == "agent.handoff" and handoff.data["to_profile"] == "b"
-    assert handoff.dedupe_key == "agent.handoff:7"  # several per call: keyed by the stream's event id
+    assert handoff.dedupe_key == "agent.handoff:7:1767225600.000000"  # several per call: the stream's id and time
     (tripped,) = _stream("guardrail.tripped", {"call": {"id": "c-2"}, "guardrail": "pii"}, event_id=9)
-    assert tripped.type == "guardrail.tripped" and tripped.call_id == "c-2" and tripped.dedupe_key.endswith(":9")
+    assert (
+        tripped.type == "guardrail.tripped"
+        and tripped.call_id == "c-2"
+        and tripped.dedupe_key.startswith("guardrail.tripped:9:")
+    )
     recording = {"call_id": "c-1", "recording": {"path": "2026-12-07/c-1.wav", "format": "wav"}}
     (ready,) = _stream("recording.finalised", recording)
     assert ready.type == "call.recording_ready" and ready.dedupe_key == "call.recording_ready"

@@ -14,16 +14,21 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.control.app import create_app
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControlSettings
-from gateway.control.webhooks import EventWebhookSettings
+from gateway.control.webhook_events import WEBHOOK_EVENT_TYPES
+from gateway.control.webhooks import Endpoint, EventWebhookSettings, WebhookFeed
 from gateway.fleet.models import CallSnapshot, WorkerEvent
 from gateway.observability import REGISTRY
-from gateway.records import RecordWriter, RetentionJob
+from gateway.records import Database, RecordWriter, RetentionJob, open_database
+from gateway.records.database import create_engine
+from gateway.records.outbox import DeliveryQuery, list_deliveries
 from tests.gateway.control.conftest import AUTH, TOKEN, make_config
 from tests.gateway.records.conftest import database_url, ended_call, postgres
+from tests.support.procs import free_ports
 from tests.support.webhook_receiver import WebhookReceiver
 
 __all__ = ["database_url", "postgres"]  # fixtures of the database of calls, on each engine
@@ -199,3 +204,30 @@ async def test_a_failing_event_holds_back_only_its_own_call(plane: Plane, receiv
         answer = await plane.client.post(f"/v1/webhooks/deliveries/{row['id']}/redeliver")
         assert answer.status_code == 200
     await receiver.wait_for(lambda r: r.types_by_call().get("c-a") == EXPECTED, within=20)
+
+
+async def test_the_feed_keeps_its_events_in_order_while_the_database_is_down(database_url: str) -> None:
+    endpoint = Endpoint("app", "http://127.0.0.1:9/hooks", frozenset(WEBHOOK_EVENT_TYPES), None)
+    feed = WebhookFeed([endpoint], capacity=5)
+    for n in range(4):
+        feed.offer("call.started", {"id": f"c-{n}", "state": "ringing"}, float(n))
+    down = Database(create_engine(f"postgresql://gw@127.0.0.1:{free_ports(1)[0]}/nowhere"))
+    feed.attach(down)
+    try:
+        with pytest.raises((OSError, SQLAlchemyError)):
+            await feed.flush(batch=2)
+    finally:
+        await down.aclose()
+    assert feed.backlog == 4
+    for n in range(4, 7):  # past the capacity of 5: the oldest two go, counted
+        feed.offer("call.started", {"id": f"c-{n}", "state": "ringing"}, float(n))
+    assert feed.backlog == 5 and feed.dropped == 2
+    database = await open_database(database_url)
+    try:
+        feed.attach(database)
+        await feed.flush(batch=2)
+        assert feed.backlog == 0
+        rows, more = await list_deliveries(database, DeliveryQuery())
+        assert [row.call_id for row in reversed(rows)] == [f"c-{n}" for n in range(2, 7)] and not more
+    finally:
+        await database.aclose()

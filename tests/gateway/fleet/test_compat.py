@@ -17,8 +17,8 @@ NEWER = {
         "registration": {"state": "registered", "registrar": "sip:r", "aor": "sip:a@r", "path": "<sip:edge>"},
     },
     "calls": [
-        {"id": "c1", "state": "active", "recording": True},
-        {"id": "c2", "state": "ringing", "stats": {"mos": 4.0, "dtx_frames": 1}, "recording": False},
+        {"id": "c1", "state": "active", "archive": True},
+        {"id": "c2", "state": "ringing", "stats": {"mos": 4.0, "dtx_frames": 1}, "archive": False},
     ],
     "sent_at": 1.0,
 }
@@ -26,7 +26,7 @@ NEWER = {
 
 def test_unknown_fields_are_ignored_and_named_once_each_without_list_positions() -> None:
     parsed, unknown = parse_message(HeartbeatRequest, orjson.dumps(NEWER))
-    assert unknown == ["calls.recording", "calls.stats.dtx_frames", "info.registration.path", "info.zone", "sent_at"]
+    assert unknown == ["calls.archive", "calls.stats.dtx_frames", "info.registration.path", "info.zone", "sent_at"]
     assert [c.id for c in parsed.calls] == ["c1", "c2"] and parsed.calls[1].stats.mos == 4.0
     assert parsed.info.registration is not None and parsed.info.registration.aor == "sip:a@r"
     assert parsed.model_extra is None and parsed.calls[0].model_extra is None  # nothing unknown is kept

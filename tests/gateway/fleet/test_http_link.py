@@ -287,7 +287,7 @@ async def test_a_workers_command_api_takes_a_newer_planes_commands_and_logs_thei
 
 
 async def test_a_newer_workers_call_list_is_read_without_its_new_fields() -> None:
-    calls = [{"id": "c-1", "state": "active", "recording": True, "stats": {"mos": 4.1, "dtx_frames": 2}}]
+    calls = [{"id": "c-1", "state": "active", "archive": True, "stats": {"mos": 4.1, "dtx_frames": 2}}]
 
     def newer_worker(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json=calls)
