@@ -19,6 +19,7 @@
   let refreshTimer = null;
   let refreshing = false;
   let playable = false;   // an ended call with a recording: its items seek the player
+  let loads = 0;          // the latest load's number: an answer to an older one (another call) is dropped
 
   const d = () => window.gatewayDashboard;
   const $ = (id) => document.getElementById(id);
@@ -34,16 +35,20 @@
 
   // ---------------------------------------------------------------------------------------- load
   async function load() {
+    const mine = ++loads;
+    let answer;
     try {
-      record = await d().api("GET", path());
+      answer = await d().api("GET", path());
     } catch (error) {
-      if (error.message === "unauthorized") return;
+      if (mine !== loads || error.message === "unauthorized") return;
       record = null;
       $("call-error").textContent = `${error.status || ""} ${error.message}`.trim();
       for (const id of ["call-head", "call-quality", "timeline", "transcript", "recording-box"]) $(id).replaceChildren();
       $("call-controls").hidden = true;
       return;
     }
+    if (mine !== loads) return;
+    record = answer;
     $("call-error").textContent = "";
     render();
   }

@@ -13,6 +13,7 @@
   let cursors = [null];  // cursors[n]: the cursor that reads page n (null: the first)
   let pageIndex = 0;
   let profilesLoaded = false;
+  let loads = 0;         // the latest load's number: an answer to an older one (the user moved on) is dropped
 
   const d = () => window.gatewayDashboard;
   const $ = (id) => document.getElementById(id);
@@ -101,15 +102,17 @@
     $("history-prev").disabled = true;
     $("history-next").disabled = true;
     let page;
+    const mine = ++loads;
     try {
       page = await d().api("GET", `/v1/calls?${params}`);
     } catch (error) {
-      if (error.message === "unauthorized") return;
+      if (mine !== loads || error.message === "unauthorized") return;
       status.classList.add("error");
       status.textContent = `Search failed: ${error.status || ""} ${error.message}`.trim();
       $("history-body").replaceChildren();
       return;
     }
+    if (mine !== loads) return;
     $("history-body").replaceChildren(...page.items.map(buildRow));
     $("history-empty").hidden = page.items.length > 0;
     if (page.next_cursor) cursors[pageIndex + 1] = page.next_cursor;

@@ -3,7 +3,8 @@ worker and its database of calls (SQLite in the test's directory).
 
 Ended calls with transcripts, tool calls and figures are listed, filtered by number and transcript text and
 paged by cursor; a call's view shows its timeline, transcript and figures; its recording (a WAV in the
-recordings directory the record names) plays in an <audio> element authorised by the session's media cookie,
+recordings directory the record names, served by GET /v1/calls/{id}/recording) plays in an <audio> element
+authorised by the session's media cookie,
 the playhead marks the transcript item and clicking an item seeks. On a live call, say and inject reach the
 worker as agent commands; a refused command shows the API's reason.
 """
@@ -16,22 +17,16 @@ import wave
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse
 
 from gateway.control.app import create_app
-from gateway.control.auth import require_token_or_media_cookie
 from gateway.control.history import CallHistory
 from gateway.control.plane import ControlPlane
 from gateway.control.settings import ControlSettings
 from gateway.fleet import InProcessControlLink
-from gateway.fleet.json_errors import ApiError
-from gateway.records.schema import calls
 from tests.gateway.control.conftest import TOKEN, make_config
 from tests.gateway.control.test_dashboard import CHROMIUM_ARGS
 from tests.gateway.fleet.fake_worker import FakeWorker
@@ -42,21 +37,6 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(120)]
 
 RECORDING_S = 6.0
 RATE = 16_000
-
-# Until the recordings endpoint is part of the app, the test serves the file a record names, under the same
-# path and with the same cookie authorisation.
-recordings = APIRouter(prefix="/v1")
-
-
-@recordings.get("/calls/{call_id}/recording")
-async def recording(
-    request: Request, call_id: str, _: Annotated[None, Depends(require_token_or_media_cookie)]
-) -> FileResponse:
-    history: CallHistory = request.app.state.history
-    record = await history.get(call_id)
-    if record is None or not record.recording_path:
-        raise ApiError(404, "no_recording", f"call {call_id!r} was not recorded")
-    return FileResponse(request.app.state.recordings_dir / record.recording_path, media_type="audio/wav")
 
 
 @dataclass
@@ -70,15 +50,14 @@ class Live:
 
 @pytest.fixture
 async def live(tmp_path: Path) -> AsyncIterator[Live]:
-    settings = ControlSettings(api_token=TOKEN, state_dir=tmp_path / "state")
-    app = create_app(settings, config=make_config(), sweeper=False, routers=[recordings])
-    app.state.recordings_dir = tmp_path / "recordings"
-    app.state.recordings_dir.mkdir()
+    settings = ControlSettings(api_token=TOKEN, state_dir=tmp_path / "state", recordings_dir=tmp_path / "recordings")
+    app = create_app(settings, config=make_config(), sweeper=False)
+    settings.recordings_path.mkdir()
     plane: ControlPlane = app.state.plane
     worker = FakeWorker("media-1", capacity=40)
     await worker.connect(InProcessControlLink(plane, worker))
     async with serve(app) as url:
-        yield Live(url, plane, app.state.history, worker, app.state.recordings_dir)
+        yield Live(url, plane, app.state.history, worker, settings.recordings_path)
 
 
 def _write_wav(path: Path) -> None:
@@ -94,8 +73,27 @@ def _write_wav(path: Path) -> None:
         out.writeframes(pcm.tobytes())
 
 
-async def _ended_call(worker: FakeWorker, caller: str, *, said: list[tuple[str, str, float, bool]]) -> str:
+async def _ended_call(
+    worker: FakeWorker, caller: str, *, said: list[tuple[str, str, float, bool]], recording: Path | None = None
+) -> str:
     decision = await worker.place_call("+15550199", caller=caller)
+    if recording is not None:
+        # The worker writes the file as the call runs (recorder.py); the record names it relative to the directory.
+        relative = f"2026-12-07/{decision.call_id}.wav"
+        (recording / "2026-12-07").mkdir(exist_ok=True)
+        await asyncio.to_thread(_write_wav, recording / relative)
+        size = (recording / relative).stat().st_size
+        await worker.update_call(
+            decision.call_id,
+            recording={
+                "path": relative,
+                "format": "wav",
+                "channels": 2,
+                "sample_rate": RATE,
+                "bytes": size,
+                "duration_s": RECORDING_S,
+            },
+        )
     transcript = [{"role": r, "text": t, "start_s": s, "truncated": cut} for r, t, s, cut in said]
     await worker.update_call(
         decision.call_id,
@@ -127,16 +125,6 @@ async def _ended_call(worker: FakeWorker, caller: str, *, said: list[tuple[str, 
     )
     await worker.end_call(decision.call_id, reason="caller_hangup")
     return decision.call_id
-
-
-async def _with_recording(live: Live, call_id: str) -> None:
-    assert live.history.writer is not None and live.history.database is not None
-    assert await live.history.writer.flush(timeout_s=10)
-    relative = f"2026-12-07/{call_id}.wav"
-    (live.recordings / "2026-12-07").mkdir(exist_ok=True)
-    await asyncio.to_thread(_write_wav, live.recordings / relative)
-    async with live.history.database.engine.begin() as connection:
-        await connection.execute(sa.update(calls).where(calls.c.id == call_id).values(recording_path=relative))
 
 
 async def _browser_page(pw: Any, problems: list[str]) -> tuple[Any, Any]:
@@ -180,10 +168,9 @@ async def test_history_lists_filters_pages_and_plays_a_call(live: Live) -> None:
     from playwright.async_api import async_playwright, expect
 
     began = time.time()
-    wanted = await _ended_call(live.worker, "+15557770001", said=SAID)
+    wanted = await _ended_call(live.worker, "+15557770001", said=SAID, recording=live.recordings)
     for i in range(27):
         await _ended_call(live.worker, f"+1555888{i:04d}", said=[])
-    await _with_recording(live, wanted)
 
     problems: list[str] = []
     async with async_playwright() as pw:
