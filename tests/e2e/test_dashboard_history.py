@@ -5,7 +5,9 @@ While the call is up, its view's controls act on it: "Say" makes the agent respo
 writes a response's instructions to the transcript), "Inject" adds a user message the echo agent answers ("DTMF 5"
 reads as a key press: "You pressed 5"), and a handoff to a profile the routes file lacks shows the API's refusal.
 After the phone hangs up, the history page finds the call by its number and its view shows the transcript and
-timeline from the database of calls.
+timeline from the database of calls, and plays the call's recording (the route records both sides) from
+``GET /v1/calls/{id}/recording``, authorised by the session's media cookie: its duration is the record's, its
+playhead advances, and clicking a transcript item seeks to it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,20 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(120)]
 
 USER = "histcaller"
 SAID = "Hello from the dashboard"
+CONFIG = """
+[[routes]]
+name = "recorded"
+did = "*"
+profile = "echo"
+record = "both"
+
+[profiles.echo]
+provider = "default"
+
+[profiles.billing]
+provider = "default"
+instructions = "You handle invoices."
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +49,18 @@ def _peers() -> None:
     require_binary("baresip", package="baresip baresip-core")
     require_binary("chromium", package="chromium chromium-driver")
     require_module("playwright")
+
+
+async def _until(page: Any, predicate: str, *, within: float = 10.0) -> None:
+    """Wait for a JS predicate (a function of no arguments); page.wait_for_function would eval a string, which
+    the dashboard's CSP forbids."""
+    await poll(lambda: page.evaluate(predicate), within=within, what=predicate, every=0.05)
+
+
+async def _recorded(gateway: GatewayProcess, call_id: str) -> dict[str, Any] | None:
+    record: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call_id}")
+    recording = record.get("recording")
+    return record if record["state"] == "ended" and recording and recording["bytes"] else None
 
 
 async def _said(gateway: GatewayProcess, call_id: str, text: str) -> dict[str, Any] | None:
@@ -46,7 +74,9 @@ async def test_call_view_controls_a_live_call_and_history_finds_it(
 ) -> None:
     from playwright.async_api import expect
 
-    gateway = await start_gateway(peer_procs)
+    config = tmp_path / "routes.toml"
+    config.write_text(CONFIG)
+    gateway = await start_gateway(peer_procs, env={"GATEWAY_CONFIG": str(config)})
     phone = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, user=USER, tail_silence=30, codecs=("pcmu",))
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -85,7 +115,7 @@ async def test_call_view_controls_a_live_call_and_history_finds_it(
 
         # The picker offers the configured profiles; a profile it does not know is refused with a reason.
         profiles = await page.locator("#profile-names option").evaluate_all("nodes => nodes.map(n => n.value)")
-        assert profiles, "no profile in the picker"
+        assert profiles == ["billing", "echo"], profiles
         await page.fill("#handoff-profile", "no-such-profile")
         await page.click("#handoff-form button[type=submit]")
         await expect(page.locator("#control-error")).to_contain_text("handoff refused: 4")
@@ -93,6 +123,7 @@ async def test_call_view_controls_a_live_call_and_history_finds_it(
 
         await phone.hangup()
         await phone.wait_closed(within=10)
+        record = await poll(lambda: _recorded(gateway, call_id), within=15, what="the call's finished recording")
         await expect(page.locator("#call-state")).to_have_text("ended", timeout=10_000)
         await expect(page.locator("#call-controls")).to_be_hidden()
 
@@ -112,6 +143,25 @@ async def test_call_view_controls_a_live_call_and_history_finds_it(
         assert "turn-assistant" in kinds and "turn-user" in kinds, kinds
         mos = await page.locator('#call-quality [data-figure="mos"] dd').text_content()
         assert mos and float(mos) > 3.5, mos
+
+        # The recording plays in the page, from the API's endpoint (the <audio> element has only the cookie).
+        recording = record["recording"]
+        player = page.locator("#player")
+        await expect(player).to_be_visible()
+        await _until(page, "() => document.getElementById('player').readyState >= 1")
+        duration = await player.evaluate("a => a.duration")
+        assert abs(duration - recording["duration_s"]) < 0.1, (duration, recording)
+        said_item = page.locator("#transcript li", has_text="You pressed 5")
+        start_s = await said_item.locator("button").get_attribute("data-at")
+        assert start_s is not None and 0 < float(start_s) < duration, start_s
+        await page.locator("#transcript li").first.locator("button").click()
+        first_at = await page.locator("#transcript li").first.locator("button").get_attribute("data-at")
+        await _until(page, f"() => document.getElementById('player').currentTime > {float(first_at or 0) + 0.5}")
+        await expect(page.locator("#transcript li").first).to_have_attribute("aria-current", "true")
+        await said_item.locator("button").click()
+        await _until(page, f"() => document.getElementById('player').currentTime >= {float(start_s)}")
+        await expect(said_item).to_have_attribute("aria-current", "true")
+        assert await player.evaluate("a => !a.error"), "the player reports an error"
         await page.screenshot(path=str(shots / "call-view-history.png"), full_page=True)
         errors = [
             line for line in browser.console if line.startswith("error") and "Failed to load resource" not in line
