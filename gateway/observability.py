@@ -213,8 +213,17 @@ TRUNK_REGISTER_TOTAL = Counter(
 WORKERS = Gauge("gateway_workers", "Workers known to the control plane, by status", ["status"], registry=REGISTRY)
 ADMISSIONS_TOTAL = Counter(
     "gateway_admissions_total",
-    "Control-plane admission decisions, by outcome (accepted, over_capacity, no_route, forbidden, no_worker)",
+    "Control-plane admission decisions, by outcome (accepted, over_capacity, no_route, forbidden, no_worker, "
+    "application_rejected, application_redirected, application_unavailable)",
     ["outcome"],
+    registry=REGISTRY,
+)
+CALL_HOOK_SECONDS = Histogram(
+    "gateway_call_hook_seconds",
+    "A route's call-time application asked -> its decision or the fallback, by outcome (accept, reject, redirect, "
+    "fallback)",
+    ["outcome"],
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0),
     registry=REGISTRY,
 )
 SSE_CLIENTS = Gauge("gateway_sse_clients", "Open GET /v1/events streams on this process", registry=REGISTRY)

@@ -20,6 +20,7 @@ import httpx
 from gateway.control.call_hook import MAX_ANSWER_BYTES, CallHookRequest, HookOutcome, deadline_of, decide, fallback
 from gateway.control.config import GatewayConfig, RouteConfig
 from gateway.control.signing import WebhookSigner
+from gateway.observability import CALL_HOOK_SECONDS
 
 if TYPE_CHECKING:
     from gateway.control.plane import ControlPlane
@@ -65,10 +66,33 @@ class CallHookClient:
             self._warned_unsigned = True
             log.warning("GATEWAY_WEBHOOK_SECRET is unset: call-time application requests go unsigned")
         started = time.monotonic()
+        outcome = await self._post(application.url, body, headers, deadline_s, route=route, config=config)
+        elapsed = time.monotonic() - started
+        CALL_HOOK_SECONDS.labels("fallback" if outcome.fell_back else outcome.action).observe(elapsed)
+        log.debug(
+            "call %s: application %s: %s in %.1f ms%s",
+            request.call_id,
+            application.url,
+            outcome.action,
+            1000.0 * elapsed,
+            f" (fallback: {outcome.problem})" if outcome.fell_back else "",
+        )
+        return outcome
+
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        deadline_s: float,
+        *,
+        route: RouteConfig,
+        config: GatewayConfig,
+    ) -> HookOutcome:
         try:
             async with asyncio.timeout(deadline_s):
                 async with self._client.stream(
-                    "POST", application.url, content=body, headers=headers, timeout=deadline_s
+                    "POST", url, content=body, headers=headers, timeout=deadline_s
                 ) as response:
                     answer = await _read_bounded(response)
         except TimeoutError:
@@ -77,15 +101,7 @@ class CallHookClient:
             return fallback(route, config, f"no answer within {deadline_s:g} s")
         except httpx.HTTPError as exc:
             return fallback(route, config, f"{type(exc).__name__}: {exc or 'request failed'}")
-        outcome = decide(response.status_code, answer, route=route, config=config)
-        log.debug(
-            "call %s: application %s answered %s in %.1f ms",
-            request.call_id,
-            application.url,
-            outcome.action,
-            1000.0 * (time.monotonic() - started),
-        )
-        return outcome
+        return decide(response.status_code, answer, route=route, config=config)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -107,6 +107,9 @@ class ControlPlane:
         self.shutting_down = asyncio.Event()
         self.records: RecordSink | None = None  # the database of calls' writer, attached by the app's lifespan
         self.call_hook: CallHook | None = None  # asks routes' applications about new calls, attached likewise
+        # What the application chose for the admitted calls this process asked it about, until they end, so that a
+        # retried admission (its first answer lost on the way) gets the same profile.
+        self._hooked: dict[str, HookOutcome] = {}
         self.event_tap: EventTap | None = None  # the event webhooks' feed, attached by the app's lifespan
 
     def profile_name(self, route_name: str) -> str:
@@ -267,7 +270,7 @@ class ControlPlane:
             held = await self.store.get_reservation(request.call_id)
             route = self.config.route_named(held.route) if held else None
             if held and route:
-                return self._accept(held, route)
+                return self._accept(held, route, self._hooked.get(held.call_id))
         if request.route is not None:
             route = self.config.route_named(request.route)
             if route is None:
@@ -305,7 +308,7 @@ class ControlPlane:
             if outcome == "exists":
                 held = await self.store.get_reservation(call_id)
                 if held is not None:
-                    return self._accept(held, route)
+                    return self._accept(held, route, self._hooked.get(held.call_id))
             if outcome == "global":
                 return self._reject(503, "the gateway is at its concurrent call limit", "over_capacity", retry=True)
             if outcome == "route":
@@ -319,6 +322,8 @@ class ControlPlane:
                     refused = refusal(hooked, request.kind)
                     return self._reject(refused.status, refused.reason, refused.code, contact=refused.contact)
                 ADMISSIONS_TOTAL.labels(outcome="accepted").inc()
+                if hooked is not None:
+                    self._hooked[call_id] = hooked
                 profile = hooked.profile if hooked is not None and hooked.profile else self.config.profile_for(route)
                 await self._track_one(
                     CallSnapshot.model_validate(
@@ -429,6 +434,7 @@ class ControlPlane:
                 events.append(("call.started" if started else "call.updated", _event_view(call)))
             await slices.next()
         for call_id in released:
+            self._hooked.pop(call_id, None)
             await self.store.release(call_id)
         await self.store.adopt(adopted)
         for call_id, cost in costs:
@@ -458,6 +464,7 @@ class ControlPlane:
 
     async def _end_call(self, call_id: str, reason: str) -> None:
         call = await self.store.get_call(call_id)
+        self._hooked.pop(call_id, None)
         await self.store.release(call_id)
         if call is None or call.state == "ended":
             return

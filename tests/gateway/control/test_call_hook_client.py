@@ -18,6 +18,7 @@ from gateway.control.signing import WebhookSigner
 from gateway.control.store import MemoryStore
 from gateway.fleet import InProcessControlLink
 from gateway.fleet.models import AdmissionRequest
+from gateway.observability import REGISTRY
 from tests.gateway.control.conftest import FakeClock, make_config
 from tests.gateway.fleet.fake_worker import FakeWorker
 from tests.gateway.fleet.servers import serve
@@ -65,6 +66,11 @@ async def test_an_accept_gives_the_call_the_applications_profile() -> None:
     hook = CallHookApp(decide, secret=SECRET)
     async with serve(hook.app()) as base, _plane(base + "/call") as plane:
         decision = await plane.admit(AdmissionRequest(called="+15550199", caller="+15550111", worker="worker-a"))
+        # A retried admission (the first answer lost on the way) gets the same decision without asking again.
+        again = await plane.admit(
+            AdmissionRequest(called="+15550199", caller="+15550111", worker="worker-a", call_id=decision.call_id)
+        )
+    assert again == decision
     assert decision.accepted and hook.unsigned == 0
     assert decision.profile is not None and decision.profile.name == "sales"
     assert decision.profile.instructions == "VIP +15550111" and decision.metadata == {"k": "v"}
@@ -121,9 +127,11 @@ async def test_a_slow_application_gets_the_fallback_at_the_deadline(fallback: st
 
 async def test_a_refused_connection_and_a_bad_answer_get_the_fallback_and_an_event() -> None:
     (port,) = free_ports()
+    fallbacks = REGISTRY.get_sample_value("gateway_call_hook_seconds_count", {"outcome": "fallback"}) or 0.0
     async with _plane(f"http://127.0.0.1:{port}/call") as plane:
         decision = await plane.admit(AdmissionRequest(called="+1", worker="worker-a"))
         (event,) = await _hook_events(plane)
+    assert REGISTRY.get_sample_value("gateway_call_hook_seconds_count", {"outcome": "fallback"}) == fallbacks + 1
     assert decision.accepted and decision.profile is not None and decision.profile.name == "support"
     assert "ConnectError" in event["problem"]
 

@@ -166,3 +166,23 @@ async def test_spans_left_open_at_the_end_of_the_call_are_ended_with_it(
     (handoff,) = _named(exporter, "agent.handoff")
     assert handoff.status.status_code is StatusCode.ERROR and handoff.end_time is not None
     assert len(_named(exporter, "call")) == 1
+
+
+async def test_the_handoff_hook_makes_a_span_from_start_to_outcome(
+    exporter: InMemorySpanExporter, call_trace: CallTrace
+) -> None:
+    model = FakeModel()
+    session, _ = make_session(model, trace=call_trace)
+    await session.start()
+    session.handoff_started(target="billing", source="support")
+    session.handoff_ended(ok=True)
+    session.handoff_started(target="sales", source="billing")
+    session.handoff_ended(ok=False, error="no such agent")
+    await session.aclose()
+    assert session.handoffs == 2
+    done, failed = _named(exporter, "agent.handoff")
+    assert done.attributes is not None and failed.attributes is not None
+    assert (done.attributes["gateway.handoff.target"], done.attributes["gateway.handoff.ok"]) == ("billing", True)
+    assert done.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "no such agent"
+    assert failed.attributes[CALL_ID] == "c1"
