@@ -3,7 +3,8 @@ call to the echo agent.
 
 While the call is up, its view's controls act on it: "Say" makes the agent respond with the text (the echo agent
 writes a response's instructions to the transcript), "Inject" adds a user message the echo agent answers ("DTMF 5"
-reads as a key press: "You pressed 5"), and a handoff to a profile the routes file lacks shows the API's refusal.
+reads as a key press: "You pressed 5"), a handoff to a profile the routes file lacks shows the API's refusal,
+and one to a profile it has is done and shows on the timeline.
 After the phone hangs up, the history page finds the call by its number and its view shows the transcript and
 timeline from the database of calls, and plays the call's recording (the route records both sides) from
 ``GET /v1/calls/{id}/recording``, authorised by the session's media cookie: its duration is the record's, its
@@ -118,7 +119,13 @@ async def test_call_view_controls_a_live_call_and_history_finds_it(
         assert profiles == ["billing", "echo"], profiles
         await page.fill("#handoff-profile", "no-such-profile")
         await page.click("#handoff-form button[type=submit]")
-        await expect(page.locator("#control-error")).to_contain_text("handoff refused: 4")
+        await expect(page.locator("#control-error")).to_contain_text("handoff refused: 409")
+        await expect(page.locator("#control-error")).to_contain_text("no profile 'no-such-profile'")
+        # A configured one: the call goes to the billing agent (another echo agent) and the record keeps it.
+        await page.fill("#handoff-profile", "billing")
+        await page.click("#handoff-form button[type=submit]")
+        await expect(page.locator("#control-status")).to_have_text("Handing off to billing.")
+        await expect(page.locator("#timeline li[data-kind=handoff]")).to_contain_text("echo → billing", timeout=10_000)
         await page.screenshot(path=str(shots / "call-view-live.png"), full_page=True)
 
         await phone.hangup()
@@ -140,7 +147,7 @@ async def test_call_view_controls_a_live_call_and_history_finds_it(
         await expect(page.locator("#transcript")).to_contain_text("You pressed 5")
         kinds = await page.locator("#timeline li").evaluate_all("nodes => nodes.map(n => n.dataset.kind)")
         assert kinds[:2] == ["setup", "answer"] and kinds[-1] == "end", kinds
-        assert "turn-assistant" in kinds and "turn-user" in kinds, kinds
+        assert "turn-assistant" in kinds and "turn-user" in kinds and "handoff" in kinds, kinds
         mos = await page.locator('#call-quality [data-figure="mos"] dd').text_content()
         assert mos and float(mos) > 3.5, mos
 

@@ -100,6 +100,18 @@ async def _ended_call(
         transcript=transcript,
         dtmf_events=[{"digit": "4", "direction": "received", "at_s": 2.0}] if said else [],
         trace_id="0af7651916cd43dd8448eb211c80319c" if said else "",
+        handoffs=[
+            {
+                "at_s": 3.0,
+                "from_profile": "support",
+                "to_profile": "sales",
+                "reason": "asks about an invoice",
+                "initiator": "agent",
+                "ok": True,
+            }
+        ]
+        if said
+        else [],
         tools=[
             {
                 "name": "lookup_order",
@@ -237,11 +249,14 @@ async def test_history_lists_filters_pages_and_plays_a_call(live: Live) -> None:
                 "dtmf",
                 "turn-user",
                 "tool",
+                "handoff",
                 "turn-assistant",
                 "end",
             ], kinds
             await expect(page.locator("#timeline li[data-kind=tool]")).to_contain_text('{"status": "shipped"}')
             await expect(page.locator("#timeline li[data-kind=dtmf]")).to_contain_text("Caller pressed a key4")
+            handoff = page.locator("#timeline li[data-kind=handoff]")
+            await expect(handoff).to_contain_text("support → sales · by the agent · asks about an invoice")
             await expect(page.locator("#call-head")).to_contain_text("0af7651916cd43dd8448eb211c80319c")
             transcript = page.locator("#transcript li")
             await expect(transcript).to_have_count(4)
@@ -317,7 +332,16 @@ async def test_live_call_controls_reach_the_worker_and_show_refusals(live: Live)
             await page.fill("#handoff-profile", "no-such-profile")
             await page.click("#handoff-form button[type=submit]")
             error = page.locator("#control-error")
-            await expect(error).to_contain_text("handoff refused: 4")
+            await expect(error).to_contain_text("handoff refused: 409 command_rejected")
+            await expect(error).to_contain_text("no profile 'no-such-profile' to hand off to (known: sales, support)")
+            # A profile it knows goes to the worker with the profile itself.
+            await page.fill("#handoff-profile", "sales")
+            await page.click("#handoff-form button[type=submit]")
+            await expect(page.locator("#control-status")).to_have_text("Handing off to sales.")
+            await expect(error).to_have_text("")
+            last_call, last = live.worker.agent_commands[-1]
+            assert last_call == call_id and last.handoff is not None and last.handoff.profile == "sales"
+            assert last.target is not None and last.target.provider == "openai"
 
             # The transcript follows the call (read again on its events); when it ends the controls go away.
             await live.worker.update_call(
