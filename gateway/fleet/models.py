@@ -174,6 +174,9 @@ class DtmfLine(_Model):
     digit: str = Field(min_length=1, max_length=1)
     direction: Literal["received", "sent"]
     at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
+    method: Literal["rfc4733", "info", "inband", "webrtc"] | None = Field(
+        default=None, description="How a sent digit went out: RFC 4733 event, SIP INFO, in-band tones, or WebRTC"
+    )
 
 
 class GuardrailTripLine(_Model):
