@@ -776,7 +776,7 @@ class TransferRequest(_Model):
 class DtmfRequest(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{"digits": "1#"}]})
 
-    digits: str = Field(description="RFC 4733 events: 0-9 * # A-D", examples=["123#"])
+    digits: str = Field(description="0-9 * # A-D: RFC 4733 events, else SIP INFO, else tones", examples=["123#"])
     duration_ms: int = Field(default=160, ge=40, le=2000)
 
     @field_validator("digits")
