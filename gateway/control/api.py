@@ -27,6 +27,7 @@ from gateway.fleet.models import (
     CallState,
     DrainRequest,
     DtmfRequest,
+    HandoffRequest,
     HangupRequest,
     InjectRequest,
     OriginateRequest,
@@ -266,8 +267,18 @@ async def inject(plane: PlaneDep, call_id: CallId, body: InjectRequest) -> Respo
 
 @router.post("/calls/{call_id}/update", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
 async def update_agent(plane: PlaneDep, call_id: CallId, body: AgentUpdateRequest) -> Response:
-    """Change the running agent's instructions or voice; a fresh provider session carries the conversation."""
+    """Change the running agent's instructions, voice or tools; a fresh provider session carries the
+    conversation. 409 when a tool cannot be made or the provider refuses: the agent stays as it was."""
     await plane.command_agent(call_id, AgentCommand(update=body))
+    return Response(status_code=204)
+
+
+@router.post("/calls/{call_id}/handoff", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
+async def hand_off(plane: PlaneDep, call_id: CallId, body: HandoffRequest) -> Response:
+    """Hand the call to another agent profile (its provider, instructions, voice, tools); a fresh provider session
+    carries the conversation. 409 when the profile is unknown or the handoff fails: the current agent keeps the
+    call. ``agent.handoff_started`` / ``agent.handed_off`` / ``agent.handoff_failed`` follow on ``/v1/events``."""
+    await plane.command_agent(call_id, AgentCommand(handoff=body))
     return Response(status_code=204)
 
 

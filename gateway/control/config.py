@@ -38,6 +38,7 @@ from gateway.fleet.models import (
     TurnDetectionModel,
     WebhookSpec,
 )
+from gateway.providers.base import handoff_tool_name
 from gateway.sip.caller_context import template_problems
 
 DEFAULT_SOURCE = "<built-in config>"
@@ -160,6 +161,8 @@ class ProfileConfig(_Section):
     record_format: Literal["wav", "ogg"] = "wav"
     record_sample_rate: Literal[8000, 16000, 24000, 48000] = 16000
     record_notice: str = Field(default="", max_length=1024)
+    # Profiles this agent may hand the caller to: each becomes the tool transfer_to_<name>.
+    handoffs: list[str] = Field(default_factory=list, max_length=32)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> ProfileConfig:
@@ -207,6 +210,7 @@ class ProfileConfig(_Section):
             record_format=self.record_format,
             record_sample_rate=self.record_sample_rate,
             record_notice=self.record_notice,
+            handoffs=list(self.handoffs),
         )
 
 
@@ -289,8 +293,11 @@ class GatewayConfig:
         self.routes: tuple[RouteConfig, ...] = tuple(parsed.routes)
         self.context = parsed.context
         self.webhooks: tuple[WebhookEndpointConfig, ...] = tuple(parsed.webhooks)
-        self.profiles: dict[str, ProfileModel] = {
+        flat = {
             name: p.to_model(name).model_copy(update={"context": parsed.context}) for name, p in parsed.profiles.items()
+        }
+        self.profiles: dict[str, ProfileModel] = {
+            name: model.model_copy(update={"handoff_profiles": _reachable(name, flat)}) for name, model in flat.items()
         }
         self._routes_by_name = {route.name: route for route in self.routes}
 
@@ -309,6 +316,36 @@ class GatewayConfig:
         if route.record is not None and route.record != profile.record:
             return profile.model_copy(update={"record": route.record})
         return profile
+
+
+def _reachable(name: str, profiles: dict[str, ProfileModel]) -> dict[str, ProfileModel]:
+    """Every profile ``name`` can hand a call to, directly or through others (the worker resolves them)."""
+    seen: dict[str, ProfileModel] = {}
+    todo = list(profiles[name].handoffs)
+    while todo:
+        target = todo.pop()
+        if target not in seen and target in profiles:
+            seen[target] = profiles[target]
+            todo.extend(profiles[target].handoffs)
+    return dict(sorted(seen.items()))
+
+
+def _handoff_problems(name: str, profile: ProfileConfig, known: dict[str, ProfileConfig]) -> list[str]:
+    problems: list[str] = []
+    tools = {tool.name for tool in profile.tools}
+    made: dict[str, str] = {}
+    for target in profile.handoffs:
+        if target not in known:
+            problems.append(f"unknown profile {target!r} (known: {', '.join(sorted(known))})")
+        elif target == name:
+            problems.append(f"a profile cannot hand off to itself ({target!r})")
+        tool = handoff_tool_name(target)
+        if tool in tools:
+            problems.append(f"the handoff to {target!r} is the tool {tool!r}, which the profile already has")
+        elif tool in made:
+            problems.append(f"{made[tool]!r} and {target!r} are both the tool {tool!r}")
+        made[tool] = target
+    return problems
 
 
 def _key(location: tuple[int | str, ...]) -> str:
@@ -344,6 +381,9 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
     problems += [f"{source}: webhooks: duplicate endpoint name {n!r}" for n in sorted(set(names)) if names.count(n) > 1]
     policy = parsed.context.to_policy()
     for name, profile in parsed.profiles.items():
+        problems += [
+            f"{source}: profiles.{name}.handoffs: {p}" for p in _handoff_problems(name, profile, parsed.profiles)
+        ]
         for key in ("instructions", "greeting"):
             problems += [
                 f"{source}: profiles.{name}.{key}: {p}" for p in template_problems(getattr(profile, key), policy)

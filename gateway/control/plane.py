@@ -363,6 +363,8 @@ class ControlPlane:
                 elif event.type == "guardrail.tripped" and call.stats.guardrail_trips:
                     trip = call.stats.guardrail_trips[-1]
                     await self._publish("guardrail.tripped", {"call_id": call.id, **trip.model_dump(mode="json")})
+                elif event.type.startswith("agent."):
+                    await self._publish(event.type, {"call_id": call.id, **event.data})
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:
         await self._track([call], Slices(self.slice_s), plane_end=plane_end)
@@ -619,8 +621,16 @@ class ControlPlane:
         await commands.hold(call_id, held)
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
-        """Live call control (say, inject, update), forwarded to the call's worker."""
+        """Live call control (say, inject, update, handoff), forwarded to the call's worker. A handoff goes with
+        the profile it names from this plane's config (CommandRejectedError for a profile it does not have)."""
         _, commands = await self._live_call_and_commands(call_id)
+        if command.handoff is not None:
+            name = command.handoff.profile
+            target = self.config.profiles.get(name)
+            if target is None:
+                known = ", ".join(sorted(self.config.profiles)) or "none"
+                raise CommandRejectedError(f"call {call_id!r}: no profile {name!r} to hand off to (known: {known})")
+            command = command.model_copy(update={"target": target})
         await commands.command_agent(call_id, command)
 
     # ----------------------------------------------------------------------------------- events

@@ -41,6 +41,9 @@ EventType = Literal[
     "worker.gone",
     "security.blocked",
     "guardrail.tripped",
+    "agent.handoff_started",
+    "agent.handed_off",
+    "agent.handoff_failed",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
@@ -53,6 +56,9 @@ WorkerEventType = Literal[
     "worker.gone",
     "security.blocked",
     "guardrail.tripped",
+    "agent.handoff_started",
+    "agent.handed_off",
+    "agent.handoff_failed",
 ]
 
 LEVEL_HISTORY_MAX = 120
@@ -166,6 +172,18 @@ class ToolCallLine(_Model):
     result: str = Field(default="", description="What the tool returned (JSON text); empty while it runs")
     start_s: float | None = Field(default=None, ge=0.0, description="When it was called, seconds into the call")
     duration_ms: float | None = Field(default=None, ge=0.0)
+
+
+class HandoffLine(_Model):
+    """One handoff of the call from one agent profile to another (failed ones too: the old agent kept the call)."""
+
+    at_s: float = Field(ge=0.0, description="When, seconds into the call")
+    from_profile: str = Field(max_length=128)
+    to_profile: str = Field(max_length=128)
+    reason: str = Field(default="", max_length=500)
+    initiator: Literal["agent", "api"] = Field(description="agent: its transfer_to_<name> tool; api: the ops API")
+    ok: bool
+    error: str = Field(default="", max_length=1000, description="Why it failed")
 
 
 class DtmfLine(_Model):
@@ -342,6 +360,9 @@ class CallSnapshot(_Model):
         default_factory=list, description="Tool calls with arguments and results (GET /v1/calls/{id} only)"
     )
     dtmf: str = Field(default="", max_length=256, description="DTMF digits the caller sent, in order")
+    handoffs: list[HandoffLine] = Field(
+        default_factory=list, max_length=256, description="Handoffs between agent profiles, in order"
+    )
     dtmf_events: list[DtmfLine] = Field(
         default_factory=list, description="Each DTMF digit received or sent, with its time (ended calls only)"
     )
@@ -381,7 +402,8 @@ class WorkerEvent(_Model):
     worker: str
     time: float
     call: CallSnapshot | None = None
-    data: dict[str, Any] = Field(default_factory=dict)  # what a security.* event says
+    # What a security.* or agent.* event says (agent.*: from/to profile, reason, ...).
+    data: dict[str, Any] = Field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------- agent profile
@@ -569,6 +591,12 @@ class ProfileModel(_Model):
     record_notice: str = Field(default="", max_length=1024, description="An audio file the worker plays first")
     # The routes file's [context], copied onto every profile so the worker builds the call's context with it.
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
+    handoffs: list[str] = Field(
+        default_factory=list, description="Profiles this agent may hand the caller to (tools transfer_to_<name>)"
+    )
+    # Every profile reachable through handoffs, by name (each without a closure of its own): what the worker
+    # needs to hand the call on without asking the control plane.
+    handoff_profiles: dict[str, ProfileModel] = Field(default_factory=dict)
 
     def to_agent_profile(self) -> AgentProfile:
         td = self.turn_detection
@@ -590,6 +618,7 @@ class ProfileModel(_Model):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
+            handoffs=tuple(self.handoffs),
             no_input_prompt_s=self.no_input_prompt_s,
             no_input_hangup_s=self.no_input_hangup_s,
             no_input_prompt=self.no_input_prompt,
@@ -825,12 +854,35 @@ class AgentUpdateRequest(_Model):
 
     instructions: str | None = Field(default=None, min_length=1, max_length=32_768)
     voice: str | None = Field(default=None, min_length=1, max_length=64)
+    tools: list[ToolModel] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="The agent's tools from now on (replacing its list): built-in names, or with a webhook",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> AgentUpdateRequest:
-        if self.instructions is None and self.voice is None:
-            raise ValueError("give instructions or voice (or both)")
+        if self.instructions is None and self.voice is None and self.tools is None:
+            raise ValueError("give instructions, voice or tools")
+        if self.tools is not None:
+            names = [tool.name for tool in self.tools]
+            if len(set(names)) != len(names):
+                raise ValueError(f"tool names must be unique, got {names}")
         return self
+
+
+class HandoffRequest(_Model):
+    """POST /v1/calls/{id}/handoff: hand the call to another agent profile, keeping the conversation."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"profile": "billing", "reason": "The caller asks about an invoice."}]},
+    )
+
+    profile: str = Field(min_length=1, max_length=128, description="A profile of the routes file")
+    reason: str = Field(default="", max_length=500, description="Why; the new agent is told")
 
 
 class AgentCommand(_Model):
@@ -839,11 +891,16 @@ class AgentCommand(_Model):
     say: SayRequest | None = None
     inject: InjectRequest | None = None
     update: AgentUpdateRequest | None = None
+    handoff: HandoffRequest | None = None
+    # With handoff: the profile it names, as the control plane's config has it (the plane fills it in).
+    target: ProfileModel | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> AgentCommand:
-        if sum(part is not None for part in (self.say, self.inject, self.update)) != 1:
-            raise ValueError("exactly one of say, inject, update")
+        if sum(part is not None for part in (self.say, self.inject, self.update, self.handoff)) != 1:
+            raise ValueError("exactly one of say, inject, update, handoff")
+        if self.target is not None and self.handoff is None:
+            raise ValueError("only a handoff carries a target profile")
         return self
 
 

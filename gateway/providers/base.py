@@ -15,6 +15,7 @@ Error tree (see also :mod:`gateway.providers.errors`)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -31,6 +32,15 @@ RESUME_NOTE = (
 #: The provider kinds a profile may name (gateway/providers/registry.py builds each). Here, in a module
 #: without heavy imports, so that the control plane can check names without loading the providers.
 PROVIDERS = ("echo", "openai", "gemini", "pipeline", "websocket")
+
+
+_NOT_TOOL_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def handoff_tool_name(profile: str) -> str:
+    """The tool that hands the caller to ``profile``: ``transfer_to_<profile>`` as a valid function name (here, not
+    in gateway.session.handoff, so the control plane checks it at load without importing the session core)."""
+    return ("transfer_to_" + _NOT_TOOL_CHARS.sub("_", profile))[:64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +126,8 @@ class AgentProfile:
     pipeline: PipelineSpec | None = None
     # The bot of a ``websocket`` profile (None: the worker's settings).
     bot: BotSpec | None = None
+    # Profiles this agent may hand the caller to: each is a tool ``transfer_to_<name>`` (gateway/session/handoff.py).
+    handoffs: tuple[str, ...] = ()
     # What the call is, set per call by the worker: from_number, to_number, call_id, direction, route. Adapters
     # that can tell their peer (the websocket provider's customParameters) pass it on.
     call_context: Mapping[str, str] = field(default_factory=dict)

@@ -68,6 +68,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "trace_id": call.trace_id,
         "handoffs": stats.handoffs,
         "dtmf_events": [line.model_dump(mode="json") for line in call.dtmf_events],
+        "handoff_log": [line.model_dump(mode="json") for line in call.handoffs] or None,
     }
 
 
@@ -153,6 +154,7 @@ def record_from_rows(
             "dtmf_events": row["dtmf_events"] or [],
             "trace_id": row["trace_id"],
             "context": row["context"],
+            "handoffs": row.get("handoff_log") or [],
             "recording_path": row["recording_path"],
             "recording": row.get("recording"),
         }

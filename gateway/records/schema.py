@@ -53,6 +53,7 @@ calls = sa.Table(
     sa.Column("handoffs", sa.Integer, nullable=False, server_default="0"),
     sa.Column("dtmf_events", sa.JSON, nullable=True),  # [{digit, direction: received|sent, at_s}] in call order
     sa.Column("recording", sa.JSON, nullable=True),
+    sa.Column("handoff_log", sa.JSON, nullable=True),  # [{at_s, from_profile, to_profile, ...}]
     sa.Index("ix_calls_started_at", "started_at", "id"),
     sa.Index("ix_calls_ended_at", "ended_at"),
     sa.Index("ix_calls_from_number", "from_number"),

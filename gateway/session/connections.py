@@ -49,20 +49,31 @@ class Connections:
         self._links: set[Link] = set()
         self._pending: set[RealtimeSession] = set()
 
+    def use_model(self, model: RealtimeModel) -> None:
+        """Connections from now on go to ``model`` (a handoff to a profile of another provider)."""
+        self._model = model
+
     async def connect(
-        self, profile: AgentProfile, *, history: tuple[HistoryItem, ...], resume_handle: str | None = None
+        self,
+        profile: AgentProfile,
+        *,
+        history: tuple[HistoryItem, ...],
+        resume_handle: str | None = None,
+        model: RealtimeModel | None = None,
     ) -> RealtimeSession:
         async with asyncio.timeout(self._config.connect_timeout_s):
-            session = await self._model.connect(profile, history=history, resume_handle=resume_handle)
+            session = await (model or self._model).connect(profile, history=history, resume_handle=resume_handle)
         self._pending.add(session)
         if self._tasks.closing:
             await self.close_session(session)
             raise SessionStateError("the call ended while connecting")
         return session
 
-    async def connect_owned(self, profile: AgentProfile, *, history: tuple[HistoryItem, ...]) -> RealtimeSession:
-        """connect() in an owned task: ending the call cancels it."""
-        task = self._tasks.spawn(self.connect(profile, history=history), name="connect", guard=False)
+    async def connect_owned(
+        self, profile: AgentProfile, *, history: tuple[HistoryItem, ...], model: RealtimeModel | None = None
+    ) -> RealtimeSession:
+        """connect() in an owned task: ending the call cancels it. ``model``: another model than the current."""
+        task = self._tasks.spawn(self.connect(profile, history=history, model=model), name="connect", guard=False)
         if task is None:
             raise SessionStateError("the call is ending")
         try:

@@ -8,6 +8,8 @@ Error tree::
      ├── SessionStateError       the operation is not allowed in the session's current state
      │    └── InvalidTransitionError   a state change outside the transition table (a bug in the session)
      ├── ProfileUpdateError      a mid-call profile update failed; the call keeps its previous profile
+     ├── HandoffError            a handoff to another agent failed; the previous agent keeps the call
+     │    └── HandoffRefusedError      the target profile is unknown, not allowed, or its tools cannot be made
      ├── ToolResolutionError     a profile names a tool the registry cannot run
      └── GuardrailError          a guardrail check failed (bad answer, timeout); the check is skipped
 
@@ -44,6 +46,14 @@ class InvalidTransitionError(SessionStateError):
 
 class ProfileUpdateError(SessionError):
     """Switching the call to another agent profile failed; the previous profile and connection stay in use."""
+
+
+class HandoffError(SessionError):
+    """Handing the call to another agent profile failed; the previous agent and connection stay in use."""
+
+
+class HandoffRefusedError(HandoffError):
+    """The handoff target is unknown or not allowed (nothing was connected)."""
 
 
 class ToolResolutionError(SessionError):

@@ -138,6 +138,38 @@ class ProfileUpdateFailed(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandoffStarted(SessionEvent):
+    """``agent.handoff_started``: the call is being handed from one agent profile to another."""
+
+    from_profile: str
+    to_profile: str
+    reason: str
+    initiator: Literal["agent", "api"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandedOff(SessionEvent):
+    """``agent.handed_off``: the new agent has the call (connection ``epoch``)."""
+
+    from_profile: str
+    to_profile: str
+    reason: str
+    initiator: Literal["agent", "api"]
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandoffFailed(SessionEvent):
+    """``agent.handoff_failed``: the previous agent keeps the call."""
+
+    from_profile: str
+    to_profile: str
+    reason: str
+    initiator: Literal["agent", "api"]
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallStarted(SessionEvent):
     call_id: str
     name: str

@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, Literal
 
+from gateway.providers.base import RealtimeSession
 from gateway.session.control import CallControl
 from gateway.session.events import EventRing, SessionEvent
 from gateway.session.pipe import ProviderPipe, SendOp, send_text, send_tool_result
@@ -30,6 +31,10 @@ def _ignore_reason(reason: str) -> None:
     pass
 
 
+def _not_retired(call_id: str, name: str, output: str) -> str | None:
+    return None
+
+
 class SessionToolHost:
     def __init__(
         self,
@@ -44,8 +49,12 @@ class SessionToolHost:
         request_response: Callable[[], None],
         agent_quiet: Callable[[], bool],
         end_call: Callable[[str], None],
+        retired_output: Callable[[str, str, str], str | None] = _not_retired,
+        retired_role: Literal["user", "system"] = "system",
         observe: Callable[[SessionEvent], None] | None = None,
     ) -> None:
+        self._retired_output = retired_output
+        self._retired_role: Literal["user", "system"] = retired_role
         self._session_id = session_id
         self._observe = observe  # the call's trace sees the tools' events too
         self._control = control
@@ -63,6 +72,7 @@ class SessionToolHost:
         self._request_response = _ignore
         self._agent_quiet = _quiet
         self._end_call = _ignore_reason
+        self._retired_output = _not_retired
 
     @property
     def session_id(self) -> str:
@@ -87,11 +97,25 @@ class SessionToolHost:
         return self._tasks.call_later(delay, callback)
 
     def send_tool_output(self, call_id: str, name: str, output: str, *, on_sent: Callable[[int], None]) -> None:
+        # Decided when sent, not when queued: a handoff in between retires the call (gateway/session/handoff.py),
+        # and the agent that has the call then gets the result as a message, never as a function output.
+        given: list[str | None] = [None]
+
+        async def send(session: RealtimeSession) -> None:
+            text = given[0] = self._retired_output(call_id, name, output)
+            if text is None:
+                await send_tool_result(session, call_id=call_id, output=output, name=name)
+            elif text:
+                await send_text(session, text=text, role=self._retired_role)
+
         def sent(epoch: int) -> None:
-            self._transcript.function_output(call_id, output)
+            text = given[0]
+            if text is None:
+                self._transcript.function_output(call_id, output)
+            elif text:
+                self._transcript.message(self._retired_role, text)
             on_sent(epoch)
 
-        send = partial(send_tool_result, call_id=call_id, output=output, name=name)
         self._pipe.enqueue(SendOp(name=f"tool-output:{call_id}", send=send, retry=True, on_sent=sent))
 
     def send_text(self, text: str, *, role: Literal["user", "system"], on_sent: Callable[[int], None]) -> None:

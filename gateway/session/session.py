@@ -54,10 +54,16 @@ from gateway.providers.base import (
 )
 from gateway.providers.errors import ProviderError
 from gateway.session.calltrace import SessionTrace
-from gateway.session.config import SessionConfig
+from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.connections import Connections
 from gateway.session.control import CallControl
-from gateway.session.errors import ProfileUpdateError, SessionStartError, SessionStateError
+from gateway.session.errors import (
+    HandoffError,
+    HandoffRefusedError,
+    ProfileUpdateError,
+    SessionStartError,
+    SessionStateError,
+)
 from gateway.session.events import (
     BargedIn,
     CallHeld,
@@ -66,6 +72,9 @@ from gateway.session.events import (
     ErrorOccurred,
     EventRing,
     GuardrailTripped,
+    HandedOff,
+    HandoffFailed,
+    HandoffStarted,
     NoInputPrompted,
     NoticeReceived,
     ProfileUpdated,
@@ -81,6 +90,17 @@ from gateway.session.events import (
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
 from gateway.session.guardrails import Guardrails, Trip, tripped_event
+from gateway.session.handoff import (
+    HandoffInitiator,
+    HandoffLine,
+    HandoffObserver,
+    Handoffs,
+    HandoffTarget,
+    HandoffTargets,
+    NoHandoffTargets,
+    PendingHandoff,
+    handoff_output,
+)
 from gateway.session.hold import HOLD_NOTE, RESUME_NOTE, HoldBy, HoldState
 from gateway.session.host import SessionToolHost
 from gateway.session.noinput import NoInputPolicy, NoInputTimer
@@ -132,6 +152,8 @@ class CallSession:
         tools: ToolRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_latency: LatencyObserver | None = None,
+        handoffs: HandoffTargets | None = None,
+        on_handoff: HandoffObserver | None = None,
         trace: CallTrace | None = None,
         on_guardrail_tripped: Callable[[GuardrailTripped], object] | None = None,
     ) -> None:
@@ -149,6 +171,16 @@ class CallSession:
         self._clock = clock
         self._owns_registry = tools is None
         self._registry = tools if tools is not None else ToolRegistry.from_config(config)
+        self._handoffs = Handoffs(
+            registry=self._registry,
+            targets=handoffs or NoHandoffTargets(),
+            config=config,
+            owns_registries=tools is None,
+        )
+        self._handoffs.perform = self._agent_handoff
+        if on_handoff is not None:
+            self._handoffs.observer = on_handoff
+        self._handoffs.adopt(profile, self._registry)
         self._state = CallState.CONNECTING
         self._end_reason: str | None = None
         self._hang_up_reason: str | None = None
@@ -189,10 +221,12 @@ class CallSession:
             request_response=self._request_response,
             agent_quiet=lambda: self._turns.agent_quiet,
             end_call=self._end_call,
+            retired_output=self._handoffs.retired_output,
+            retired_role=config.background_result_role,
             observe=self._trace.on_event if self._trace is not None else None,
         )
         self._host = host
-        self._tools = ToolRunner(host, self._registry, config, trace=trace)
+        self._tools = ToolRunner(host, self._handoffs, config, trace=trace)
         self._guardrails = Guardrails(
             config.guardrails,
             every_chars=config.guardrail_every_chars,
@@ -263,6 +297,11 @@ class CallSession:
     @property
     def profile(self) -> AgentProfile:
         return self._profile
+
+    @property
+    def handoff_lines(self) -> tuple[HandoffLine, ...]:
+        """The call's handoffs so far, failed ones included (``handoffs`` counts them)."""
+        return tuple(self._handoffs.lines)
 
     @property
     def guardrail_trips(self) -> tuple[tuple[float, GuardrailTripped], ...]:
@@ -337,33 +376,125 @@ class CallSession:
     ) -> None:
         await self.aclose("closed" if exc is None else f"error: {type(exc).__name__}")
 
-    async def update_profile(self, profile: AgentProfile) -> None:
+    async def update_profile(
+        self, profile: AgentProfile, *, webhook_tools: tuple[WebhookToolConfig, ...] | None = None
+    ) -> None:
         """Move the call to another agent profile on a fresh connection that carries the transcript.
 
         All or nothing: if resolving tools or connecting fails, or the call changes state meanwhile, the call keeps
-        its previous profile and connection, and ProfileUpdateError is raised.
+        its previous profile and connection, and ProfileUpdateError is raised. ``webhook_tools``: the webhook tools
+        the profile's tools name (a registry of their own); None keeps the current agent's.
         """
-        if self._state is not CallState.ACTIVE or self._switch_task is not None or self._updating:
-            raise SessionStateError(f"cannot update the profile while {self._state.value}")
+        self._require_switchable("update the profile")
+        try:
+            handoffs = self._handoffs
+            registry = handoffs.registry if webhook_tools is None else handoffs.registry_for(webhook_tools)
+            link = await self._replace_agent(profile, self._model, registry, note=self._resume_instruction(profile))
+        except Exception as exc:
+            self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
+            failed = ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}")
+            raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+        self._record(ProfileUpdated(name=profile.name, epoch=link.epoch))
+
+    async def hand_off(
+        self, target: HandoffTarget, *, reason: str = "", initiator: HandoffInitiator = "api", tool_call_id: str = ""
+    ) -> None:
+        """Hand the call to another agent profile (gateway/session/handoff.py): its provider, instructions, voice
+        and tools, on a fresh connection that carries the conversation. All or nothing: on failure the current
+        agent keeps the call and HandoffError is raised."""
+        self._require_switchable("hand off")
+        handoffs = self._handoffs
+        calls = [e.call_id for e in self._transcript.entries() if e.kind == "function_call"]
+        pending = handoffs.prepare(
+            calls,
+            from_profile=self._profile.name,
+            target=target.profile,
+            reason=reason,
+            initiator=initiator,
+            call_id=tool_call_id,
+        )
+        self._handoff_event(pending.started())
+        began = self._clock()
+        try:
+            registry = handoffs.registry_for(target.webhook_tools)
+            link = await self._replace_agent(
+                target.profile, target.model, registry, note=pending.note, pending=pending, targets=target.targets
+            )
+        except Exception as exc:
+            error = _describe(exc)
+            handoffs.record(pending.line(self._elapsed(), error=error))
+            self._handoff_event(pending.failed(error))
+            log.warning("call %s: handoff %s -> %s failed: %s", self.call_id, *pending.names, error)
+            failed = HandoffError(f"handoff to {pending.to_profile!r} failed: {error}")
+            raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+        self._transcript.message("system", pending.note)  # later resumes replay it too
+        handoffs.record(pending.line(self._elapsed()))
+        self._handoff_event(pending.handed_off(link.epoch))
+        took_ms = round((self._clock() - began) * 1000)
+        log.info("call %s: handed off %s -> %s (%s) in %d ms", self.call_id, *pending.names, pending.initiator, took_ms)
+        self._request_response()  # the new agent takes the conversation up
+
+    async def _agent_handoff(self, name: str, reason: str, call_id: str) -> str:
+        """The ``transfer_to_<name>`` tool: its output is what the old agent hears when the handoff fails."""
+        try:
+            target = self._handoffs.targets.resolve(name)
+            if name not in self._profile.handoffs:
+                raise HandoffRefusedError(f"profile {self._profile.name!r} may not hand off to {name!r}")
+            await self.hand_off(target, reason=reason, initiator="agent", tool_call_id=call_id)
+        except (HandoffError, SessionStateError) as exc:
+            return handoff_output(ok=False, target=name, error=str(exc))
+        return handoff_output(ok=True, target=name)
+
+    def _handoff_event(self, event: HandoffStarted | HandedOff | HandoffFailed) -> None:
+        self._record(event)
+        if isinstance(event, HandoffStarted):
+            self.handoff_started(target=event.to_profile, source=event.from_profile)
+        else:
+            self.handoff_ended(ok=isinstance(event, HandedOff), error=getattr(event, "error", ""))
+        try:
+            self._handoffs.observer(event)
+        except Exception as exc:
+            self._error("handoff observer", exc)
+
+    def _require_switchable(self, what: str) -> None:
+        if self._state is not CallState.ACTIVE or self._switch_task is not None:
+            raise SessionStateError(f"cannot {what} while {self._state.value}")
+        if self._updating:
+            raise SessionStateError(f"cannot {what} while another change of agent is under way")
+
+    async def _replace_agent(
+        self,
+        profile: AgentProfile,
+        model: RealtimeModel,
+        registry: ToolRegistry,
+        *,
+        note: str,
+        pending: PendingHandoff | None = None,
+        targets: HandoffTargets | None = None,
+    ) -> Link:
+        """Connect ``profile`` on ``model`` with the replayed transcript while the current agent keeps the call,
+        then make it current. Raises (the current agent stays) when anything fails or the call changes state."""
+        self._require_switchable("switch the agent")
         self._updating = True
         try:
-            try:
-                provider_profile = self._for_provider(profile)
-                history = self._transcript.history(resume_instruction=self._resume_instruction(profile))
-                session = await self._connections.connect_owned(provider_profile, history=history)
-            except Exception as exc:
-                self._record(ProfileUpdateFailed(name=profile.name, error=_describe(exc)))
-                failed = ProfileUpdateError(f"profile update to {profile.name!r} failed: {_describe(exc)}")
-                raise caused(failed, exc)  # noqa: B904 (caused(): see gateway.compiled)
+            provider_profile = replace(profile, tools=self._handoffs.tools_for(profile, registry), resume_note="")
+            history = self._handoffs.replay(self._transcript.history(resume_instruction=note), pending)
+            session = await self._connections.connect_owned(provider_profile, history=history, model=model)
             if self._state is not CallState.ACTIVE or self._switch_task is not None or self._tasks.closing:
                 await self._connections.close_session(session)
-                message = f"the call became {self._state.value} during the update"
-                self._record(ProfileUpdateFailed(name=profile.name, error=message))
-                raise ProfileUpdateError(message)
+                raise SessionStateError(f"the call became {self._state.value} meanwhile")
+            if pending is not None:
+                self._handoffs.commit(pending)
+            if model is not self._model:
+                self._model, self._caps = model, model.capabilities
+                self._connections.use_model(model)
+                self._rotation = RotationPlan(self._config, max_connection_s=self._caps.max_connection_s)
+                self._resume_handle, self._handle_resumable = None, False
+            self._handoffs.adopt(profile, registry, targets)
             self._profile, self._provider_profile = profile, provider_profile
             link = self._install(session)
-            self._record(ProfileUpdated(name=profile.name, epoch=link.epoch))
             self._pipe.wake()
+            return link
         finally:
             self._updating = False
 
@@ -822,7 +953,9 @@ class CallSession:
                 if attempt > 1:
                     await asyncio.sleep(config.backoff_s(attempt - 1))
                 handle = self._resume_handle if self._caps.resume_handle and self._handle_resumable else None
-                history = self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
+                history = self._handoffs.replay(
+                    self._transcript.history(resume_instruction=self._resume_instruction(self._profile))
+                )
                 try:
                     with self._traced_connect(attempt, resuming=True):
                         session = await self._connections.connect(
@@ -958,11 +1091,12 @@ class CallSession:
             await self._connections.close_all()
             self._pipe.drain_ops()
             self._tools.finish()
-            if self._owns_registry:
-                try:
+            try:
+                if self._owns_registry:
                     await self._registry.aclose()
-                except Exception as exc:
-                    self._error("closing the tool registry", exc)
+                await self._handoffs.aclose()
+            except Exception as exc:
+                self._error("closing the tool registry", exc)
         finally:
             self._transition(CallState.ENDED, reason)
             if self._trips_pending:
@@ -973,6 +1107,7 @@ class CallSession:
             self._pipe.release()
             self._connections.release()
             self._host.release()
+            self._handoffs.release()
             self._guardrails.release()
             self._on_guardrail_tripped = None
             self._ended.set()
@@ -1006,10 +1141,13 @@ class CallSession:
 
     def _for_provider(self, profile: AgentProfile) -> AgentProfile:
         """The profile as the adapter gets it: resolved tools; no resume note (the replayed history has it)."""
-        return replace(profile, tools=self._registry.resolve(profile.tools), resume_note="")
+        return replace(profile, tools=self._handoffs.tools_for(profile, self._registry), resume_note="")
 
     def _resume_instruction(self, profile: AgentProfile) -> str:
         return self._config.resume_instruction or profile.resume_note
+
+    def _elapsed(self) -> float:
+        return round(self._clock() - self._started_at, 3)
 
     def _idle(self, now: float) -> bool:
         return self._turns.idle(now) and not self._tools.foreground_running

@@ -40,7 +40,7 @@ from gateway.session.events import (
     ToolResultDelivered,
     ToolResultUndelivered,
 )
-from gateway.session.tools import Tool, ToolActions, ToolError, ToolInvocation, ToolRegistry
+from gateway.session.tools import Tool, ToolActions, ToolError, ToolInvocation
 from gateway.tracing import CallTrace
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,12 @@ QUEUED_OUTPUT = json.dumps(
 
 def error_output(message: str) -> str:
     return json.dumps({"error": message})
+
+
+class ToolLookup(Protocol):
+    """Where the runner finds a tool by name (a ToolRegistry, or the session's handoff-aware lookup)."""
+
+    def get(self, name: str) -> Tool | None: ...
 
 
 class ToolHost(Protocol):
@@ -125,7 +131,7 @@ class _RunActions:
 
 class ToolRunner:
     def __init__(
-        self, host: ToolHost, registry: ToolRegistry, config: SessionConfig, *, trace: CallTrace | None = None
+        self, host: ToolHost, registry: ToolLookup, config: SessionConfig, *, trace: CallTrace | None = None
     ) -> None:
         self._host = host
         self._trace = trace

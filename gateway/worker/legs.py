@@ -30,6 +30,7 @@ from gateway.fleet.errors import CallNotFoundError
 if TYPE_CHECKING:
     from gateway.fleet.models import CallSnapshot
     from gateway.session.session import CallSession
+    from gateway.sip.caller_context import CallContext
 
 LegKind = Literal["sip", "webrtc"]
 
@@ -70,6 +71,7 @@ class Leg(Protocol):
     state: LegState
     end_reason: str
     cost: float  # of the worker's capacity, in G.711 calls (gateway/worker/settings.py, CapacitySettings)
+    context: CallContext | None  # the caller's, once admitted
 
     @property
     def session(self) -> CallSession | None: ...

@@ -17,6 +17,7 @@ from gateway.fleet.models import (
     CallStats,
     DtmfLine,
     GuardrailTripLine,
+    HandoffLine,
     RecordingModel,
     ToolCallLine,
     TranscriptLine,
@@ -135,6 +136,24 @@ def transcript_of(session: CallSession | None, *, ended: bool = False) -> list[T
     ]
 
 
+def handoffs_of(session: CallSession | None) -> list[HandoffLine]:
+    """The call's handoffs between agent profiles (the last 256)."""
+    if session is None:
+        return []
+    return [
+        HandoffLine(
+            at_s=max(0.0, line.at_s),
+            from_profile=line.from_profile[:128],
+            to_profile=line.to_profile[:128],
+            reason=line.reason[:500],
+            initiator=line.initiator,
+            ok=line.ok,
+            error=line.error[:1000],
+        )
+        for line in session.handoff_lines[-256:]
+    ]
+
+
 def dtmf_of(session: CallSession | None) -> tuple[str, list[DtmfLine]]:
     """The digits the caller sent (the record's ``dtmf``) and every digit received or sent, with its time."""
     if session is None:
@@ -231,6 +250,7 @@ def build_snapshot(
             "stats": CallStats(**{**stats, **session_fields(session)}),
             "transcript": transcript_of(session, ended=state == "ended"),
             "tools": tools_of(session) if state == "ended" else [],
+            "handoffs": handoffs_of(session),
             "context": CallContextModel.of(context) if context is not None else None,
             "trace_id": trace_id,
             "dtmf": dtmf,

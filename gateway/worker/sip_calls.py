@@ -21,7 +21,7 @@ import random
 import secrets
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.compiled import caused
 from gateway.fleet.models import (
@@ -74,6 +74,7 @@ from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
 from gateway.worker.edge import EdgeReporter
+from gateway.worker.handoffs import HandoffEvent, ProfileHandoffs, handoff_report
 from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
@@ -478,6 +479,8 @@ class SipCalls:
             control=SipCallControl(leg),
             config=config,
             on_latency=latency_observer(self._host.id, model.name),
+            handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=self._host.model_for),
+            on_handoff=functools.partial(self._handoff_reported, leg),
             trace=leg.trace,
             on_guardrail_tripped=lambda _event: self._host.spawn(
                 self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
@@ -728,12 +731,17 @@ class SipCalls:
     def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:
         self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
 
-    async def _report(self, kind: WorkerEventType, leg: CallLeg) -> None:
+    def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
+        kind, data = handoff_report(event)
+        self._host.spawn(self._report(kind, leg, data=data), name=f"call-{leg.id}-{kind}")
+
+    async def _report(self, kind: WorkerEventType, leg: CallLeg, *, data: dict[str, Any] | None = None) -> None:
         if self._host.link is None:
             return
         try:
+            snapshot = self.snapshot_of(leg)
             await self._host.link.report(
-                [WorkerEvent(type=kind, worker=self._host.id, time=time.time(), call=self.snapshot_of(leg))]
+                [WorkerEvent(type=kind, worker=self._host.id, time=time.time(), call=snapshot, data=data or {})]
             )
         except Exception as exc:
             log.warning("report %s for %s failed: %s", kind, leg.id, exc)

@@ -54,6 +54,7 @@ from gateway.transport.webrtc import (
     parse_ice_servers,
 )
 from gateway.worker.counters import CallFigures, latency_observer, session_figures
+from gateway.worker.handoffs import HandoffEvent, ProfileHandoffs, handoff_report
 from gateway.worker.legs import SNAPSHOT_STATE, LegKind, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields
@@ -432,6 +433,8 @@ class WebRtcCalls:
             control=WebRtcCallControl(leg),
             config=config,
             on_latency=latency_observer(worker.id, model.name),
+            handoffs=ProfileHandoffs(profile_model.handoff_profiles, context=context, model_for=worker.model_for),
+            on_handoff=partial(self._handoff_reported, leg),
             trace=leg.trace,
             on_guardrail_tripped=lambda _event: self._spawn(
                 self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
@@ -603,12 +606,17 @@ class WebRtcCalls:
     async def snapshot(self) -> list[CallSnapshot]:
         return [await self.snapshot_of(leg) for leg in self._own_legs()]
 
-    async def _report(self, kind: str, leg: WebRtcLeg) -> None:
+    def _handoff_reported(self, leg: WebRtcLeg, event: HandoffEvent) -> None:
+        kind, data = handoff_report(event)
+        self._spawn(self._report(kind, leg, data=data), name=f"call-{leg.id}-{kind}")
+
+    async def _report(self, kind: str, leg: WebRtcLeg, *, data: dict[str, Any] | None = None) -> None:
         link = self._host.link
         if link is None:
             return
         try:
             call = await self.snapshot_of(leg)
-            await link.report([WorkerEvent(type=kind, worker=self._host.id, time=time.time(), call=call)])  # type: ignore[arg-type]
+            event = WorkerEvent(type=kind, worker=self._host.id, time=time.time(), call=call, data=data or {})  # type: ignore[arg-type]
+            await link.report([event])
         except Exception as exc:
             log.warning("report %s for %s failed: %s", kind, leg.id, exc)

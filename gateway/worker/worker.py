@@ -483,7 +483,8 @@ class MediaWorker:
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control of the call's session (gateway/worker/agent_control.py)."""
-        await command_session(self.legs.find(call_id), command)
+        leg = self.legs.find(call_id)
+        await command_session(leg, command, model_for=self.model_for, context=leg.context)
 
     async def drain(self, exit_when_empty: bool, deadline_s: float | None = None) -> None:
         """Take no new calls; end those left ``deadline_s`` from now, politely (gateway/worker/drain.py)."""

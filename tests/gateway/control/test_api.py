@@ -259,3 +259,34 @@ async def test_openapi_documents_errors_and_security(env: Env) -> None:
     assert {"204", "401", "404", "409", "422", "502"} <= set(hangup)
     assert hangup["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
     assert schema["components"]["schemas"]["CallSnapshot"]["examples"]
+
+
+async def test_handoff_goes_with_the_named_profile_and_bad_ones_are_answered(env: Env) -> None:
+    decision = await env.worker.place_call("+15550199")
+    call_id = decision.call_id
+    response = await env.client.post(
+        f"/v1/calls/{call_id}/handoff", headers=AUTH, json={"profile": "sales", "reason": "wants to buy"}
+    )
+    assert response.status_code == 204, response.text
+    (_, command) = env.worker.agent_commands[-1]
+    assert command.handoff is not None and command.handoff.reason == "wants to buy"
+    assert command.target is not None and command.target.name == "sales" and command.target.voice == "marin"
+    unknown = await env.client.post(f"/v1/calls/{call_id}/handoff", headers=AUTH, json={"profile": "nobody"})
+    assert unknown.status_code == 409 and unknown.json()["error"]["code"] == "command_rejected"
+    assert "no profile 'nobody'" in unknown.json()["error"]["message"] and "sales" in unknown.json()["error"]["message"]
+    for bad in ({}, {"profile": ""}, {"profile": "sales", "extra": 1}, {"profile": "sales", "reason": "x" * 501}):
+        response = await env.client.post(f"/v1/calls/{call_id}/handoff", headers=AUTH, json=bad)
+        assert response.status_code == 422, bad
+    tools = {"tools": [{"name": "hang_up"}, {"name": "lookup", "webhook": {"url": "https://hooks.test/lookup"}}]}
+    response = await env.client.post(f"/v1/calls/{call_id}/update", headers=AUTH, json=tools)
+    assert response.status_code == 204, response.text
+    (_, command) = env.worker.agent_commands[-1]
+    assert command.update is not None and [t.name for t in command.update.tools or []] == ["hang_up", "lookup"]
+    duplicate = {"tools": [{"name": "hang_up"}, {"name": "hang_up"}]}
+    assert (await env.client.post(f"/v1/calls/{call_id}/update", headers=AUTH, json=duplicate)).status_code == 422
+    assert len(env.worker.agent_commands) == 2
+    missing = await env.client.post("/v1/calls/c-nope/handoff", headers=AUTH, json={"profile": "sales"})
+    assert missing.status_code == 404
+    await env.worker.end_call(call_id)
+    ended = await env.client.post(f"/v1/calls/{call_id}/handoff", headers=AUTH, json={"profile": "sales"})
+    assert ended.status_code == 409 and "ended" in ended.json()["error"]["message"]

@@ -216,6 +216,63 @@ def test_a_bad_context_section_names_the_problem(tmp_path: Path) -> None:
         load_config(write(tmp_path, text))
 
 
+HANDOFFS = """
+[[routes]]
+name = "main"
+did = "*"
+profile = "front"
+
+[profiles.front]
+provider = "openai"
+handoffs = ["billing"]
+
+[profiles.billing]
+provider = "gemini"
+handoffs = ["refunds", "front"]
+
+[profiles.refunds]
+provider = "pipeline"
+
+[profiles.lonely]
+"""
+
+
+def test_handoffs_load_with_every_reachable_profile(tmp_path: Path) -> None:
+    file = tmp_path / "gateway.toml"
+    file.write_text(HANDOFFS)
+    config = load_config(file)
+    front = config.profiles["front"]
+    assert front.handoffs == ["billing"]
+    assert sorted(front.handoff_profiles) == ["billing", "front", "refunds"], "through billing, and back"
+    assert front.handoff_profiles["billing"].handoffs == ["refunds", "front"]
+    assert front.handoff_profiles["billing"].handoff_profiles == {}, "one flat closure, not a nest"
+    assert front.to_agent_profile().handoffs == ("billing",)
+    assert config.profiles["lonely"].handoff_profiles == {}
+
+
+@pytest.mark.parametrize(
+    ("handoffs", "extra", "problem"),
+    [
+        ('["nobody"]', "", "profiles.front.handoffs: unknown profile 'nobody' (known: billing, front)"),
+        ('["front"]', "", "profiles.front.handoffs: a profile cannot hand off to itself ('front')"),
+        (
+            '["billing"]',
+            '[[profiles.front.tools]]\nname = "transfer_to_billing"\n',
+            "the handoff to 'billing' is the tool 'transfer_to_billing', which the profile already has",
+        ),
+    ],
+)
+def test_bad_handoffs_fail_the_load(tmp_path: Path, handoffs: str, extra: str, problem: str) -> None:
+    file = tmp_path / "gateway.toml"
+    file.write_text(
+        '[[routes]]\nname = "main"\ndid = "*"\nprofile = "front"\n\n'
+        f"[profiles.front]\nhandoffs = {handoffs}\n{extra}\n[profiles.billing]\n"
+    )
+    with pytest.raises(ConfigError) as error:
+        load_config(file)
+    assert problem in str(error.value)
+
+
 GUARDRAILS_HEAD = "[[routes]]\nname='a'\ndid='*'\nprofile='p'\n[profiles.p]\nguardrail_every_chars = 24\n"
 
 

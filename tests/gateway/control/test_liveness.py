@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.control.store import MemoryStore
 from gateway.fleet import AdmissionRequest, WorkerEvent
+from gateway.fleet.models import HandoffLine
 from tests.gateway.control.conftest import AUTH, Env
 
 
@@ -117,3 +118,20 @@ async def test_a_call_ended_as_worker_lost_comes_back_when_its_worker_reports_it
     call = await env.plane.get_call(decision.call_id)
     assert (call.state, call.end_reason) == ("active", "")
     assert await env.plane.store.get_reservation(decision.call_id) is not None
+
+
+async def test_a_reported_handoff_is_published_with_the_call_updated(env: Env) -> None:
+    decision = await env.worker.place_call("+15550199")
+    after = await env.plane.store.last_event_id()
+    call = env.worker.calls[decision.call_id]
+    line = HandoffLine(at_s=3.5, from_profile="support", to_profile="sales", reason="buy", initiator="agent", ok=True)
+    moved = call.model_copy(update={"handoffs": [line]})
+    data = {"from_profile": "support", "to_profile": "sales", "reason": "buy", "initiator": "agent", "epoch": 2}
+    await env.plane.report(
+        [WorkerEvent(type="agent.handed_off", worker="worker-a", time=env.clock(), call=moved, data=data)]
+    )
+    events, _, _ = await env.plane.events_since(after)
+    assert [event.type for event in events] == ["call.updated", "agent.handed_off"]
+    assert events[1].data == {"call_id": decision.call_id, **data}
+    assert events[0].data["handoffs"][0]["to_profile"] == "sales"
+    assert (await env.plane.get_call(decision.call_id)).handoffs == [line]
