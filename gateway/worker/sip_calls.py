@@ -97,7 +97,12 @@ if TYPE_CHECKING:
 def _offer_answer(settings: MediaSettings) -> OfferAnswer:
     """A call's offer/answer (gateway/sip/offer_answer.py) under the worker's media policy; our SRTP keys come
     from ``os.urandom`` (the sans-I/O core takes them injected)."""
-    policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
+    policy = MediaPolicy(
+        codecs=settings.codecs,
+        srtp=settings.srtp,
+        suites=settings.srtp_suites,
+        telephone_event=settings.telephone_event,
+    )
     return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
 
 

@@ -4,7 +4,8 @@ Goertzel detector decodes back; the caller's tones reach the call's DTMF only on
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 import pytest
@@ -33,6 +34,14 @@ async def _call(
     event = await peer.wait_for(OutboundCallAnswered, call=call.handle)
     peer.answered(call, event.body)  # type: ignore[attr-defined]
     return call
+
+
+async def _until(predicate: Callable[[], bool], *, within: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
 
 
 def _log(worker: MediaWorker, direction: str) -> list[tuple[str, str | None]]:
@@ -91,5 +100,5 @@ async def test_caller_tones_reach_the_call_only_without_telephone_event(
     async with SipPeer() as peer:
         call = await _call(peer, worker, monkeypatch, telephone_event=telephone_event)
         await peer.stream(call, np.concatenate([pause, keys, pause, pause]))
-        # the last key's frames are in the tick before the two pauses have been streamed
+        await _until(lambda: len(_log(worker, "received")) >= len(expected), within=3.0)
         assert _log(worker, "received") == expected
