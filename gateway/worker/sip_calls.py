@@ -617,9 +617,13 @@ class SipCalls:
         if inband is None:
             self._plant.engine.send_dtmf(leg.id, digits)
         elif leg.sip is not None and self._signalling.peer_allows(leg.sip, "INFO"):
-            for digit in digits:
-                self._signalling.send_dtmf_info(leg.sip, digit)
-            method = "info"
+            try:
+                for digit in digits:
+                    self._signalling.send_dtmf_info(leg.sip, digit)
+                method = "info"
+            except LocalProtocolError:  # not confirmed yet (our 2xx awaits its ACK): tones need no dialog
+                inband.queue(digits)
+                method = "inband"
         else:
             inband.queue(digits)
             method = "inband"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gateway.sip import core
+from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import DtmfInfoReceived, OutboundCallAnswered
 from gateway.worker.worker import MediaWorker
 from telcodecs.dtmf import GoertzelDetector, tone
@@ -102,3 +103,19 @@ async def test_caller_tones_reach_the_call_only_without_telephone_event(
         await peer.stream(call, np.concatenate([pause, keys, pause, pause]))
         await _until(lambda: len(_log(worker, "received")) >= len(expected), within=3.0)
         assert _log(worker, "received") == expected
+
+
+async def test_info_refused_by_the_dialog_state_falls_back_to_tones(
+    worker: MediaWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def not_yet(call: object, digit: str) -> None:
+        raise LocalProtocolError("call is not established (state early)")
+
+    async with SipPeer() as peer:
+        call = await _call(peer, worker, monkeypatch, telephone_event=False)
+        monkeypatch.setattr(worker.sip_calls._signalling, "send_dtmf_info", not_yet)
+        [leg_id] = list(worker.legs)
+        await worker.send_dtmf(leg_id, "3")
+        await peer.stream(call, np.zeros(8000, np.int16), frames=20)
+        assert [press.digit for press in GoertzelDetector(8000).feed(peer.heard(call))] == ["3"]
+        assert _log(worker, "sent") == [("3", "inband")]
