@@ -320,6 +320,11 @@ class MediaSettings(_Slice):
         description="SRTP suites taken and offered, in our order for our offers (the offerer's order decides in "
         "answers).",
     )
+    telephone_event: bool = Field(
+        default=True,
+        description="Take and offer RFC 4733 telephone-event. False: DTMF goes as SIP INFO or in-band tones and the "
+        "caller's tones are detected in its audio (docs/operations.md, DTMF); for a peer whose events misbehave.",
+    )
     rtp_timeout_s: float = Field(
         default=30.0, gt=0, description="A call with no RTP for this long (not on hold) is hung up."
     )
