@@ -87,9 +87,7 @@ class SipListenSettings(_Slice):
     advertised_sip_port: int | None = Field(
         default=None, ge=1, le=65535, description="SIP port written into Contact and Via behind NAT."
     )
-    sip_allow: Cidrs = Field(
-        default=(), description="CIDRs SIP is taken from, comma-separated; empty: any source."
-    )
+    sip_allow: Cidrs = Field(default=(), description="CIDRs SIP is taken from, comma-separated; empty: any source.")
     sip_auth_realm: str = Field(default="gateway", description="Digest realm of the challenges to callers.")
     sip_auth_user: str | None = Field(
         default=None, description="Callers must authenticate as this user (digest); unset: no challenge."
