@@ -73,6 +73,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.tracing",
         "CPU per call-frame of a traced call: no instrumentation, tracing off (no-op API), on (in-memory export)",
     ),
+    "inband-dtmf": (
+        "bench.inband_dtmf",
+        "CPU per call-frame of in-band DTMF detection in the tick, against the same calls without it",
+    ),
     "amd": (
         "bench.amd",
         "answering-machine detection on the labelled set: precision, recall, beep timing, CPU per frame",

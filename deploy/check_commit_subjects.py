@@ -30,6 +30,8 @@ GRANDFATHERED = frozenset(
         "43bb3ca73d",  # "Docs: lab entry for the pipeline provider's latency, overlap, CPU, barge-in"
         "7684a67e78",  # "Pipeline: bound the OpenAI transcription backlog; keep-alive only live contexts"
         "2a60260c55",  # "Pipeline local: the STT's registry name is whisper, as the pipeline docs say"
+        "c6c9dadf7a",  # "Docs: ADR for agent handoffs (replay, retire tool calls, reuse the switch)"
+        "ac63067a6f",  # "Tests: the pjsua helper reports media_active on every active update again"
     }
 )
 # An area (a word or a path, such as "Docs", "SIP", "gateway/worker", "CI") then ": " and a summary; git's own

@@ -13,7 +13,16 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.control.auth import SSE_COOKIE, SSE_COOKIE_PATH, SSE_COOKIE_TTL_S, make_sse_cookie, require_api_token
+from gateway.control.auth import (
+    MEDIA_COOKIE,
+    MEDIA_COOKIE_PATH,
+    SSE_COOKIE,
+    SSE_COOKIE_PATH,
+    SSE_COOKIE_TTL_S,
+    make_media_cookie,
+    make_sse_cookie,
+    require_api_token,
+)
 from gateway.control.history import CallHistory
 from gateway.control.plane import ControlPlane
 from gateway.fleet.errors import CallNotFoundError
@@ -65,6 +74,15 @@ class CallPage(BaseModel):
 
 class WorkerList(BaseModel):
     items: list[WorkerInfo]
+
+
+class ProfileInfo(BaseModel):
+    name: str = Field(examples=["support"])
+    provider: str = Field(examples=["openai"], description="The realtime provider the profile's agent runs on")
+
+
+class ProfileList(BaseModel):
+    items: list[ProfileInfo]
 
 
 class SessionInfo(BaseModel):
@@ -300,23 +318,34 @@ async def drain_worker(plane: PlaneDep, worker_id: WorkerId, body: DrainRequest)
     return await plane.drain(worker_id, body.exit_when_empty, body.deadline_s)
 
 
+@router.get("/profiles", response_model=ProfileList, tags=["calls"], responses=errors())
+async def list_profiles(plane: PlaneDep) -> Any:
+    """The agent profiles of the routes file, by name (what ``POST /v1/calls/{id}/handoff`` can switch to)."""
+    profiles = plane.config.profiles
+    return ProfileList(items=[ProfileInfo(name=name, provider=profiles[name].provider) for name in sorted(profiles)])
+
+
 @router.post("/session", response_model=SessionInfo, tags=["auth"], responses=errors())
 async def open_session(request: Request) -> Any:
-    """Set the ``gateway_sse`` cookie that lets a browser EventSource read ``/v1/events`` (one hour)."""
+    """Set the cookies a browser needs where it cannot send the bearer header (one hour): ``gateway_sse`` for an
+    EventSource on ``/v1/events``, ``gateway_media`` for an ``<audio>`` element on ``/v1/calls/{id}/recording``."""
     token: str | None = request.app.state.token
     if not token:
         return SessionInfo(expires_at=None, auth_required=False)
-    value, expires = make_sse_cookie(token, request.app.state.clock())
+    now = request.app.state.clock()
+    value, expires = make_sse_cookie(token, now)
+    media, _ = make_media_cookie(token, now)
     response = JSONResponse(SessionInfo(expires_at=expires, auth_required=True).model_dump())
-    response.set_cookie(
-        SSE_COOKIE,
-        value,
-        max_age=SSE_COOKIE_TTL_S,
-        path=SSE_COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    for name, cookie, path in ((SSE_COOKIE, value, SSE_COOKIE_PATH), (MEDIA_COOKIE, media, MEDIA_COOKIE_PATH)):
+        response.set_cookie(
+            name,
+            cookie,
+            max_age=SSE_COOKIE_TTL_S,
+            path=path,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
     return response
 
 
@@ -324,4 +353,5 @@ async def open_session(request: Request) -> Any:
 async def close_session() -> Response:
     response = Response(status_code=204)
     response.delete_cookie(SSE_COOKIE, path=SSE_COOKIE_PATH)
+    response.delete_cookie(MEDIA_COOKIE, path=MEDIA_COOKIE_PATH)
     return response

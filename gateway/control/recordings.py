@@ -16,14 +16,15 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import FileResponse
 
 from gateway.control.api import errors
-from gateway.control.auth import require_api_token
+from gateway.control.auth import require_token_or_media_cookie
 from gateway.control.history import CallHistory
 from gateway.fleet.errors import CallNotFoundError
 from gateway.fleet.json_errors import ApiError
 
 MEDIA_TYPES = {"wav": "audio/wav", "ogg": "audio/ogg"}
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_token)])
+# The bearer token, or the dashboard's gateway_media cookie: its <audio> element cannot send a header.
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_token_or_media_cookie)])
 
 
 def recording_file(directory: FilePath, relative: str) -> FilePath | None:

@@ -194,6 +194,9 @@ class DtmfLine(_Model):
     digit: str = Field(min_length=1, max_length=1)
     direction: Literal["received", "sent"]
     at_s: float | None = Field(default=None, ge=0.0, description="When, seconds into the call")
+    method: Literal["rfc4733", "info", "inband", "webrtc"] | None = Field(
+        default=None, description="How a sent digit went out: RFC 4733 event, SIP INFO, in-band tones, or WebRTC"
+    )
 
 
 class GuardrailTripLine(_Model):
@@ -833,7 +836,7 @@ class TransferRequest(_Model):
 class DtmfRequest(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{"digits": "1#"}]})
 
-    digits: str = Field(description="RFC 4733 events: 0-9 * # A-D", examples=["123#"])
+    digits: str = Field(description="0-9 * # A-D: RFC 4733 events, else SIP INFO, else tones", examples=["123#"])
     duration_ms: int = Field(default=160, ge=40, le=2000)
 
     @field_validator("digits")

@@ -125,7 +125,7 @@ from gateway.session.stats import SessionStats, snapshot
 from gateway.session.tasks import TaskOwner
 from gateway.session.toolrunner import ToolRunner
 from gateway.session.tools import ToolRegistry
-from gateway.session.transcript import DtmfEntry, Transcript, TranscriptEntry
+from gateway.session.transcript import DtmfEntry, DtmfMethod, Transcript, TranscriptEntry
 from gateway.session.turns import Cut, LatencyObserver, Turns
 from gateway.tracing import CallTrace
 from telcodecs.frames import Frame, unchecked_frame
@@ -639,9 +639,9 @@ class CallSession:
         self._transcript.dtmf(digit, "received")
         self._record(DtmfReceived(digit=digit, duration_ms=duration_ms, forwarded=forwarded))
 
-    def dtmf_sent(self, digits: str) -> None:
-        """Digits the call sent to the caller (RFC 4733 or a browser's), for its record."""
-        self._transcript.dtmf(digits, "sent")
+    def dtmf_sent(self, digits: str, *, method: DtmfMethod | None = None) -> None:
+        """Digits the call sent to the caller and how (RFC 4733, SIP INFO, in-band tones, a browser's)."""
+        self._transcript.dtmf(digits, "sent", method=method)
 
     @property
     def dtmf_log(self) -> tuple[DtmfEntry, ...]:

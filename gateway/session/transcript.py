@@ -51,6 +51,10 @@ class DtmfEntry:
     digit: str
     direction: Literal["received", "sent"]
     at: float
+    method: DtmfMethod | None = None  # how a sent digit went out (None: received)
+
+
+DtmfMethod = Literal["rfc4733", "info", "inband", "webrtc"]
 
 
 DTMF_LOG_MAX = 256  # digits kept per call (a keypad left pressed cannot grow it without bound)
@@ -121,10 +125,12 @@ class Transcript:
             self._outputs.add(call_id)
             self._add(_Entry(kind="function_call_output", call_id=call_id, output=output))
 
-    def dtmf(self, digits: str, direction: Literal["received", "sent"]) -> None:
+    def dtmf(self, digits: str, direction: Literal["received", "sent"], *, method: DtmfMethod | None = None) -> None:
         now = self._clock()
         room = DTMF_LOG_MAX - len(self._dtmf)
-        self._dtmf.extend(DtmfEntry(digit=digit, direction=direction, at=now) for digit in digits[: max(0, room)])
+        self._dtmf.extend(
+            DtmfEntry(digit=digit, direction=direction, at=now, method=method) for digit in digits[: max(0, room)]
+        )
 
     def dtmf_log(self) -> tuple[DtmfEntry, ...]:
         return tuple(self._dtmf)

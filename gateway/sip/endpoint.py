@@ -136,6 +136,11 @@ class SipEndpoint:
         c = self._core.calls.get(call)
         return c.transport if c is not None else None
 
+    def peer_allows(self, call: CallHandle, method: str) -> bool:
+        """The peer's Allow header (from its INVITE or its 2xx) lists ``method``; False for an unknown call."""
+        c = self._core.calls.get(call)
+        return c is not None and method.lower() in c.peer_allow
+
     def datagrams(self) -> list[Outgoing]:
         out, self._core.outbox = self._core.outbox, []
         return out

@@ -108,6 +108,15 @@ class SipSignalling:
         self.endpoint.refer(call, self.now(), target_uri=target_uri)
         self.transport.pump()
 
+    def peer_allows(self, call: CallHandle, method: str) -> bool:
+        """The peer's Allow (its INVITE's, or its 2xx's) lists the method."""
+        return self.endpoint.peer_allows(call, method)
+
+    def send_dtmf_info(self, call: CallHandle, digit: str) -> None:
+        """One digit as INFO application/dtmf-relay (LocalProtocolError for a digit that is not one)."""
+        self.endpoint.send_dtmf_info(call, self.now(), digit=digit)
+        self.transport.pump()
+
     def answer_reinvite(self, call: CallHandle, body: bytes) -> None:
         self.endpoint.answer_reinvite(call, self.now(), body=body)
         self.transport.pump()

@@ -163,7 +163,7 @@ def dtmf_of(session: CallSession | None) -> tuple[str, list[DtmfLine]]:
     log = session.dtmf_log
     began = session.started_at
     received = "".join(entry.digit for entry in log if entry.direction == "received")
-    lines = [DtmfLine(digit=e.digit, direction=e.direction, at_s=max(0.0, e.at - began)) for e in log]
+    lines = [DtmfLine(digit=e.digit, direction=e.direction, at_s=max(0.0, e.at - began), method=e.method) for e in log]
     return received[:256], lines
 
 

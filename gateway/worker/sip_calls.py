@@ -36,6 +36,7 @@ from gateway.fleet.models import (
 )
 from gateway.media.call import MediaCallConfig
 from gateway.media.errors import LocalMediaError
+from gateway.media.inband import InbandDtmf
 from gateway.observability import (
     ACTIVE_CALLS,
     CALL_SETUP_SECONDS,
@@ -45,6 +46,7 @@ from gateway.observability import (
 from gateway.session.amd_gate import AmdPolicy
 from gateway.session.config import WebhookToolConfig
 from gateway.session.session import CallSession
+from gateway.session.transcript import DtmfMethod
 from gateway.sip.caller_context import CallContext, context_from_invite, render
 from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import (
@@ -96,7 +98,12 @@ if TYPE_CHECKING:
 def _offer_answer(settings: MediaSettings) -> OfferAnswer:
     """A call's offer/answer (gateway/sip/offer_answer.py) under the worker's media policy; our SRTP keys come
     from ``os.urandom`` (the sans-I/O core takes them injected)."""
-    policy = MediaPolicy(codecs=settings.codecs, srtp=settings.srtp, suites=settings.srtp_suites)
+    policy = MediaPolicy(
+        codecs=settings.codecs,
+        srtp=settings.srtp,
+        suites=settings.srtp_suites,
+        telephone_event=settings.telephone_event,
+    )
     return OfferAnswer(policy, session_id=random.getrandbits(31), key_source=os.urandom)
 
 
@@ -402,7 +409,8 @@ class SipCalls:
         now = self._plant.now()
         self._plant.engine.add_call(config, now=now)
         leg.media_added = True
-        self._plant.routes[leg.id] = TickRoute(leg, leg.rtp)
+        inband = InbandDtmf(detect=True) if negotiated.telephone_event_payload_type is None else None
+        self._plant.routes[leg.id] = TickRoute(leg, leg.rtp, inband)
         engine = self._plant.engine
         call_id = leg.id
         loop = asyncio.get_running_loop()
@@ -605,9 +613,25 @@ class SipCalls:
     def send_dtmf_leg(self, leg: CallLeg, digits: str) -> None:
         if not leg.media_added:
             raise LocalMediaError("the call has no media yet")
-        self._plant.engine.send_dtmf(leg.id, digits)
+        # RFC 4733 when the peer negotiated telephone-event, else SIP INFO when it allows INFO, else tones.
+        route = self._plant.routes.get(leg.id)
+        inband = route.inband if route is not None else None
+        method: DtmfMethod = "rfc4733"
+        if inband is None:
+            self._plant.engine.send_dtmf(leg.id, digits)
+        elif leg.sip is not None and self._signalling.peer_allows(leg.sip, "INFO"):
+            try:
+                for digit in digits:
+                    self._signalling.send_dtmf_info(leg.sip, digit)
+                method = "info"
+            except LocalProtocolError:  # not confirmed yet (our 2xx awaits its ACK): tones need no dialog
+                inband.queue(digits)
+                method = "inband"
+        else:
+            inband.queue(digits)
+            method = "inband"
         if leg.session is not None:
-            leg.session.dtmf_sent(digits)
+            leg.session.dtmf_sent(digits, method=method)
 
     def refer_leg(self, leg: CallLeg, target: str) -> None:
         assert leg.sip is not None

@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.media.jitter import JitterConfig
@@ -32,6 +32,18 @@ def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
     return value
+
+
+def _checked_cidrs(value: tuple[str, ...]) -> tuple[str, ...]:
+    for cidr in value:
+        ipaddress.ip_network(cidr, strict=False)
+    return value
+
+
+#: A comma-separated list in the environment; a tuple in code.
+Csv = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_csv)]
+#: A comma-separated list of networks (CIDRs), each checked.
+Cidrs = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_csv), AfterValidator(_checked_cidrs)]
 
 
 class _Slice(BaseSettings):
@@ -62,7 +74,7 @@ class SipListenSettings(_Slice):
 
     sip_host: str = Field(default="127.0.0.1", description="Bind address of SIP and, unless `GATEWAY_RTP_HOST`, RTP.")
     sip_port: int = Field(default=5060, ge=1, le=65535, description="SIP port, UDP and TCP.")
-    sip_transports: Annotated[tuple[str, ...], NoDecode] = Field(
+    sip_transports: Csv = Field(
         default=("udp", "tcp"),
         description="SIP transports listened on, comma-separated: `udp`, `tcp`, `tls` (TLS needs a certificate "
         "or `GATEWAY_SIP_TLS_SELF_SIGNED`).",
@@ -75,9 +87,7 @@ class SipListenSettings(_Slice):
     advertised_sip_port: int | None = Field(
         default=None, ge=1, le=65535, description="SIP port written into Contact and Via behind NAT."
     )
-    sip_allow: Annotated[tuple[str, ...], NoDecode] = Field(
-        default=(), description="CIDRs SIP is taken from, comma-separated; empty: any source."
-    )
+    sip_allow: Cidrs = Field(default=(), description="CIDRs SIP is taken from, comma-separated; empty: any source.")
     sip_auth_realm: str = Field(default="gateway", description="Digest realm of the challenges to callers.")
     sip_auth_user: str | None = Field(
         default=None, description="Callers must authenticate as this user (digest); unset: no challenge."
@@ -98,11 +108,6 @@ class SipListenSettings(_Slice):
         "(the product and version are not given away).",
     )
 
-    @field_validator("sip_transports", "sip_allow", mode="before")
-    @classmethod
-    def _csv(cls, value: object) -> object:
-        return _split_csv(value)
-
     @field_validator("sip_transports")
     @classmethod
     def _known_transports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -111,13 +116,6 @@ class SipListenSettings(_Slice):
         if bad or not lowered:
             raise ValueError(f"sip_transports must be one or more of udp, tcp, tls, got {value!r}")
         return lowered
-
-    @field_validator("sip_allow")
-    @classmethod
-    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for cidr in value:
-            ipaddress.ip_network(cidr, strict=False)
-        return value
 
     @model_validator(mode="after")
     def _auth_pair(self) -> SipListenSettings:
@@ -157,28 +155,16 @@ class SipEdgeSettings(_Slice):
         ge=1,
         description="Wrong answers for one username within the window, from any sources, that block the username.",
     )
-    sip_never_block: Annotated[tuple[str, ...], NoDecode] = Field(
+    sip_never_block: Cidrs = Field(
         default=(),
         description="CIDRs never blocked however many failures they send (a trunk, the office), comma-separated.",
     )
     sip_lockout: bool = Field(default=True, description="Block sources after failed authentications at all.")
-    sip_drop_user_agents: Annotated[tuple[str, ...], NoDecode] = Field(
+    sip_drop_user_agents: Csv = Field(
         default=("friendly-scanner", "sipvicious", "sipcli", "sip-scan", "iwar", "sundayddr", "vaxsipuseragent"),
         description="Out-of-dialog requests whose User-Agent contains one of these (any case) are dropped "
         "unanswered, comma-separated; empty: none.",
     )
-
-    @field_validator("sip_never_block", "sip_drop_user_agents", mode="before")
-    @classmethod
-    def _csv(cls, value: object) -> object:
-        return _split_csv(value)
-
-    @field_validator("sip_never_block")
-    @classmethod
-    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for cidr in value:
-            ipaddress.ip_network(cidr, strict=False)
-        return value
 
     @model_validator(mode="after")
     def _blocks(self) -> SipEdgeSettings:
@@ -316,7 +302,7 @@ class MediaSettings(_Slice):
     rtp_ports: str = Field(
         default="20000-29999", description="RTP/RTCP port range, LO-HI (two ports per call, RTP on the even one)."
     )
-    codecs: Annotated[tuple[str, ...], NoDecode] = Field(
+    codecs: Csv = Field(
         default=("G722", "PCMU", "PCMA", "opus"),
         description="Codecs taken and offered, in our order, which decides among those a caller offers: G.722 "
         "first gives the speech model wideband audio where the phone has it, at `GATEWAY_G722_CALL_COST`.",
@@ -327,10 +313,15 @@ class MediaSettings(_Slice):
         "8643 OSRTP (no plain trunk breaks); `required`: SRTP only (a plain offer gets 488); `off`: plain RTP "
         "only (an RTP/SAVP-only offer gets 488).",
     )
-    srtp_suites: Annotated[tuple[str, ...], NoDecode] = Field(
+    srtp_suites: Csv = Field(
         default=("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32"),
         description="SRTP suites taken and offered, in our order for our offers (the offerer's order decides in "
         "answers).",
+    )
+    telephone_event: bool = Field(
+        default=True,
+        description="Take and offer RFC 4733 telephone-event. False: DTMF goes as SIP INFO or in-band tones and the "
+        "caller's tones are detected in its audio (docs/operations.md, DTMF); for a peer whose events misbehave.",
     )
     rtp_timeout_s: float = Field(
         default=30.0, gt=0, description="A call with no RTP for this long (not on hold) is hung up."
@@ -365,11 +356,6 @@ class MediaSettings(_Slice):
         "more than a tenth of a second's ticks spend longer than this encoding; inline again after 10 s under "
         "half of it (ADR 0013). 0: always ahead; 20 or more: never.",
     )
-
-    @field_validator("codecs", "srtp_suites", mode="before")
-    @classmethod
-    def _csv(cls, value: object) -> object:
-        return _split_csv(value)
 
     @field_validator("codecs")
     @classmethod

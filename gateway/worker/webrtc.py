@@ -559,7 +559,7 @@ class WebRtcCalls:
         if leg.peer is None or not leg.peer.send_message({"type": "dtmf", "digits": digits}):
             raise CommandRejectedError("the browser's control channel is not open")
         if leg.session is not None:
-            leg.session.dtmf_sent(digits)
+            leg.session.dtmf_sent(digits, method="webrtc")
 
     # ----------------------------------------------------------------------------------- reporting
 

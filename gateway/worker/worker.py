@@ -380,10 +380,15 @@ class MediaWorker:
                 frame: OutboundFrame = recorder.notice_frame(self._tick_no)
                 if frame is None and session is not None:
                     frame = session.pull_outbound(takes_g711=takes_g711)
+                if route is not None and (inband := route.inband) is not None and inband.sending:
+                    frame = inband.next_frame()
                 outbound[call_id] = recorder.agent = frame
                 continue
             # A G.711 caller may be handed the provider's G.711 codes without PCM (sent as they are or via tables).
-            outbound[call_id] = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
+            frame = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
+            if route is not None and (inband := route.inband) is not None and inband.sending:
+                frame = inband.next_frame()  # in-band DTMF replaces the agent's audio, as RFC 4733 packets do
+            outbound[call_id] = frame
         opus = engine.has_opus
         started = perf_counter() if opus else 0.0
         datagrams = engine.tick_outbound(outbound, now)
@@ -403,6 +408,9 @@ class MediaWorker:
             if route is None or (session := route.session) is None:
                 continue
             session.push_inbound(frame)  # written to the provider now when the connection takes it at once
+            if (inband := route.inband) is not None:
+                for digit in inband.heard(frame.pcm):
+                    session.dtmf_received(digit)
             if recorders and (recorder := recorders.get(call_id)) is not None:
                 recorder.caller = frame
             if probes and (arrived := probes.get(call_id)) is not None:

@@ -15,11 +15,7 @@ forged ``received=`` on the top Via included), nothing leaks, and a fresh call w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,7 @@ import pytest
 
 from tests.e2e.hostile_scenario import RESULT_PREFIX, run
 from tests.e2e.hostile_sip import SPOT_CHECKS, UNICODE_DIGIT_CHECKS
-from tests.support.netns import python_call_argv, require_netns, start_in_netns
+from tests.support.netns import python_call_argv, require_netns, run_scenario_in_netns
 from tests.support.peers import require_binary, require_module
 from tests.support.procs import ProcessGroup
 
@@ -40,43 +36,12 @@ SCENARIO_LIMIT_S = 120.0
 ALLOWED_ANSWERS = {"200", "400", "403", "405", "413", "416", "420", "481", "482", "483", "488", "501", "505", "513"}
 
 
-def _netns_of(pid: int) -> str | None:
-    with contextlib.suppress(OSError):
-        return os.readlink(f"/proc/{pid}/ns/net")
-    return None
-
-
-def _kill_namespace(netns: str | None) -> None:
-    """SIGKILL whatever is still running in the scenario's namespace: only processes it started live there."""
-    if netns is None or netns == _netns_of(os.getpid()):
-        return
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _netns_of(int(entry)) == netns:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry), signal.SIGKILL)
-
-
 async def _run_scenario(workdir: Path) -> dict[str, Any]:
     async with ProcessGroup(workdir / "outer-logs") as procs:
-        scenario = await start_in_netns(
-            procs, "hostile-scenario", python_call_argv(run, str(workdir), EXAMPLES), lifetime=SCENARIO_LIMIT_S
+        argv = python_call_argv(run, str(workdir), EXAMPLES)
+        return await run_scenario_in_netns(
+            procs, "hostile-scenario", argv, within=SCENARIO_LIMIT_S, prefix=RESULT_PREFIX
         )
-        own = _netns_of(os.getpid())
-        deadline = time.monotonic() + 10
-        # `unshare` enters the new namespace right after it starts; nothing signals that but /proc.
-        while (netns := _netns_of(scenario.pid)) == own and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-        try:
-            await scenario.wait(within=SCENARIO_LIMIT_S)
-        finally:
-            await scenario.terminate()
-            _kill_namespace(netns)
-        lines = [line for line in scenario.output.splitlines() if line.startswith(RESULT_PREFIX)]
-        if not lines:
-            raise AssertionError(f"the scenario printed no report; log: {scenario.log_path}\n{scenario.output[-3000:]}")
-        report: dict[str, Any] = json.loads(lines[-1][len(RESULT_PREFIX) :])
-        report["scenario_log"] = str(scenario.log_path)
-        return report
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.e2e.ops_support import poll
 from tests.support.audio import align_and_correlate, read_wav, resample, write_wav
 from tests.support.baresip import BaresipPhone
 from tests.support.peers import require_binary
+from tests.support.postgres import PostgresServer
 from tests.support.procs import ProcessGroup, free_ports
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(180)]
@@ -59,19 +61,31 @@ async def _ended_record(gateway: GatewayProcess) -> dict[str, Any]:
     return record
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The record of the recorded call in each engine of the database of calls."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    with PostgresServer(name="e2e-recording") as postgres:
+        yield {"GATEWAY_DATABASE_URL": postgres.create_database("calls")}
+
+
 async def test_a_recorded_call_holds_both_sides_on_their_channels(
-    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path, database_env: dict[str, str]
 ) -> None:
     require_binary("baresip", package="baresip baresip-core")
     config = tmp_path / "routes.toml"
     config.write_text(CONFIG)
-    gateway = await start_gateway(peer_procs, env={"GATEWAY_CONFIG": str(config)})
+    gateway = await start_gateway(peer_procs, env={"GATEWAY_CONFIG": str(config), **database_env})
     phone = BaresipPhone(peer_procs, tmp_path, source_wav=speech_8k, codecs=("pcmu",), tail_silence=1.5)
     async with phone:
         await phone.dial(gateway.sip_uri)
         await phone.wait_established(within=15)
         await phone.wait_closed(within=40)
     record = await _ended_record(gateway)
+    stats = record["stats"]  # the quality figures kept beside the recording
+    assert stats["rtp_packets_in"] > 100 and stats["mos"] > 3.5 and stats["jitter_ms"] is not None, stats
     recording = record["recording"]
     assert recording["format"] == "wav" and recording["channels"] == 2 and recording["sample_rate"] == 16_000
     assert recording["path"].endswith(f"{record['id']}.wav") and record["recording_path"] == recording["path"]

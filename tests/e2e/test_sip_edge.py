@@ -8,11 +8,6 @@ in log lines fail2ban itself reads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +15,7 @@ import pytest
 
 from tests.e2e.edge_scenario import ATTACKER, CALLER, MAX_FAILURES, RESULT_PREFIX, SCANNER, run
 from tests.support.machine import MachineLoad, MachineWatch, assert_quality
-from tests.support.netns import python_call_argv, require_netns, start_in_netns
+from tests.support.netns import python_call_argv, require_netns, run_scenario_in_netns
 from tests.support.peers import require_binary, require_module
 from tests.support.procs import ProcessGroup
 
@@ -29,42 +24,10 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(200)]
 SCENARIO_LIMIT_S = 150.0
 
 
-def _netns_of(pid: int) -> str | None:
-    with contextlib.suppress(OSError):
-        return os.readlink(f"/proc/{pid}/ns/net")
-    return None
-
-
-def _kill_namespace(netns: str | None) -> None:
-    """SIGKILL whatever is still running in the scenario's namespace: only processes it started live there."""
-    if netns is None or netns == _netns_of(os.getpid()):
-        return
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _netns_of(int(entry)) == netns:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry), signal.SIGKILL)
-
-
 async def _run_scenario(workdir: Path) -> dict[str, Any]:
     async with ProcessGroup(workdir / "outer-logs") as procs:
-        scenario = await start_in_netns(
-            procs, "edge-scenario", python_call_argv(run, str(workdir)), lifetime=SCENARIO_LIMIT_S
-        )
-        own = _netns_of(os.getpid())
-        deadline = time.monotonic() + 10
-        while (netns := _netns_of(scenario.pid)) == own and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)  # `unshare` enters the namespace right after it starts: only /proc tells
-        try:
-            await scenario.wait(within=SCENARIO_LIMIT_S)
-        finally:
-            await scenario.terminate()
-            _kill_namespace(netns)
-        lines = [line for line in scenario.output.splitlines() if line.startswith(RESULT_PREFIX)]
-        if not lines:
-            raise AssertionError(f"the scenario printed no report; log: {scenario.log_path}\n{scenario.output[-3000:]}")
-        report: dict[str, Any] = json.loads(lines[-1][len(RESULT_PREFIX) :])
-        (workdir / "report.json").write_text(json.dumps(report, indent=2))
-        return report
+        argv = python_call_argv(run, str(workdir))
+        return await run_scenario_in_netns(procs, "edge-scenario", argv, within=SCENARIO_LIMIT_S, prefix=RESULT_PREFIX)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,15 @@ is not permitted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,7 @@ __all__ = [
     "python_call_argv",
     "require_netns",
     "run_in_netns",
+    "run_scenario_in_netns",
     "start_in_netns",
 ]
 
@@ -116,3 +121,43 @@ async def start_in_netns(
 ) -> ManagedProcess:
     """Start a long-running `argv` (e.g. a gateway plus its test driver) in its own network namespace."""
     return await procs.start(name, netns_argv(argv), lifetime=lifetime, cwd=cwd)
+
+
+def _netns_of(pid: int) -> str | None:
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/ns/net")
+    return None
+
+
+def _kill_namespace(netns: str | None) -> None:
+    """SIGKILL whatever is still running in a scenario's namespace: only processes it started live there."""
+    if netns is None or netns == _netns_of(os.getpid()):
+        return
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _netns_of(int(entry)) == netns:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
+async def run_scenario_in_netns(
+    procs: ProcessGroup, name: str, argv: Sequence[str], *, within: float, prefix: str
+) -> dict[str, Any]:
+    """Run a scenario process in its own namespace to its end (killing what it leaves there) and return the JSON
+    report it printed on its last line starting with ``prefix``; the report says where the scenario's log is."""
+    scenario = await start_in_netns(procs, name, argv, lifetime=within)
+    own = _netns_of(os.getpid())
+    deadline = time.monotonic() + 10
+    # `unshare` enters the new namespace right after it starts; nothing signals that but /proc.
+    while (netns := _netns_of(scenario.pid)) == own and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    try:
+        await scenario.wait(within=within)
+    finally:
+        await scenario.terminate()
+        _kill_namespace(netns)
+    lines = [line for line in scenario.output.splitlines() if line.startswith(prefix)]
+    if not lines:
+        raise AssertionError(f"the scenario printed no report; log: {scenario.log_path}\n{scenario.output[-3000:]}")
+    report: dict[str, Any] = json.loads(lines[-1][len(prefix) :])
+    report["scenario_log"] = str(scenario.log_path)
+    return report

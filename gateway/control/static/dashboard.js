@@ -5,7 +5,11 @@
 // scoped to /v1/events; it is refreshed every 30 minutes and whenever the stream is refused.
 // State: GET /v1/calls + /v1/workers, then GET /v1/events?last_event_id=<id of that snapshot>; the
 // browser resumes with Last-Event-ID after a drop; an `event: gap` triggers a full reload.
+// Views (by the URL's hash): #/ live calls and workers; #/history the call history (history.js); #/calls/<id> one
+// call (call.js). This file shares its helpers with those two as window.gatewayDashboard.
 "use strict";
+
+window.gatewayDashboard = { views: {} };
 
 (() => {
   const TOKEN_KEY = "gateway.apiToken";
@@ -45,8 +49,12 @@
     }
     if (!response.ok) {
       let message = `${response.status}`;
-      try { message = (await response.json()).error.message; } catch (_) { /* not JSON */ }
-      throw new Error(message);
+      let code = "";
+      try { ({ message, code } = (await response.json()).error); } catch (_) { /* not JSON */ }
+      const error = new Error(message);
+      error.status = response.status;
+      error.code = code;
+      throw error;
     }
     return response.status === 204 ? null : response.json();
   }
@@ -60,6 +68,7 @@
   // ---------------------------------------------------------------------------------------- login
   function showLogin(message) {
     $("main").hidden = true;
+    $("nav").hidden = true;
     $("signout").hidden = true;
     $("login").hidden = false;
     $("login-error").textContent = message || "";
@@ -82,9 +91,11 @@
   async function start() {
     $("login").hidden = true;
     $("main").hidden = false;
+    $("nav").hidden = false;
     $("signout").hidden = !authRequired;
     try {
-      await openSession();
+      await openSession(); // first: the recording player of a call's view needs the session's media cookie
+      route();
       await reload();
     } catch (error) {
       if (error.message !== "unauthorized") toast(`Could not load: ${error.message}`, true);
@@ -156,6 +167,7 @@
         const entry = upsertCall(event.data);
         renderCallRow(entry, type === "call.started");
         renderSummary();
+        document.dispatchEvent(new CustomEvent("gateway:call", { detail: event.data }));
       });
     }
     for (const type of WORKER_EVENTS) {
@@ -260,7 +272,10 @@
     row.append(state);
 
     const who = el("td");
-    who.append(el("span", "parties", `${call.from || "?"} → ${call.to || "?"}`));
+    const link = el("a", "parties", `${call.from || "?"} → ${call.to || "?"}`);
+    link.href = `#/calls/${encodeURIComponent(call.id)}`;
+    link.title = "Open the call: transcript, timeline, controls";
+    who.append(link);
     const detail = call.state === "ended" && call.end_reason
       ? `${call.id} · ${call.end_reason}`
       : `${call.id} · ${call.direction} ${call.kind}${call.transport ? `/${call.transport}` : ""}`;
@@ -491,7 +506,39 @@
     $("calls-empty").hidden = $("calls-body").children.length > 0;
   }, 1000);
 
+  // -------------------------------------------------------------------------------------- views
+  // "#/history?number=555" -> {name: "history", params}; "#/calls/c-1" -> {name: "call", id: "c-1"}.
+  function parseHash() {
+    const raw = location.hash.replace(/^#\/?/, "");
+    const [path, query] = raw.split("?", 2);
+    const params = new URLSearchParams(query || "");
+    if (path.startsWith("calls/")) return { name: "call", id: decodeURIComponent(path.slice(6)), params };
+    if (path === "history") return { name: "history", params };
+    return { name: "live", params };
+  }
+
+  let shownView = null;
+
+  function route() {
+    if ($("main").hidden) return;
+    const target = parseHash();
+    for (const name of ["live", "history", "call"]) $(`view-${name}`).hidden = name !== target.name;
+    for (const link of $("nav").querySelectorAll("a")) {
+      if (link.dataset.view === target.name) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
+    const views = window.gatewayDashboard.views;
+    if (shownView && shownView !== target.name && views[shownView]) views[shownView].hide();
+    shownView = target.name;
+    document.title = { live: "Voice gateway — live calls", history: "Voice gateway — call history",
+      call: `Voice gateway — call ${target.id || ""}` }[target.name];
+    if (views[target.name]) views[target.name].show(target);
+  }
+
+  Object.assign(window.gatewayDashboard, { $, el, api, toast, fmtDuration, grade, num });
+
   // ------------------------------------------------------------------------------------- wiring
+  window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", async () => {
     $("show-ended").addEventListener("change", renderCalls);
     $("signout").addEventListener("click", () => signOut(""));

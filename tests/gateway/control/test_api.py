@@ -261,6 +261,17 @@ async def test_openapi_documents_errors_and_security(env: Env) -> None:
     assert schema["components"]["schemas"]["CallSnapshot"]["examples"]
 
 
+async def test_profiles_lists_the_configured_profiles_by_name(env: Env) -> None:
+    assert (await env.client.get("/v1/profiles")).status_code == 401
+    response = await env.client.get("/v1/profiles", headers=AUTH)
+    assert response.status_code == 200
+    assert response.json() == {
+        "items": [{"name": "sales", "provider": "openai"}, {"name": "support", "provider": "echo"}]
+    }
+    schema = (await env.client.get("/openapi.json")).json()
+    assert "get" in schema["paths"]["/v1/profiles"]
+
+
 async def test_handoff_goes_with_the_named_profile_and_bad_ones_are_answered(env: Env) -> None:
     decision = await env.worker.place_call("+15550199")
     call_id = decision.call_id

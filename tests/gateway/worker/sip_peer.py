@@ -147,6 +147,7 @@ class SipPeer:
         from_user: str = "+15550100",
         srtp: Sequence[str] = (),
         srtp_profile: str = "RTP/SAVP",
+        telephone_event: bool = True,
     ) -> PeerCall:
         """``srtp``: offer these SDES suites (one a=crypto line each, tags 1..) on ``srtp_profile`` (RTP/AVP for an
         RFC 8643 OSRTP offer)."""
@@ -164,6 +165,7 @@ class SipPeer:
                 session_id=1,
                 session_version=1,
                 preferences=tuple(codecs),
+                telephone_event=telephone_event,
             )
             mode = "required" if srtp_profile.upper() in SRTP_PROFILES else "optional"
             body = secure_offer(offer, mode, offered).to_bytes()
