@@ -363,6 +363,8 @@ class ControlPlane:
                 elif event.type == "guardrail.tripped" and call.stats.guardrail_trips:
                     trip = call.stats.guardrail_trips[-1]
                     await self._publish("guardrail.tripped", {"call_id": call.id, **trip.model_dump(mode="json")})
+                elif event.type == "call.amd_detected" and call.amd is not None:
+                    await self._publish("call.amd_detected", {"call_id": call.id, **call.amd.model_dump(mode="json")})
                 elif event.type.startswith("agent."):
                     await self._publish(event.type, {"call_id": call.id, **event.data})
 

@@ -44,6 +44,7 @@ EventType = Literal[
     "agent.handoff_started",
     "agent.handed_off",
     "agent.handoff_failed",
+    "call.amd_detected",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
@@ -59,6 +60,7 @@ WorkerEventType = Literal[
     "agent.handoff_started",
     "agent.handed_off",
     "agent.handoff_failed",
+    "call.amd_detected",
 ]
 
 LEVEL_HISTORY_MAX = 120
@@ -207,6 +209,18 @@ class GuardrailTripLine(_Model):
     at_s: float | None = Field(default=None, ge=0.0, description="When it tripped, seconds into the call")
     heard_ms: int = Field(default=0, ge=0, description="Audio of the cut reply the caller was sent")
     followed_up: bool = Field(default=True, description="A follow-up naming the guardrail was asked for")
+
+
+class AmdLine(_Model):
+    """What answering-machine detection decided on an outbound call (docs/operations.md,
+    "Answering-machine detection")."""
+
+    result: Literal["human", "machine", "fax", "unknown"]
+    reason: str = Field(max_length=64, description="What decided it, e.g. long_greeting, short_greeting, fax_tone")
+    at_s: float = Field(ge=0.0, description="Seconds of the callee's audio after the answer when it was decided")
+    beep_at_s: float | None = Field(
+        default=None, ge=0.0, description="When the machine's beep (or the greeting's end) came; None: not (yet)"
+    )
 
 
 class CallStats(_Model):
@@ -372,6 +386,9 @@ class CallSnapshot(_Model):
     )
     recording: RecordingModel | None = Field(
         default=None, description="The call's recording (None: not recorded); sizes are final once the call ended"
+    )
+    amd: AmdLine | None = Field(
+        default=None, description="Answering-machine detection's decision (outbound calls with amd on; None: none yet)"
     )
 
     @property
@@ -790,6 +807,20 @@ class OriginateRequest(_Model):
     route: str | None = Field(default=None, max_length=128, description="Route name (default: match caller_id)")
     worker: str | None = Field(default=None, max_length=128, description="Worker to use (default: least loaded)")
     ring_timeout_s: float = Field(default=30.0, gt=0.0, le=300.0)
+    amd: Literal["off", "detect", "detect_and_leave_message"] = Field(
+        default="off",
+        description="Answering-machine detection: off, detect (hang up on a machine or fax), or "
+        "detect_and_leave_message (on a machine, wait for the beep and say voicemail_message)",
+    )
+    voicemail_message: str = Field(
+        default="", max_length=2000, description="What the agent says after the beep (detect_and_leave_message)"
+    )
+
+    @model_validator(mode="after")
+    def _message_for_voicemail(self) -> OriginateRequest:
+        if self.amd == "detect_and_leave_message" and not self.voicemail_message.strip():
+            raise ValueError("amd detect_and_leave_message needs a voicemail_message (the text the agent leaves)")
+        return self
 
 
 class HangupRequest(_Model):

@@ -69,6 +69,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "handoffs": stats.handoffs,
         "dtmf_events": [line.model_dump(mode="json") for line in call.dtmf_events],
         "handoff_log": [line.model_dump(mode="json") for line in call.handoffs] or None,
+        "amd": call.amd.model_dump(mode="json") if call.amd is not None else None,
     }
 
 
@@ -157,5 +158,6 @@ def record_from_rows(
             "handoffs": row.get("handoff_log") or [],
             "recording_path": row["recording_path"],
             "recording": row.get("recording"),
+            "amd": row.get("amd"),
         }
     )

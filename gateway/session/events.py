@@ -263,6 +263,22 @@ class NoInputPrompted(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AmdDetected(SessionEvent):
+    """Answering-machine detection decided (human, machine, fax, unknown) ``at_s`` seconds after the answer."""
+
+    result: str
+    reason: str
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoicemailBeepHeard(SessionEvent):
+    """The machine's beep came (or its greeting ended) ``at_s`` seconds after the answer: the message is left."""
+
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEnded(SessionEvent):
     reason: str
 

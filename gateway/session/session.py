@@ -53,6 +53,7 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderError
+from gateway.session.amd_gate import VOICEMAIL_LEFT, AmdGate, AmdPolicy, AmdReport
 from gateway.session.calltrace import SessionTrace
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.connections import Connections
@@ -65,6 +66,7 @@ from gateway.session.errors import (
     SessionStateError,
 )
 from gateway.session.events import (
+    AmdDetected,
     BargedIn,
     CallHeld,
     CallResumed,
@@ -87,6 +89,7 @@ from gateway.session.events import (
     SessionEvent,
     StateChanged,
     TranscriptUpdated,
+    VoicemailBeepHeard,
 )
 from gateway.session.g711 import G711Playback, G711Transcoder
 from gateway.session.guardrails import Guardrails, Trip, tripped_event
@@ -131,6 +134,8 @@ log = logging.getLogger(__name__)
 
 _DTMF = frozenset("0123456789*#ABCD")
 _TRIPS_KEPT = 50
+# A voicemail message is the whole point of the call: it gets far longer to play than a goodbye does.
+_VOICEMAIL_TIMEOUT_S = 90.0
 ResumeCause = Literal["dropped", "errored", "expiring", "rotation"]
 
 
@@ -156,6 +161,8 @@ class CallSession:
         on_handoff: HandoffObserver | None = None,
         trace: CallTrace | None = None,
         on_guardrail_tripped: Callable[[GuardrailTripped], object] | None = None,
+        amd: AmdPolicy | None = None,
+        on_amd: Callable[[AmdReport], object] | None = None,
     ) -> None:
         self.call_id = call_id
         # The call's trace (gateway/tracing.py); None: no instrumentation at all (the bench's baseline).
@@ -255,6 +262,10 @@ class CallSession:
         self._out_index = 0
         self._hold = HoldState(config.hold_audio)
         self._no_input = self._no_input_timer(profile)
+        # Outbound answering-machine detection: while open, callee frames go to it, not the provider (amd_gate.py).
+        self._amd: AmdGate | None = AmdGate(amd) if amd is not None else None
+        self._on_amd = on_amd
+        self._amd_told = False
         self._counts = dict.fromkeys(
             (
                 "frames_in",
@@ -344,7 +355,7 @@ class CallSession:
             self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
             self._provider_profile = self._for_provider(self._profile)
             link = self._install(await self._connect_at_start())
-            if self._profile.greeting:
+            if self._profile.greeting and self._amd is None:  # with AMD on, the greeting waits for a human
                 self._turns.want_response(None)
                 greeting = self._config.greeting_template.format(greeting=self._profile.greeting)
                 await link.session.create_response(instructions=greeting)
@@ -531,6 +542,10 @@ class CallSession:
         state = self._state
         if state is CallState.ENDING or state is CallState.ENDED or self._hold.held:
             return  # on hold the caller hears nothing and sends, at most, their hold music
+        amd = self._amd
+        if amd is not None and amd.open:
+            self._amd_feed(amd, frame)
+            return  # until AMD decides, nothing of the callee reaches the provider
         vad = self._turns.vad
         if vad is not None:
             change = vad.feed(frame.pcm)
@@ -569,8 +584,8 @@ class CallSession:
         if self._hold.held:  # playout paused: nothing is taken, so nothing is counted as sent
             hold_audio = self._hold.frame()
             return None if hold_audio is None else unchecked_frame(index, hold_audio)
-        if self._no_input is not None and state is CallState.ACTIVE:
-            self._check_no_input(now)
+        if self._no_input is not None and state is CallState.ACTIVE and (self._amd is None or not self._amd.open):
+            self._check_no_input(now)  # not while AMD listens: the callee owes no answer yet
         audio, drained = self._turns.next_frame(now, index=index, resuming=state is CallState.RESUMING)
         if drained:
             self._tasks.pulse()
@@ -787,6 +802,39 @@ class CallSession:
         elif action == "goodbye":
             log.info("call %s: no input after the prompt: ending the call", self.call_id)
             self._tasks.spawn(self._say_then_end("no_input", self._profile.no_input_goodbye), name="end:no-input")
+
+    # ------------------------------------------------------------------- answering-machine detection
+
+    @property
+    def amd(self) -> AmdReport | None:
+        """Answering-machine detection's decision (None: off, or not decided yet)."""
+        return self._amd.report if self._amd is not None else None
+
+    def _amd_feed(self, amd: AmdGate, frame: Frame) -> None:
+        action = amd.feed(frame.pcm)
+        decided = amd.decided
+        if decided is not None and not self._amd_told:
+            self._amd_told = True
+            self._record(AmdDetected(result=decided.result.value, reason=decided.reason, at_s=decided.at_s))
+            self._tell_amd(amd)
+        if action == "greet":
+            if self._profile.greeting:
+                self._request_response(self._config.greeting_template.format(greeting=self._profile.greeting))
+        elif action == "hang_up":
+            self._end_call(amd.end_reason)
+        elif action == "leave_message":
+            report = amd.report
+            beep_at_s = report.beep_at_s if report is not None and report.beep_at_s is not None else 0.0
+            self._record(VoicemailBeepHeard(at_s=beep_at_s))  # the snapshot's amd.beep_at_s shows it
+            leave = self._say_then_end(VOICEMAIL_LEFT, amd.policy.voicemail_message, timeout_s=_VOICEMAIL_TIMEOUT_S)
+            self._tasks.spawn(leave, name="end:voicemail")
+
+    def _tell_amd(self, amd: AmdGate) -> None:
+        if self._on_amd is not None and amd.report is not None:
+            try:
+                self._on_amd(amd.report)
+            except Exception as exc:
+                self._error("amd report", exc)
 
     # -------------------------------------------------------------------------------------- barge-in
 
@@ -1046,7 +1094,7 @@ class CallSession:
             await self._say_then_end(reason, message)
         await self._ended.wait()
 
-    async def _say_then_end(self, reason: str, message: str) -> None:
+    async def _say_then_end(self, reason: str, message: str, *, timeout_s: float | None = None) -> None:
         if message and self._caps.speaks and self._pipe.usable() is not None:
             started = self._turns.responses_started
             self._request_response(f"Say exactly this, then stop: {message}")
@@ -1055,7 +1103,7 @@ class CallSession:
                     (self._turns.responses_started > started and self._turns.agent_quiet)
                     or self._close_task is not None
                 ),  # the caller hung up meanwhile
-                self._config.goodbye_timeout_s,
+                self._config.goodbye_timeout_s if timeout_s is None else timeout_s,
             )
         await asyncio.shield(self._begin_close(reason, hang_up=True))
 
@@ -1110,6 +1158,7 @@ class CallSession:
             self._handoffs.release()
             self._guardrails.release()
             self._on_guardrail_tripped = None
+            self._on_amd = None  # the worker's callback holds its leg, which holds this session
             self._ended.set()
             log.info("call %s ended: %s; %s", self.call_id, reason, self.stats().counters())
 

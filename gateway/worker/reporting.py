@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.fleet.models import (
+    AmdLine,
     CallContextModel,
     CallSnapshot,
     CallStats,
@@ -23,6 +24,7 @@ from gateway.fleet.models import (
     TranscriptLine,
 )
 from gateway.fleet.mos import estimate_mos
+from gateway.session.amd_gate import AmdReport
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
 from gateway.sip.uri import parse_name_addr
@@ -224,6 +226,7 @@ def build_snapshot(
     context: CallContext | None = None,
     trace_id: str = "",
     recording: RecordingModel | None = None,
+    amd: AmdReport | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
@@ -256,5 +259,10 @@ def build_snapshot(
             "dtmf": dtmf,
             "dtmf_events": dtmf_events,
             "recording": recording,
+            "amd": AmdLine.model_validate(
+                {"result": amd.result, "reason": amd.reason, "at_s": amd.at_s, "beep_at_s": amd.beep_at_s}
+            )
+            if amd is not None
+            else None,
         }
     )

@@ -43,6 +43,7 @@ from gateway.observability import (
     CALLS_TOTAL,
     SIP_CALLS_TOTAL,
 )
+from gateway.session.amd_gate import AmdPolicy
 from gateway.session.config import WebhookToolConfig
 from gateway.session.session import CallSession
 from gateway.session.transcript import DtmfMethod
@@ -490,6 +491,8 @@ class SipCalls:
             on_guardrail_tripped=lambda _event: self._host.spawn(
                 self._report("guardrail.tripped", leg), name=f"call-{leg.id}-report"
             ),
+            amd=leg.amd,
+            on_amd=None if leg.amd is None else lambda _report: self._report_later("call.amd_detected", leg),
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)
@@ -735,6 +738,7 @@ class SipCalls:
             context=leg.context,
             trace_id=leg.trace.trace_id if leg.trace is not None else "",
             recording=leg.recording,
+            amd=leg.session.amd if leg.session is not None else None,
         )
 
     def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:
@@ -778,6 +782,7 @@ class SipCalls:
             profile=admission.profile or self._host.default_profile,
             owner=self,
             cost=self._costs.offer_cost(self._media_settings),  # until the answer names the codec
+            amd=_amd_policy(request),
         )
         rtp = self._plant.ports.allocate()
         leg.rtp = rtp
@@ -806,6 +811,12 @@ class SipCalls:
         with leg.trace.active():
             leg.task = self._host.spawn(self._run_outbound(leg, request.ring_timeout_s), name=f"call-{leg.id}")
         return leg.id
+
+
+def _amd_policy(request: OriginateRequest) -> AmdPolicy | None:
+    if request.amd == "off":
+        return None
+    return AmdPolicy(mode=request.amd, voicemail_message=request.voicemail_message)
 
 
 def _call_trace(leg: CallLeg, *, parent: str = "") -> CallTrace:

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel
 from gateway.media.call import MediaStats
 from gateway.media.errors import LocalMediaError
+from gateway.session.amd_gate import AmdPolicy
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
@@ -90,6 +91,7 @@ class CallLeg:
     cost: float = 1.0  # of the worker's capacity: 1 for G.711 (CapacitySettings.call_cost) plus agent_cost
     agent_cost: float = 0.0  # what the agent takes here (CapacitySettings.agent_cost), set with the session
     recording: RecordingModel | None = None  # where the call is being recorded; final once the call ended
+    amd: AmdPolicy | None = None  # outbound answering-machine detection (POST /v1/calls amd), None: off
 
     @property
     def live(self) -> bool:

@@ -111,6 +111,7 @@ def ended_call(
                 {"digit": "#", "direction": "received", "at_s": 4.25},
             ],
             "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "amd": {"result": "machine", "reason": "long_greeting", "at_s": 2.32, "beep_at_s": 7.5},
             "context": {
                 "caller_number": caller,
                 "caller_name": "Ada",

@@ -31,6 +31,7 @@ async def test_a_record_is_read_back_with_every_field(database_url: str) -> None
             ("9", "sent", 3.5),
         ]
         assert record.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736" and record.stats.handoffs == 1
+        assert record.amd is not None and (record.amd.result, record.amd.beep_at_s) == ("machine", 7.5)
         assert await get_record(database, "c-none") is None
     finally:
         await database.aclose()
