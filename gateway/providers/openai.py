@@ -390,6 +390,8 @@ class OpenAIRealtimeModel:
         config = self.config
         url = build_url(config.url, profile.model or config.model)
         ws = await open_websocket(url, self.headers(), open_timeout=config.open_timeout_s)
+        failure: BaseException | None = None
+        session_id = ""
         try:
             created = await self._expect(ws, "session.created")
             session_id = str((created.get("session") or {}).get("id") or "")
@@ -398,9 +400,13 @@ class OpenAIRealtimeModel:
             await self._expect(ws, "session.updated")
             for event in history_events(history, resume_note=profile.resume_note):
                 await send_during_setup(ws, event, during="history replay")
-        except BaseException:
+        except BaseException as exc:
+            failure = exc
+        if failure is not None:
+            # Awaited outside the except block: a compiled (mypyc) coroutine suspended inside one leaves its
+            # exception as the thread's current one, and a later bare `raise` or `finally` elsewhere re-raises it.
             await ws.close()
-            raise
+            raise failure
         translator = _Translator(session_id, bytes_per_ms=48 if profile.audio_format == "pcm24k" else 8)
         link = ProviderLink(
             ws,

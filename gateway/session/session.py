@@ -350,6 +350,8 @@ class CallSession:
         self._start_called = True
         self._started_at = self._clock()
         self._deadline = self._started_at + self._profile.max_duration_s
+        failure: BaseException | None = None
+        closed_by_other = False
         try:
             self._tasks.spawn(self._pipe.sender_loop(), name="inbound-sender", critical=True)
             self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
@@ -364,15 +366,20 @@ class CallSession:
             self._transition(CallState.ACTIVE, "connected")
             self._pipe.wake()
         except BaseException as exc:
+            failure = exc
             closed_by_other = self._tasks.closing
-            reason = _start_failure_reason(exc)
-            await asyncio.shield(self._begin_close(reason, hang_up=False))
-            if isinstance(exc, SessionStartError | asyncio.CancelledError):
-                raise
-            if closed_by_other:
-                closed = SessionStartError("the call was closed during start", reason=self._end_reason or reason)
-                raise caused(closed, exc)  # noqa: B904 (caused(): see gateway.compiled)
-            raise caused(SessionStartError(f"call entry failed: {_describe(exc)}", reason=reason), exc)  # noqa: B904 (caused(): see gateway.compiled)
+        if failure is None:
+            return
+        # Closed outside the except block: a compiled (mypyc) coroutine suspended inside one leaves its exception
+        # as the thread's current one, and a later bare `raise` or `finally` elsewhere re-raises it.
+        reason = _start_failure_reason(failure)
+        await asyncio.shield(self._begin_close(reason, hang_up=False))
+        if isinstance(failure, SessionStartError | asyncio.CancelledError):
+            raise failure
+        if closed_by_other:
+            closed = SessionStartError("the call was closed during start", reason=self._end_reason or reason)
+            raise caused(closed, failure)
+        raise caused(SessionStartError(f"call entry failed: {_describe(failure)}", reason=reason), failure)
 
     async def aclose(self, reason: str = "closed") -> None:
         """End the call (idempotent, safe from any task). The first reason given is the one recorded."""
