@@ -283,10 +283,13 @@
     if (player.paused) player.play().catch(() => {});
   }
 
-  // The playhead's item: the last one that began at or before it.
+  // The playhead's item: the one that began last at or before it (items need not be listed in time order: a
+  // message injected mid-reply is listed after the reply it came during).
   function mark(list, now) {
     let current = null;
-    for (const entry of list) if (has(entry.at) && entry.at <= now) current = entry;
+    for (const entry of list) {
+      if (has(entry.at) && entry.at <= now && (current === null || entry.at > current.at)) current = entry;
+    }
     for (const entry of list) {
       const on = entry === current;
       entry.node.classList.toggle("current", on);
