@@ -31,16 +31,14 @@ WEBHOOK_EVENT_TYPES: tuple[WebhookEventType, ...] = get_args(WebhookEventType)
 
 # Source -> webhook event. "stream:" sources are event types on the plane's event stream ("call.answered" is
 # derived: the first snapshot of a call that has an answer time); "record:" sources are parts of an ended call's
-# record. Sources other helpers are adding: the session's agent.handed_off and guardrail.tripped, the recording's
-# call.recording_ready (also read from the record's ``recording`` field; both share one dedupe key).
+# record. call.recording_ready is read from the record (written in the transaction after call.ended, so it
+# always follows it), not from the stream's event of the same name, which can reach the outbox first.
 EVENT_SOURCES: dict[str, WebhookEventType] = {
     "stream:call.started": "call.started",
     "stream:call.answered": "call.answered",
     "stream:agent.handed_off": "agent.handoff",
     "stream:agent.handoff": "agent.handoff",
     "stream:guardrail.tripped": "guardrail.tripped",
-    "stream:call.recording_ready": "call.recording_ready",
-    "stream:recording.finalised": "call.recording_ready",
     "record:ended": "call.ended",
     "record:transcript": "call.transcript",
     "record:tools": "tool.called",
@@ -183,7 +181,7 @@ def from_record(call: CallSnapshot, profile: str) -> list[WebhookEvent]:
         )
     kind = EVENT_SOURCES.get("record:recording")
     recording = _recording(call)
-    if kind is not None and recording is not None:
+    if kind is not None and recording is not None and recording.get("bytes"):  # finished by its worker
         events.append(
             WebhookEvent(
                 type=kind, call_id=call.id, dedupe_key=kind, time=at, data={"call_id": call.id, "recording": recording}

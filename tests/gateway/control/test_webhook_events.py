@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from gateway.control.config import ConfigError
 from gateway.control.webhook_events import EVENT_SOURCES, WEBHOOK_EVENT_TYPES, from_record, from_stream
 from gateway.control.webhooks import Endpoint, EventWebhookSettings, WebhookFeed, backoff_s, body_of, endpoints_of
+from gateway.fleet.models import RecordingModel
 from tests.gateway.control.conftest import make_config
 from tests.gateway.records.conftest import ended_call
 
@@ -53,10 +54,21 @@ def test_events_other_helpers_add_are_mapped_from_their_names() -> None:
         and tripped.call_id == "c-2"
         and tripped.dedupe_key.startswith("guardrail.tripped:9:")
     )
-    recording = {"call_id": "c-1", "recording": {"path": "2026-12-07/c-1.wav", "format": "wav"}}
-    (ready,) = _stream("recording.finalised", recording)
-    assert ready.type == "call.recording_ready" and ready.dedupe_key == "call.recording_ready"
+    # The stream's call.recording_ready is not mapped: the record's is, after call.ended (see below).
+    recording = {"call_id": "c-1", "recording": {"path": "2026-12-07/c-1.wav", "format": "wav", "bytes": 44}}
+    assert _stream("call.recording_ready", recording) == []
     assert _stream("worker.lost", {"id": "w"}) == [] and _stream("guardrail.tripped", {"x": 1}) == []
+
+
+def test_a_finished_recording_is_announced_after_the_end_and_only_then() -> None:
+    finished = RecordingModel(path="2026-12-07/c-9.wav", format="wav", channels=2, sample_rate=16000, bytes=64_044)
+    call = ended_call("c-9", end_reason="caller_hangup").model_copy(update={"recording": finished})
+    events = from_record(call, "support")
+    assert [e.type for e in events][-2:] == ["call.ended", "call.recording_ready"]
+    assert events[-1].data["recording"]["bytes"] == 64_044
+    unfinished = finished.model_copy(update={"bytes": 0})  # a worker lost mid-call: its file was never closed
+    lost = ended_call("c-8", end_reason="worker_lost").model_copy(update={"recording": unfinished})
+    assert "call.recording_ready" not in [e.type for e in from_record(lost, "support")]
 
 
 def test_an_ended_record_gives_transcript_tools_end_in_order() -> None:
