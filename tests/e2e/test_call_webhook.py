@@ -22,6 +22,7 @@ import pytest
 from tests.e2e.gateway_proc import GatewayProcess, start_gateway
 from tests.e2e.provider_harness import FakeProvider, start_fake_provider
 from tests.gateway.fleet.servers import serve
+from tests.gateway.worker.test_webrtc_api import OFFER  # a browser's offer: the API never gets to ICE
 from tests.support.audio import align_and_correlate, read_wav
 from tests.support.baresip import BaresipPhone
 from tests.support.call_hook_app import CallHookApp
@@ -32,22 +33,6 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(120)]
 
 SECRET = "e2e-call-hook-secret"
 CALLER = "+15550111"
-OFFER = "\r\n".join(
-    [
-        "v=0",
-        "o=- 1 2 IN IP4 127.0.0.1",
-        "s=-",
-        "t=0 0",
-        "a=fingerprint:sha-256 " + ":".join(["AB"] * 32),
-        "m=audio 9 UDP/TLS/RTP/SAVPF 111",
-        "c=IN IP4 0.0.0.0",
-        "a=ice-ufrag:abcd",
-        "a=ice-pwd:0123456789abcdef012345",
-        "a=setup:actpass",
-        "a=rtpmap:111 opus/48000/2",
-        "",
-    ]
-)
 
 
 def _config(app_url: str) -> str:
