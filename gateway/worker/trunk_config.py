@@ -90,7 +90,7 @@ def default_trunk_config(settings: TrunkSettings) -> TrunkConfig:
         outbound_proxy=settings.sip_outbound_proxy,
         user=settings.trunk_user,
         password=settings.trunk_password,
-        registers=settings.trunk_register,
+        register=settings.trunk_register,
         registrar=settings.trunk_registrar,
         aor=settings.trunk_aor,
         expires_s=settings.trunk_register_expires_s,
