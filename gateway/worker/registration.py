@@ -111,7 +111,13 @@ class TrunkRegistration:
         if client is None or client.state is RegState.STOPPED:
             return
         if client.state not in (RegState.STOPPING, RegState.UNREGISTERING):
-            log.info("worker %s: removing its contact from %s (%s)", self._worker_id, client.config.registrar, reason)
+            log.info(
+                "worker %s: trunk %s: removing its contact from %s (%s)",
+                self._worker_id,
+                self.trunk,
+                client.config.registrar,
+                reason,
+            )
         self._signalling.unregister(client, within=self._unregister_timeout_s)
 
     async def unregister(self, reason: str) -> None:
@@ -122,7 +128,11 @@ class TrunkRegistration:
         try:
             await asyncio.wait_for(self._ended.wait(), timeout=self._unregister_timeout_s + 1.0)
         except TimeoutError:  # the core gives up by itself first; this only guards against a stalled loop
-            log.warning("worker %s: the removal of its trunk registration did not finish in time", self._worker_id)
+            log.warning(
+                "worker %s: trunk %s: the removal of its trunk registration did not finish in time",
+                self._worker_id,
+                self.trunk,
+            )
 
     def on_events(self, events: list[SipEvent]) -> None:
         for event in events:
@@ -161,9 +171,10 @@ class TrunkRegistration:
         if not event.contact_listed:
             self._outcomes["contact_missing"].inc()
             log.warning(
-                "worker %s: %s answered %d to our REGISTER without listing our contact %s (other contacts: %d); "
-                "calls for %s may not reach this worker",
+                "worker %s: trunk %s: %s answered %d to our REGISTER without listing our contact %s (other "
+                "contacts: %d); calls for %s may not reach this worker",
                 worker_id,
+                self.trunk,
                 event.registrar,
                 event.status,
                 event.contact,
@@ -172,7 +183,7 @@ class TrunkRegistration:
             )
         elif event.refreshed:
             self._outcomes["refreshed"].inc()
-            log.debug("worker %s: registration refreshed for %d s", worker_id, event.expires)
+            log.debug("worker %s: trunk %s: registration refreshed for %d s", worker_id, self.trunk, event.expires)
         else:
             self._outcomes["registered"].inc()
             log.info(
@@ -204,10 +215,15 @@ class TrunkRegistration:
         self._ended.set()
         if event.ok:
             self._outcomes["unregistered"].inc()
-            log.info("worker %s: trunk registration removed (%s)", self._worker_id, event.reason)
+            log.info("worker %s: trunk %s: trunk registration removed (%s)", self._worker_id, self.trunk, event.reason)
         else:
             self._outcomes["unregister_failed"].inc()
-            log.warning("worker %s: removing the trunk registration failed: %s", self._worker_id, event.reason)
+            log.warning(
+                "worker %s: trunk %s: removing the trunk registration failed: %s",
+                self._worker_id,
+                self.trunk,
+                event.reason,
+            )
 
 
 class TrunkRegistrations:

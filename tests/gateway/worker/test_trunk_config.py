@@ -195,3 +195,13 @@ def test_an_inbound_call_is_its_trunks_by_source(tmp_path: Path) -> None:
     inbound = InboundTrunks(trunks)
     assert inbound.of("198.51.100.7") is trunks["a"] and inbound.of("2001:db8::5") is trunks["b"]
     assert inbound.of("192.0.2.1") is None
+
+
+def test_the_example_routes_file_declares_trunks_both_planes_take() -> None:
+    from gateway.control.config import load_config
+
+    example = Path(__file__).resolve().parents[3] / "deploy" / "gateway.example.toml"
+    assert sorted(load_config(example).trunks) == ["carrier", "pbx"]
+    trunks = WorkerSettings(config=str(example)).trunks
+    assert trunks["carrier"].registration is not None and trunks["pbx"].registration is None
+    assert "replace-me" not in repr(trunks)
