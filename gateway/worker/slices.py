@@ -291,7 +291,7 @@ class TrunkSettings(_Slice):
     trunk_unmatched_calls: Literal["allow", "reject"] = Field(
         default="allow",
         description="A new call from no trunk's `sources`: `allow` (challenged only with "
-        "`GATEWAY_SIP_AUTH_USER`, as without trunks) or `reject` (403).",
+        "`GATEWAY_SIP_AUTH_USER`, as without trunks) or `reject` (403; needs a trunk with `sources`).",
     )
 
     @field_validator("sip_outbound_proxy", mode="before")

@@ -112,6 +112,9 @@ def resolve_trunk(
 ) -> Trunk:
     """``config`` checked against the worker's transports; ValueError naming the keys when it does not add up.
     ``settings`` gives what all trunks share (the registrations' retry timing)."""
+    address = config.address
+    if address is not None and keys is not env_keys and (address.startswith(("sip:", "sips:")) or "@" in address):
+        raise ValueError(f"{keys('address')}: {address!r}: give host or host:port (numbers go to sip:<n>@<address>)")
     proxy = _proxy(config.outbound_proxy) if config.outbound_proxy else None
     if proxy is not None:
         try:
@@ -123,7 +126,8 @@ def resolve_trunk(
             f"{keys('transport')} {config.transport!r} is not among GATEWAY_SIP_TRANSPORTS ({','.join(transports)})"
         )
     password = config.password.get_secret_value() if config.password is not None else None
-    if password is not None and not config.user:
+    # The settings took a password without a user unless registering (it was then unused): still so for them.
+    if password is not None and not config.user and (config.registers or keys is not env_keys):
         raise ValueError(f"{keys('password')} needs {keys('user')} (the digest username)")
     trunk = Trunk(
         name=name,
@@ -271,6 +275,11 @@ def worker_trunks(
             DEFAULT_TRUNK, legacy, keys=env_keys, settings=settings, transports=transports, worker_id=worker_id
         )
         trunks[DEFAULT_TRUNK] = _legacy(resolved)
+    if settings.trunk_unmatched_calls == "reject" and not any(trunk.sources for trunk in trunks.values()):
+        raise ValueError(
+            "GATEWAY_TRUNK_UNMATCHED_CALLS=reject refuses calls from no trunk's sources, and no trunk has sources: "
+            "every call would be refused"
+        )
     bindings: dict[tuple[str, str], str] = {}
     for name, trunk in trunks.items():
         if trunk.registration is not None:

@@ -90,6 +90,7 @@ def test_the_trunks_of_the_routes_file(tmp_path: Path) -> None:
         ('[trunks.a]\nadress = "typo.example"', r"trunks\.a\.adress: Extra inputs"),
         ('[trunks.a]\ninbound_credentials = [{ user = "u", password = "p" }]', r"need sources"),
         ('[trunks."a b"]\naddress = "t.example"', r"trunk name 'a b'"),
+        ('[trunks.a]\naddress = "sip:t.example"', r"trunks\.a\.address: 'sip:t\.example': give host or host:port"),
         (
             '[trunks.a]\nregister = true\nregistrar = "sip:r.example"\naor = "sip:1@r.example"\n'
             '[trunks.b]\nregister = true\nregistrar = "sip:r.example"\naor = "sip:1@r.example"',
@@ -166,6 +167,16 @@ def test_without_trunk_settings_there_is_no_trunk_and_a_number_cannot_be_called(
         dial(settings.trunks, "+15550123", trunk_name=None, legacy_credentials=None)
     uri = dial(settings.trunks, "sip:bob@example.net", trunk_name=None, legacy_credentials=None)
     assert uri.uri == "sip:bob@example.net" and uri.trunk is None and uri.outbound_proxy is CONFIGURED_PROXY
+
+
+def test_rejecting_unmatched_calls_needs_a_trunk_with_sources(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="no trunk has sources: every call would be refused"):
+        WorkerSettings(trunk="t.example", trunk_unmatched_calls="reject")
+    WorkerSettings(trunk_unmatched_calls="reject", config=_file(tmp_path, '[trunks.a]\nsources = ["10.0.0.0/8"]'))
+
+
+def test_a_settings_password_without_a_user_is_still_taken_unless_registering() -> None:
+    assert WorkerSettings(trunk="t.example", trunk_password="p").trunks["default"].user is None
 
 
 def test_the_settings_trunk_and_a_default_table_cannot_both_be_given(tmp_path: Path) -> None:
