@@ -210,6 +210,13 @@ TRUNK_REGISTER_TOTAL = Counter(
     ["worker", "trunk", "outcome"],
     registry=REGISTRY,
 )
+TRUNK_CALLS_TOTAL = Counter(
+    "gateway_trunk_calls_total",
+    "SIP calls through a named trunk: inbound ones by the trunk their source belongs to (offers taken), outbound "
+    "ones placed through it",
+    ["worker", "trunk", "direction"],
+    registry=REGISTRY,
+)
 WORKERS = Gauge("gateway_workers", "Workers known to the control plane, by status", ["status"], registry=REGISTRY)
 ADMISSIONS_TOTAL = Counter(
     "gateway_admissions_total",

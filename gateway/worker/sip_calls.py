@@ -42,6 +42,7 @@ from gateway.observability import (
     CALL_SETUP_SECONDS,
     CALLS_TOTAL,
     SIP_CALLS_TOTAL,
+    TRUNK_CALLS_TOTAL,
 )
 from gateway.session.amd_gate import AmdPolicy
 from gateway.session.config import WebhookToolConfig
@@ -360,6 +361,7 @@ class SipCalls:
         media = trunk_media(self._media_settings, trunk)
         if trunk is not None:
             log.info("call %s: from the trunk %s", leg.id, trunk.name)
+            TRUNK_CALLS_TOTAL.labels(self._host.id, trunk.name, "inbound").inc()
         leg.sdp = _offer_answer(media)
         if not offer_body:
             leg.cost = leg.agent_cost + self._costs.offer_cost(media)
@@ -814,6 +816,8 @@ class SipCalls:
             raise caused(CommandRejectedError(str(exc)), exc)  # noqa: B904
         leg.transport = self._signalling.transport_of(leg.sip)
         SIP_CALLS_TOTAL.labels(self._host.id, leg.transport, "outbound").inc()
+        if route.trunk is not None:
+            TRUNK_CALLS_TOTAL.labels(self._host.id, route.trunk.name, "outbound").inc()
         leg.trace = _call_trace(leg, parent=admission.traceparent)
         leg.trace.start("setup", "call.setup")
         self._legs.add(leg)

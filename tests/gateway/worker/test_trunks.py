@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.fleet.models import AdmissionDecision, OriginateRequest
+from gateway.observability import REGISTRY
 from gateway.sip.auth import DigestAuthenticator, DigestClientCredentials
 from gateway.sip.digest import DigestChallenger
 from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallFailed
@@ -54,6 +55,9 @@ async def test_a_call_placed_through_trunk_b_reaches_b_with_bs_credentials_and_c
     ):
         config = _routes_file(tmp_path, carrier_a.port, carrier_b.port)
         async with echo_worker(worker_id="w-trunks", rtp_timeout_s=5.0, config=config) as worker:
+            before = REGISTRY.get_sample_value(
+                "gateway_trunk_calls_total", {"worker": "w-trunks", "trunk": "b", "direction": "outbound"}
+            )
             await worker.originate(
                 OriginateRequest(to="+15550123", trunk="b"),
                 AdmissionDecision(accepted=True, call_id="c-via-b", route="default"),
@@ -65,6 +69,10 @@ async def test_a_call_placed_through_trunk_b_reaches_b_with_bs_credentials_and_c
             assert len(invites) == 2 and 'username="gw-b"' in (invites[1].headers.get("Authorization") or "")
             assert b"PCMA" in offered.body and b"PCMU" not in offered.body and b"G722" not in offered.body
             assert not carrier_a.requests
+            after = REGISTRY.get_sample_value(
+                "gateway_trunk_calls_total", {"worker": "w-trunks", "trunk": "b", "direction": "outbound"}
+            )
+            assert after == (before or 0) + 1
             carrier_b.answer(offered)
             leg = worker.legs["c-via-b"]
             assert leg.answered is not None and await leg.answered
@@ -83,6 +91,8 @@ async def test_a_call_from_trunk_as_address_answers_as_credentials_not_bs(tmp_pa
         right = from_a.invite(target, credentials=DigestClientCredentials(username="carrier-a", password="in-a"))
         answered = await from_a.wait_for(OutboundCallAnswered, call=right.handle, within=10.0)
         assert isinstance(answered, OutboundCallAnswered)
+        taken = {"worker": "w-in", "trunk": "a", "direction": "inbound"}
+        assert REGISTRY.get_sample_value("gateway_trunk_calls_total", taken) == 1.0
         from_a.hang_up(right)
 
 
