@@ -778,7 +778,7 @@ class SipCalls:
         try:
             route = dial(self._trunks, request.to, trunk_name=request.trunk, legacy_credentials=self._trunk_credentials)
         except ValueError as exc:
-            raise CommandRejectedError(str(exc)) from None
+            raise caused(CommandRejectedError(str(exc)), None)  # noqa: B904
         to_uri = route.uri
         media = trunk_media(self._media_settings, route.trunk)
         leg = CallLeg(
