@@ -34,6 +34,7 @@ from gateway.fleet.models import (
     BotModel,
     ComponentModel,
     ContextPolicyModel,
+    EarlyMediaModel,
     GuardrailModel,
     PipelineModel,
     ProfileModel,
@@ -246,6 +247,25 @@ class RouteConfig(_Section):
     trunk: str | None = Field(
         default=None, pattern=TRUNK_NAME, description="The trunk its outbound calls take (unset: default)"
     )
+    early_media: Literal["off", "tone", "greeting"] = Field(
+        default="off",
+        description="Inbound: 183 with early media before the 200 OK: a tone (or early_media_file), or the agent's "
+        "greeting (docs/operations.md, Early media)",
+    )
+    early_media_s: float = Field(
+        default=3.0,
+        gt=0,
+        le=60,
+        description="tone: how long it plays before the 200 OK; greeting: the longest the greeting may take",
+    )
+    early_media_file: str = Field(
+        default="", max_length=1024, description="tone: an audio file (any format FFmpeg reads) instead of ringback"
+    )
+
+    def early_media_model(self) -> EarlyMediaModel | None:
+        if self.early_media == "off":
+            return None
+        return EarlyMediaModel(mode=self.early_media, seconds=self.early_media_s, file=self.early_media_file)
 
     @field_validator("did_regex")
     @classmethod

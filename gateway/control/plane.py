@@ -233,6 +233,7 @@ class ControlPlane:
             route=route.name,
             profile=hooked.profile if hooked is not None and hooked.profile else self.config.profile_for(route),
             metadata=hooked.metadata if hooked is not None else {},
+            early_media=route.early_media_model(),
         )
 
     async def _ask_application(self, request: AdmissionRequest, route: RouteConfig, call_id: str) -> HookOutcome | None:

@@ -761,6 +761,15 @@ class AdmissionRequest(_Model):
     )
 
 
+class EarlyMediaModel(_Model):
+    """A route's early media on inbound calls: what the caller hears between the 183 and the 200 OK
+    (docs/operations.md, "Early media")."""
+
+    mode: Literal["off", "tone", "greeting"] = "off"
+    seconds: float = Field(default=3.0, gt=0, le=60)
+    file: str = Field(default="", max_length=1024)
+
+
 class AdmissionDecision(_Model):
     """Accepted: route + profile + call id + worker. Rejected: an HTTP-like status, a reason, a retry hint."""
 
@@ -787,6 +796,7 @@ class AdmissionDecision(_Model):
     metadata: dict[str, str] = Field(
         default_factory=dict, description="The call-time application's metadata, added to the call's context"
     )
+    early_media: EarlyMediaModel | None = Field(default=None, description="The route's early media (inbound)")
     traceparent: str = Field(
         default="",
         max_length=55,

@@ -3,6 +3,7 @@
 Rules of the call state machine (inputs in the middle, the module that implements them on the right):
 
     UAS   OFFERED    --ring()-->              OFFERED      180/183 sent                         uas, endpoint
+          OFFERED    --ring(body)-->          OFFERED      183 with the SDP answer (early media) endpoint
           OFFERED    --answer()-->            ANSWERED     2xx sent, retransmitted at T1..T2    endpoint
           OFFERED    --reject()/CANCEL-->     ENDED        3xx-6xx / 487 sent                   endpoint, uas
           ANSWERED   --ACK-->                 CONFIRMED    CallEstablished                       uas
@@ -53,6 +54,8 @@ class Call:
     invite_tx: Transaction | None = None
     dialog: Dialog | None = None
     local_body: bytes = b""
+    # UAS: the SDP answer of our 183 (early media); the 2xx must carry the same exact answer (§13.2.1).
+    early_body: bytes = b""
     local_content_type: str = "application/sdp"
     session_timer: SessionTimer | None = None
     # UAS: our 2xx, retransmitted until the ACK arrives (§13.3.1.4).

@@ -23,6 +23,7 @@ from .auth import ClientCredentials
 from .call import Call, CallState
 from .config import CONFIGURED_PROXY, ProxyChoice, SipConfig
 from .core import Core
+from .early_media import check_early, check_final
 from .errors import LocalProtocolError, MalformedMessageError, RemoteProtocolError
 from .events import (
     Address,
@@ -153,12 +154,15 @@ class SipEndpoint:
     # --- incoming calls --------------------------------------------------------------------------
 
     def ring(self, call: CallHandle, now: float, *, status: int = 180, body: bytes = b"") -> None:
-        """Send a provisional response (180 Ringing, or 183 with early-media SDP)."""
+        """Send a provisional response (180 Ringing, or 183 with early-media SDP): :func:`.early_media.check_early`
+        states the rules a body must meet (an answer to the INVITE's offer, the same every time and in the 2xx)."""
         c = self._offered(call)
         if c is None:
             return
         if not 101 <= status <= 199:
             raise LocalProtocolError("ring() needs a 1xx status above 100")
+        if body:
+            c.early_body = check_early(c.invite, c.early_body, body)
         contact = self._core.contact(c.transport, secure=c.secure)
         headers = (("Contact", contact), *_body_headers(body, "application/sdp"))
         assert c.invite_tx is not None
@@ -180,6 +184,7 @@ class SipEndpoint:
             return
         if not 200 <= status <= 299:
             raise LocalProtocolError("answer() needs a 2xx status")
+        check_final(c.early_body, body)
         assert c.invite_tx is not None
         self._send_ok(c, c.invite_tx.request, c.invite_tx, status, body, content_type, headers, now)
         c.state = CallState.ANSWERED

@@ -103,19 +103,26 @@ class CallEnded:
 
 @dataclass(frozen=True, kw_only=True)
 class OutboundCallProgressed:
+    """A provisional response (101-199). ``body`` with ``content_type`` application/sdp is early media's SDP;
+    ``to_tag`` names the early dialog (each fork of a forked INVITE has its own, RFC 3261 §12.1.2; None: the
+    1xx had no To tag, so it made no early dialog)."""
+
     call: CallHandle
     status: int
     reason: str
     body: bytes
+    content_type: str | None = None
+    to_tag: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class OutboundCallAnswered:
-    """A 2xx arrived and was ACKed; `body` is the SDP answer."""
+    """A 2xx arrived and was ACKed; `body` is the SDP answer; `to_tag` names the dialog (the fork) that answered."""
 
     call: CallHandle
     body: bytes
     content_type: str | None
+    to_tag: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,9 @@ States and inputs (anything else raises :class:`~gateway.sip.errors.LocalProtoco
     IDLE        answer(offer)       -> NEGOTIATED   (Refused: stays IDLE)
     IDLE        offer()             -> OFFERED
     OFFERED     take_answer(answer) -> NEGOTIATED   (Refused: stays OFFERED; the call cannot go on)
+    OFFERED     take_answer(answer, early=True) -> EARLY   (an 18x's SDP: media starts on it; Refused: OFFERED)
+    EARLY       take_answer(answer) -> NEGOTIATED   (the 2xx's SDP, when it differs: gateway/sip/early_media.py)
+    EARLY       confirm_early()     -> NEGOTIATED   (the 2xx kept the 18x's SDP)
     NEGOTIATED  update(offer)       -> NEGOTIATED   (Refused: the call goes on as it was)
     NEGOTIATED  offer()             -> REOFFERED
     REOFFERED   take_answer(answer) -> NEGOTIATED   (Refused: back to the state before the re-offer)
@@ -94,8 +97,12 @@ _NOT_ACCEPTABLE = 488  # RFC 3261 §21.4.26: the session description cannot be a
 class OfferAnswerState(enum.Enum):
     IDLE = "idle"
     OFFERED = "offered"  # our first offer awaits its answer
+    EARLY = "early"  # an 18x's SDP runs the media (early media); the 2xx's answer is still to come
     NEGOTIATED = "negotiated"
     REOFFERED = "reoffered"  # our re-offer awaits its answer; the call runs on what was negotiated
+
+
+_AWAITING = (OfferAnswerState.OFFERED, OfferAnswerState.EARLY)  # our first offer, not answered for good yet
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,12 +294,13 @@ class OfferAnswer:
         self._state = OfferAnswerState.REOFFERED
         return self._emit(description)
 
-    def take_answer(self, answer: SessionDescription | bytes) -> Answered | Refused:
-        """The peer's answer to our offer (a 2xx or an ACK body). Refused: the first offer's call cannot go on;
-        a re-offer's call goes on as it was."""
-        self._expect("take an answer", OfferAnswerState.OFFERED, OfferAnswerState.REOFFERED)
+    def take_answer(self, answer: SessionDescription | bytes, *, early: bool = False) -> Answered | Refused:
+        """The peer's answer to our offer (a 2xx or an ACK body; ``early``: an 18x's, which the 2xx may still
+        replace). Refused: the first offer's call cannot go on; a re-offer's call goes on as it was."""
+        states = (OfferAnswerState.OFFERED,) if early else (*_AWAITING, OfferAnswerState.REOFFERED)
+        self._expect("take an early answer" if early else "take an answer", *states)
         assert self._pending is not None and self._local is not None
-        pending, first = self._pending, self._state is OfferAnswerState.OFFERED
+        pending, first = self._pending, self._state in _AWAITING
         refused = self._read_answer(answer, pending, first=first)
         if isinstance(refused, Refused):
             if not first:
@@ -303,9 +311,18 @@ class OfferAnswer:
         before = (self._media, self._srtp)
         rekeyed = self._media is not None and srtp != self._srtp
         self._media, self._srtp, self._remote = media, srtp, description
+        if early:
+            self._state = OfferAnswerState.EARLY  # the offer stays pending: the 2xx answers it for good
+            return Answered(media=media, srtp=srtp, rekeyed=False, changed=True)
         self._pending = None
         self._state = OfferAnswerState.NEGOTIATED
         return Answered(media=media, srtp=srtp, rekeyed=rekeyed, changed=before != (media, srtp))
+
+    def confirm_early(self) -> None:
+        """The 2xx kept the early answer (the same SDP, or none): it is now the call's negotiated media."""
+        self._expect("confirm the early answer", OfferAnswerState.EARLY)
+        self._pending = None
+        self._state = OfferAnswerState.NEGOTIATED
 
     def offer_refused(self) -> None:
         """The peer refused our re-offer (a non-2xx to our re-INVITE): the call goes on as negotiated, with our

@@ -176,7 +176,14 @@ def _initial_invite_response(core: Core, call: Call, tx: Transaction, response: 
             send_cancel(core, call, now)
         elif status > 100 and call.state is CallState.CALLING:
             core.emit(
-                OutboundCallProgressed(call=call.handle, status=status, reason=response.reason, body=response.body)
+                OutboundCallProgressed(
+                    call=call.handle,
+                    status=status,
+                    reason=response.reason,
+                    body=response.body,
+                    content_type=response.content_type,
+                    to_tag=response.to.tag,
+                )
             )
         return
     if status < 300:
@@ -249,7 +256,11 @@ def _invite_answered(core: Core, call: Call, tx: Transaction, response: SipRespo
     call.peer_allow = response.headers.tokens("Allow")
     call.session_timer = negotiate_as_uac(response, now)
     core.bind_dialog(call)
-    core.emit(OutboundCallAnswered(call=call.handle, body=response.body, content_type=response.content_type))
+    core.emit(
+        OutboundCallAnswered(
+            call=call.handle, body=response.body, content_type=response.content_type, to_tag=dialog.remote_tag
+        )
+    )
 
 
 def _update_response(core: Core, call: Call, tx: Transaction, response: SipResponse | None, now: float) -> None:
