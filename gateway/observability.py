@@ -98,6 +98,18 @@ SIP_BLOCKS_TOTAL = Counter(
     ["worker"],
     registry=REGISTRY,
 )
+EARLY_MEDIA_CALLS_TOTAL = Counter(
+    "gateway_early_media_calls_total",
+    "SIP calls with early media (before the 200 OK): inbound by the route's mode (tone, greeting), outbound received",
+    ["worker", "direction", "mode"],
+    registry=REGISTRY,
+)
+EARLY_MEDIA_FRAMES_TOTAL = Counter(
+    "gateway_early_media_frames_total",
+    "20 ms frames of early media: sent to the far end, or received from it (never passed to the agent)",
+    ["worker", "direction"],
+    registry=REGISTRY,
+)
 SIP_CALLS_TOTAL = Counter(
     "gateway_sip_calls_total",
     "SIP calls offered to or placed by the worker, by the transport their INVITE took (udp, tcp, tls) and direction",

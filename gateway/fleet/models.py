@@ -261,6 +261,12 @@ class CallStats(_Model):
     guardrail_trips: list[GuardrailTripLine] = Field(
         default_factory=list, max_length=50, description="Output guardrail trips, oldest first"
     )
+    early_media_frames_in: int = Field(
+        default=0, ge=0, description="20 ms frames received before the 200 OK (early media; never passed on)"
+    )
+    early_media_frames_out: int = Field(
+        default=0, ge=0, description="20 ms frames of early media sent before the 200 OK"
+    )
     level_dbfs: float | None = Field(default=None, le=0.0, description="Recent caller audio level")
     level_history: list[float] = Field(
         default_factory=list, max_length=LEVEL_HISTORY_MAX, description="Recent levels, oldest first (sparkline)"

@@ -73,9 +73,9 @@ class SipSignalling:
     def now(self) -> float:
         return self.transport.now()
 
-    def ring(self, call: CallHandle) -> None:
-        """180 Ringing for an offered call (nothing once it is no longer offered)."""
-        self.endpoint.ring(call, self.now())
+    def ring(self, call: CallHandle, *, status: int = 180, body: bytes = b"") -> None:
+        """180 Ringing for an offered call, or 183 with early media's SDP (nothing once it is no longer offered)."""
+        self.endpoint.ring(call, self.now(), status=status, body=body)
         self.transport.pump()
 
     def answer(self, call: CallHandle, body: bytes) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
+    from gateway.media.early import EarlyMedia
     from gateway.media.inband import InbandDtmf
     from gateway.session.session import CallSession
     from gateway.transport.rtp_socket import RtpEndpoint
@@ -20,7 +21,7 @@ class TickRoute:
     Made when the call's media starts, with the leg's RTP sockets (which stay the leg's until its media is
     released, when the route goes); the session joins it when it is made, which may be later."""
 
-    __slots__ = ("inband", "leg", "level_phase", "rtp", "session")
+    __slots__ = ("early", "inband", "leg", "level_phase", "rtp", "session")
 
     def __init__(self, leg: CallLeg, rtp: RtpEndpoint, inband: InbandDtmf | None = None) -> None:
         self.leg = leg
@@ -28,3 +29,4 @@ class TickRoute:
         self.rtp = rtp
         self.session: CallSession | None = leg.session
         self.level_phase = leg.level_phase
+        self.early: EarlyMedia | None = leg.early  # while set, the call is in early media (before the 200 OK)

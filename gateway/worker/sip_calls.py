@@ -28,6 +28,7 @@ from gateway.fleet.models import (
     AdmissionDecision,
     AdmissionRequest,
     CallSnapshot,
+    EarlyMediaModel,
     InviteFacts,
     OriginateRequest,
     ProfileModel,
@@ -47,6 +48,7 @@ from gateway.observability import (
 from gateway.session.amd_gate import AmdPolicy
 from gateway.session.config import WebhookToolConfig
 from gateway.session.session import CallSession
+from gateway.session.state import CallState as SessionState
 from gateway.session.transcript import DtmfMethod
 from gateway.sip.caller_context import CallContext, context_from_invite, render
 from gateway.sip.errors import LocalProtocolError
@@ -60,6 +62,7 @@ from gateway.sip.events import (
     DtmfInfoReceived,
     OutboundCallAnswered,
     OutboundCallFailed,
+    OutboundCallProgressed,
     ReinviteAcked,
     ReinviteAnswered,
     ReinviteFailed,
@@ -75,10 +78,12 @@ from gateway.sip.sdes import SrtpNegotiated
 from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.errors import PortsExhaustedError
 from gateway.worker.counters import call_figures, latency_observer
+from gateway.worker.early_media import outbound_answered, outbound_progressed, play_inbound
 from gateway.worker.edge import EdgeReporter
 from gateway.worker.handoffs import HandoffEvent, ProfileHandoffs, handoff_report
 from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
+from gateway.worker.recorder import load_notice
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
@@ -191,6 +196,11 @@ class SipCalls:
                     leg.referral.set_result(
                         TransferOutcome(status=status, sip_status=event.status, detail=event.reason)  # type: ignore[arg-type]
                     )
+            elif isinstance(event, OutboundCallProgressed):
+                if outbound_progressed(
+                    leg, event, worker=self._host.id, start_media=functools.partial(self._early_start, leg)
+                ):
+                    self._make_session(leg)  # not started: it records the early media; AMD starts at the 200
             elif isinstance(event, OutboundCallAnswered):
                 self._outbound_answered(leg, event)
             elif isinstance(event, OutboundCallFailed):
@@ -328,6 +338,8 @@ class SipCalls:
                 return
             assert leg.sip is not None and leg.sdp is not None and leg.sdp.local is not None
             self._make_session(leg)  # holds caller frames from the first one on, while it connects
+            if decision.early_media is not None and not await self._early_media(leg, decision.early_media):
+                return
             self._signalling.answer(leg.sip, leg.sdp.local.to_bytes())
             move(leg, LegState.ACTIVE)
             leg.answered_wall = time.time()
@@ -352,6 +364,21 @@ class SipCalls:
             self.end(leg, "internal_error")
         finally:
             await self._finish(leg, leg.end_reason or "ended")
+
+    async def _early_media(self, leg: CallLeg, plan: EarlyMediaModel) -> bool:
+        """183 and the route's early media before the 200 OK (gateway/worker/early_media.py); False: it ended."""
+        sip, session = leg.sip, leg.session
+        assert sip is not None and session is not None
+        return await play_inbound(
+            leg,
+            plan,
+            route=self._plant.routes.get(leg.id),
+            worker=self._host.id,
+            ring=lambda body: self._signalling.ring(sip, status=183, body=body),
+            start_session=session.start,
+            end=lambda reason: self.end(leg, reason),
+            load_file=load_notice,
+        )
 
     def _negotiate_offer(self, leg: CallLeg, offer_body: bytes) -> bool:
         """Pick the codec of the INVITE's offer and set what the call takes of the capacity; False when it was
@@ -516,7 +543,8 @@ class SipCalls:
     async def _run_session(self, leg: CallLeg) -> None:
         session = leg.session if leg.session is not None else self._make_session(leg)
         try:
-            await session.start()
+            if session.state is SessionState.CONNECTING:  # not started yet by a greeting's early media
+                await session.start()
         except Exception as exc:
             log.warning("call %s: session failed to start: %s", leg.id, exc)
             leg.end_reason = leg.end_reason or "provider_unavailable"
@@ -666,8 +694,26 @@ class SipCalls:
         if outcome.status == "accepted":
             self.end(leg, "transferred")
 
+    def _follow_remote(self, leg: CallLeg) -> None:
+        negotiated = leg.negotiated
+        if negotiated is not None:
+            self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
+
+    def _early_start(self, leg: CallLeg) -> TickRoute | None:
+        self._start_media(leg)
+        return self._plant.routes.get(leg.id)
+
     def _outbound_answered(self, leg: CallLeg, event: OutboundCallAnswered) -> None:
-        if not self._take_answer(leg, event.body):
+        kept = outbound_answered(
+            leg,
+            event,
+            route=self._plant.routes.get(leg.id),
+            worker=self._host.id,
+            update_remote=functools.partial(self._follow_remote, leg),
+        )
+        if kept is None:
+            kept = self._take_answer(leg, event.body)
+        if not kept:
             if leg.answered is not None and not leg.answered.done():
                 leg.answered.set_result(False)
             self.end(leg, "bad_sdp")
@@ -725,6 +771,10 @@ class SipCalls:
                 codec=media.codec,
             )
         stats.update(level_fields(leg.last_level, leg.levels))
+        early = leg.early
+        heard, sent = (early.heard, early.sent) if early is not None else (leg.early_heard, leg.early_sent)
+        if heard or sent:
+            stats.update(early_media_frames_in=heard, early_media_frames_out=sent)
         return build_snapshot(
             call_id=leg.id,
             kind="sip",

@@ -13,7 +13,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel
 from gateway.media.call import MediaStats
@@ -29,6 +29,10 @@ from gateway.sip.sdp import NegotiatedMedia
 from gateway.tracing import CallTrace
 from gateway.transport.rtp_socket import RtpEndpoint
 from gateway.worker.legs import LegKind, LegState
+
+if TYPE_CHECKING:
+    from gateway.media.early import EarlyMedia
+    from gateway.sip.early_media import EarlyDialogs
 
 LEVEL_EVERY_TICKS = 25  # one caller level sample per 0.5 s for the dashboard sparkline
 # Calls take turns: each leg is sampled on its own tick of every LEVEL_EVERY_TICKS, so no tick samples them all
@@ -92,6 +96,11 @@ class CallLeg:
     agent_cost: float = 0.0  # what the agent takes here (CapacitySettings.agent_cost), set with the session
     recording: RecordingModel | None = None  # where the call is being recorded; final once the call ended
     amd: AmdPolicy | None = None  # outbound answering-machine detection (POST /v1/calls amd), None: off
+    # Early media (gateway/worker/early_media.py): the tick's side while it lasts, the forks' 18x, its frame counts.
+    early: EarlyMedia | None = None
+    early_dialogs: EarlyDialogs | None = None
+    early_heard: int = 0
+    early_sent: int = 0
 
     @property
     def live(self) -> bool:

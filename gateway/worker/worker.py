@@ -376,6 +376,17 @@ class MediaWorker:
         for call_id, takes_g711 in engine.takes_g711:
             route = routes.get(call_id)
             session = route.session if route is not None else None
+            if route is not None and (early := route.early) is not None:  # before the 200 OK (early_media.py)
+                sent: OutboundFrame = None
+                if early.plays:
+                    sent = early.next_frame(self._tick_no)
+                else:
+                    sent = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
+                    early.sending(sent)
+                if recorders and (recorder := recorders.get(call_id)) is not None:
+                    recorder.agent = sent
+                outbound[call_id] = sent
+                continue
             if recorders and (recorder := recorders.get(call_id)) is not None:
                 # The recording notice first (the session's audio waits for it), and what is sent is recorded.
                 frame: OutboundFrame = recorder.notice_frame(self._tick_no)
@@ -406,6 +417,11 @@ class MediaWorker:
         loop_time = asyncio.get_running_loop().time
         for call_id, frame in inbound.frames.items():
             route = routes.get(call_id)
+            if route is not None and (early := route.early) is not None:
+                early.received(frame)  # early media is one-way: counted and recorded, never passed on
+                if recorders and (recorder := recorders.get(call_id)) is not None:
+                    recorder.caller = frame
+                continue
             if route is None or (session := route.session) is None:
                 continue
             session.push_inbound(frame)  # written to the provider now when the connection takes it at once

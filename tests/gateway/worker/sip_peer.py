@@ -64,6 +64,7 @@ class PeerCall:
     early: list[bytes] = field(default_factory=list)
     frames_sent: int = 0
     last_sent: bytes | None = None  # the last datagram stream() sent
+    answer_body: bytes = b""  # our SDP answer, when we are the callee
 
 
 class SipPeer:
@@ -219,9 +220,10 @@ class SipPeer:
         call.received_timestamps.append(packet.timestamp)
         call.received.append(packet.payload)
 
-    def answer(self, offered: CallOffered, *, srtp_tag: int | None = None) -> PeerCall:
+    def answer(self, offered: CallOffered, *, srtp_tag: int | None = None, early: bool = False) -> PeerCall:
         """Answer an incoming call (we are the trunk / callee) with PCMU and an RTP socket of our own; with
-        ``srtp_tag``, accept that a=crypto line of the offer with a key of ours (SRTP both ways)."""
+        ``srtp_tag``, accept that a=crypto line of the offer with a key of ours (SRTP both ways). ``early``: the
+        answer goes in a 183 (early media) and :meth:`answer_early` sends the 200 with it later."""
         rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         rtp.bind(("127.0.0.1", 0))
         rtp.setblocking(False)
@@ -254,9 +256,18 @@ class SipPeer:
         call.remote_rtp = negotiated.remote_rtp
         self.calls[offered.call] = call
         self._read_rtp(call)
-        self.endpoint.answer(offered.call, self.transport.now(), body=answer.to_bytes())
+        call.answer_body = answer.to_bytes()
+        if early:
+            self.endpoint.ring(offered.call, self.transport.now(), status=183, body=call.answer_body)
+        else:
+            self.endpoint.answer(offered.call, self.transport.now(), body=call.answer_body)
         self.transport.pump()
         return call
+
+    def answer_early(self, call: PeerCall) -> None:
+        """The 200 OK after :meth:`answer` with ``early``: the same answer as the 183's."""
+        self.endpoint.answer(call.handle, self.transport.now(), body=call.answer_body)
+        self.transport.pump()
 
     def answered(self, call: PeerCall, answer_body: bytes) -> None:
         answer = parse_sdp(answer_body)
