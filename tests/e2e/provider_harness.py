@@ -135,14 +135,17 @@ def write_config(
     audio_format: str = "pcm24k",
     profile_lines: tuple[str, ...] = (),
     extra_toml: str = "",
+    route_lines: tuple[str, ...] = (),
 ) -> Path:
     """The routes file: every number to one ``openai`` profile ("agent"); ``profile_lines`` are more TOML lines of
-    the profile, ``extra_toml`` is appended as written (e.g. ``[[profiles.agent.guardrails]]`` tables)."""
+    the profile, ``route_lines`` of the route, ``extra_toml`` is appended as written (e.g.
+    ``[[profiles.agent.guardrails]]`` tables)."""
     lines = [
         "[[routes]]",
         'name = "all"',
         'did = "*"',
         'profile = "agent"',
+        *route_lines,
         "",
         "[profiles.agent]",
         'provider = "openai"',
@@ -173,6 +176,7 @@ async def start_gateway_on_fake(
     env: dict[str, str] | None = None,
     profile_lines: tuple[str, ...] = (),
     extra_toml: str = "",
+    route_lines: tuple[str, ...] = (),
 ) -> GatewayProcess:
     config = write_config(
         tmp_path / "gateway.toml",
@@ -180,6 +184,7 @@ async def start_gateway_on_fake(
         audio_format=audio_format,
         profile_lines=profile_lines,
         extra_toml=extra_toml,
+        route_lines=route_lines,
     )
     return await start_gateway(
         procs,

@@ -76,6 +76,7 @@ class PjsuaPhone:
         display_name: str = "",
         host: str = "127.0.0.1",
         auth: tuple[str, str] | None = None,
+        early_media_s: float = 0.0,
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
         (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
@@ -87,7 +88,8 @@ class PjsuaPhone:
 
         ``headers``: (name, value) pairs a caller adds to its INVITE; ``display_name``: the name in its From.
         ``host``: the loopback address it binds (another source than 127.0.0.1); ``auth``: (user, password)
-        answering a digest challenge."""
+        answering a digest challenge. ``early_media_s``: a callee answers 183 with SDP (early media, its player
+        running) and sends the 200 that much later."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
         if mode == "caller" and not uri:
@@ -150,6 +152,8 @@ class PjsuaPhone:
             self._argv.append(f"--unhold-at={unhold_at}")
         if hangup_on_eof:
             self._argv.append("--hangup-on-eof")
+        if early_media_s:
+            self._argv.append(f"--early-media-s={early_media_s}")
 
     @property
     def sip_uri(self) -> str:

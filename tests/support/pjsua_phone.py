@@ -7,8 +7,9 @@ recorded WAV header) and `os._exit`.
 Caller mode dials `--uri`; callee mode answers the first incoming call with 200. During the call it plays
 `--play` into the call (WAV, no loop), records what it hears to `--record`, sends RFC 4733 DTMF digits at
 the given times after the call is confirmed (`--dtmf 1@0.5,2@0.8`), puts the call on hold and takes it off
-(`--hold-at`, `--unhold-at`: re-INVITEs with a=sendonly, then a=sendrecv), and hangs up after `--hangup-after`
-seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
+(`--hold-at`, `--unhold-at`: re-INVITEs with a=sendonly, then a=sendrecv), answers with 183 and early media
+first (`--early-media-s`: the 200 follows that much later; the player and recorder run from the 183), hangs up
+after `--hangup-after` seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
 
 It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
 ready, call_state, media_active, media_state (every media update: status, the direction we were offered),
@@ -71,6 +72,7 @@ class Phone:
         self.player: Player | None = None
         self.recorder: pj.AudioMediaRecorder | None = None
         self.eof_reported = False
+        self.answer_at: float | None = None  # callee with early media: when the 200 follows the 183
 
 
 class PhoneCall(pj.Call):  # type: ignore[misc]
@@ -80,7 +82,14 @@ class PhoneCall(pj.Call):  # type: ignore[misc]
 
     def onCallState(self, prm: pj.OnCallStateParam) -> None:
         info = self.getInfo()
-        emit("call_state", state=info.stateText, code=int(info.lastStatusCode), reason=info.lastReason)
+        media = audio_index(self)
+        emit(
+            "call_state",
+            state=info.stateText,
+            code=int(info.lastStatusCode),
+            reason=info.lastReason,
+            rx_packets=rx_packets(self, media),
+        )
         if info.state == pj.PJSIP_INV_STATE_CONFIRMED and self.phone.confirmed_at is None:
             self.phone.confirmed_at = time.monotonic()
         if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
@@ -147,8 +156,11 @@ class PhoneAccount(pj.Account):  # type: ignore[misc]
             return
         self.phone.call = call
         emit("incoming_call", remote=call.getInfo().remoteUri)
-        answer.statusCode = 200
+        early = self.phone.args.early_media_s
+        answer.statusCode = 183 if early else 200  # 183 carries the SDP answer: early media until the 200
         call.answer(answer)
+        if early:
+            self.phone.answer_at = time.monotonic() + early
 
 
 def configure_codecs(ep: pj.Endpoint, wanted: list[str]) -> None:
@@ -255,6 +267,12 @@ def run(args: argparse.Namespace) -> int:
                 reason = reason if hangup_sent else "max-seconds"
                 break
             continue
+        if phone.answer_at is not None and now >= phone.answer_at:
+            phone.answer_at = None
+            ok = pj.CallOpParam()
+            ok.statusCode = 200
+            call.answer(ok)
+            emit("answered", rx_packets=rx_packets(call, audio_index(call)))
         if phone.player is not None and phone.player.ended and not phone.eof_reported:
             phone.eof_reported = True
             emit("player_eof")
@@ -320,6 +338,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--unhold-at", type=float, help="take it off hold this many seconds after it is confirmed")
     parser.add_argument("--hangup-on-eof", action="store_true", help="hang up when the played WAV ends")
     parser.add_argument("--max-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--early-media-s", type=float, default=0.0, help="callee: 183 with SDP, the 200 this much later"
+    )
     parser.add_argument("--codecs", default="PCMU,PCMA")
     parser.add_argument("--clock-rate", type=int, default=8000)
     parser.add_argument("--log", help="PJSIP log file")
