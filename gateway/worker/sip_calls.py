@@ -564,6 +564,8 @@ class SipCalls:
         if leg.sip is not None:
             # RFC 3326: the BYE says why we end the call, for the far end's logs.
             self._signalling.hang_up(leg.sip, leg.end_reason, headers=(("Reason", reason_value(leg.end_reason)),))
+        if leg.answered is not None and not leg.answered.done():
+            leg.answered.set_result(False)  # an outbound call's task waits on the answer (its session, if made, too)
         task = leg.task
         if task is None or task.done():
             leg.task = self._host.spawn(self._finish(leg, leg.end_reason), name=f"call-{leg.id}-finish")

@@ -13,8 +13,8 @@ after `--hangup-after` seconds, when the played WAV ends (`--hangup-on-eof`), or
 
 It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
 ready, call_state, media_active, media_state (every media update: status, the direction we were offered),
-hold_sent, unhold_sent (with rx_packets: the RTP packets the call's stream had received), dtmf_sent, dtmf_received,
-player_eof, done. PJSIP's own log goes to
+hold_sent, unhold_sent (with rx_packets: the RTP packets the call's stream had received, as call_state and answered
+carry too), dtmf_sent, dtmf_received, player_eof, done. PJSIP's own log goes to
 `--log`. Everything listens on 127.0.0.1 only; a null sound device keeps it off the audio hardware.
 
 SIP over TLS: `--tls-port` adds PJSIP's TLS transport there (`--tls-cert`/`--tls-key` for what it serves,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gateway.fleet.models import AdmissionDecision, EarlyMediaModel, OriginateRequest
-from gateway.sip.events import CallOffered, OutboundCallAnswered, OutboundCallProgressed
+from gateway.sip.events import CallCancelled, CallOffered, OutboundCallAnswered, OutboundCallProgressed
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.gateway.worker.test_call_hook_admission import DecidingLink
@@ -124,3 +124,37 @@ async def test_a_greeting_route_starts_the_agent_before_the_200(worker: MediaWor
         assert leg.session is session  # the same session goes on after the 200, not started twice
         peer.hang_up(call)
         await asyncio.wait_for(leg.task, timeout=5)  # type: ignore[arg-type]
+
+
+async def test_a_cancel_during_early_media_ends_the_call_without_a_200(worker: MediaWorker) -> None:
+    plan = EarlyMediaModel(mode="tone", seconds=10.0)
+    worker.link = DecidingLink(
+        AdmissionDecision(accepted=True, call_id="c-gone", worker="w-early", route="r", early_media=plan), delay_s=0
+    )
+    async with SipPeer() as peer:
+        call = peer.invite(f"sip:+15550199@127.0.0.1:{worker.settings.sip.sip_port}")
+        await peer.wait_for(OutboundCallProgressed, call=call.handle)
+        (leg,) = worker.legs.values()
+        await _until(lambda: len(call.received) > 5 or None)  # the tone is playing
+        peer.endpoint.hang_up(call.handle, peer.transport.now())  # CANCEL
+        peer.transport.pump()
+        await asyncio.wait_for(leg.task, timeout=3)  # type: ignore[arg-type]
+    assert leg.end_reason == "caller_cancelled"
+    assert [r.status for r in peer.responses if r.cseq.method == "INVITE"][-1] == 487
+    assert not any(r.status == 200 and r.cseq.method == "INVITE" for r in peer.responses)
+
+
+async def test_an_outbound_call_hung_up_during_early_media_ends_at_once(worker: MediaWorker) -> None:
+    async with SipPeer() as callee:
+        await worker.originate(
+            OriginateRequest(to=f"sip:callee@127.0.0.1:{callee.port}", ring_timeout_s=30),
+            AdmissionDecision(accepted=True, call_id="c-out-gone", route="default"),
+        )
+        offered = await callee.wait_for(CallOffered)
+        call = callee.answer(offered, early=True)  # type: ignore[arg-type]
+        leg = worker.legs["c-out-gone"]
+        await _until(lambda: leg.session is not None or None)  # early media started: the session is made
+        leg.hang_up("api_hangup")
+        await asyncio.wait_for(leg.task, timeout=3)  # type: ignore[arg-type]
+        await callee.wait_for(CallCancelled, call=call.handle, within=3)  # the 183'd INVITE is CANCELled
+        assert leg.end_reason == "api_hangup"
