@@ -16,8 +16,9 @@ Outbound (originate): the first 18x with SDP (its fork's, gateway/sip/early_medi
 media at once: the callee's ringback or the carrier's announcement is received, counted and recorded, and the
 session is made (not started: no provider connection, no greeting) so its recording holds it. Nothing of it reaches
 the agent or answering-machine detection: AMD's input and clock start at the 200 OK, because a ringback tone is the
-steady pure tone AMD takes for a voicemail beep, and a carrier's announcement is not the callee. We send nothing
-during it. On the 200 the media follows the 2xx's SDP if it differs (another fork, or a changed answer).
+steady pure tone AMD takes for a voicemail beep, and a carrier's announcement is not the callee. We send silence
+(the media tick's packets, which keep a NAT binding open) during it. On the 200 the media follows the 2xx's SDP
+if it differs (another fork, or a changed answer).
 
 The tick's side is :class:`EarlyMedia` (``TickRoute.early``, read by gateway/worker/worker.py): while a call has
 one, the caller's frames stop there, and the frames sent are its own (tone) or the session's (greeting).
@@ -70,6 +71,9 @@ async def play_inbound(
         return True
     if route is None:
         return True
+    if plan.mode == "greeting" and not session.profile.greeting:
+        log.info("call %s: early media greeting, but the profile has no greeting: answered at once", leg.id)
+        return True
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     if plan.mode == "tone":
@@ -93,22 +97,20 @@ async def play_inbound(
     EARLY_MEDIA_CALLS_TOTAL.labels(worker, "inbound", plan.mode).inc()
     route.early = early
     started = loop.time()
-    ended = asyncio.ensure_future(session.wait_ended())
+    ended: asyncio.Task[object] = asyncio.ensure_future(session.wait_ended())
+    waiters: set[asyncio.Task[object]] = {ended}
+    if plan.mode == "greeting":
+        waiters.add(asyncio.ensure_future(done.wait()))
     try:
         if plan.mode == "greeting" and not await _started(leg, start_session, end):
             return False
-        waiters: set[asyncio.Future[object]] = {ended}  # type: ignore[arg-type]
-        if plan.mode == "greeting":
-            waiters.add(asyncio.ensure_future(done.wait()))
         remaining = max(plan.seconds - (loop.time() - started), 0.0)
-        finished, pending = await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in pending:
-            if waiter is not ended:
-                waiter.cancel()
+        finished, _ = await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         return ended not in finished
     finally:
-        if not ended.done():
-            ended.cancel()
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)  # owned here: awaited after the cancel
         route.early = None
         leg.early = None
         leg.early_heard, leg.early_sent = early.heard, early.sent

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from gateway.fleet.models import AdmissionDecision, EarlyMediaModel, OriginateRequest
+from gateway.fleet.models import AdmissionDecision, EarlyMediaModel, OriginateRequest, ProfileModel
 from gateway.sip.events import CallCancelled, CallOffered, OutboundCallAnswered, OutboundCallProgressed
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import SipPeer, echo_worker
@@ -107,9 +107,11 @@ async def _until(check, within: float = 5.0):  # type: ignore[no-untyped-def]
 async def test_a_greeting_route_starts_the_agent_before_the_200(worker: MediaWorker) -> None:
     # The echo agent's greeting has no audio: the greeting's early media lasts its whole early_media_s.
     plan = EarlyMediaModel(mode="greeting", seconds=1.0)
-    worker.link = DecidingLink(
-        AdmissionDecision(accepted=True, call_id="c-greet", worker="w-early", route="r", early_media=plan), delay_s=0
+    profile = ProfileModel(provider="default", greeting="Hello there.")
+    decision = AdmissionDecision(
+        accepted=True, call_id="c-greet", worker="w-early", route="r", profile=profile, early_media=plan
     )
+    worker.link = DecidingLink(decision, delay_s=0)
     async with SipPeer() as peer:
         call = peer.invite(f"sip:+15550199@127.0.0.1:{worker.settings.sip.sip_port}")
         progressed = await peer.wait_for(OutboundCallProgressed, call=call.handle)
