@@ -5,7 +5,8 @@ stamped with received/rport. Order of checks (§8.2): transaction match (retrans
 answered by their transaction) -> method (501 unknown, 405 known but not allowed) -> merged request (482)
 -> Require (420 + Unsupported) -> dialog match (481, CSeq order 500) -> the method's own handling:
 
-    INVITE (initial)   100 Trying, Dialog, CallOffered; 422 when Session-Expires < Min-SE; 503 when full
+    INVITE (initial)   100 Trying, Dialog, CallOffered; 422 when Session-Expires < Min-SE; 503 when full;
+                       Require: 100rel -> 420 (our 183s of early media are unreliable: gateway/sip/early_media.py)
     INVITE (re-)       491 on glare with ours, 500 + Retry-After while one of theirs is pending;
                        else ReinviteReceived (the application answers)
     UPDATE             same glare rules; with a body -> ReinviteReceived, without -> 200 (a refresh)
