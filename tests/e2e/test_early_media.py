@@ -1,7 +1,8 @@
 """Early media with real phones (pjsua2): audio before the 200 OK, both ways (docs/operations.md, "Early media").
 
 1. A route with ``early_media = "tone"``: the calling phone gets a 183 with SDP, receives the ringback tone's RTP
-   (counted at its CONFIRMED, found at 425 Hz in its recording before the 200) and then the call goes on.
+   (counted at its CONFIRMED, found at 425 Hz in its recording before the 200) and then the call goes on (the
+   agent's greeting after the 200).
 2. A route with ``early_media = "greeting"``: the agent's greeting (the fake provider's tone) plays in early media
    and the call is answered when it has played out, not at the route's cap.
 3. An outbound call to a phone that answers 183 and plays a known tone pattern before its 200: the gateway receives
@@ -59,11 +60,15 @@ async def test_a_tone_route_rings_in_early_media_then_answers(peer_procs: Proces
     require_module("pjsua2", package="pjsua2 (the test extra)")
     fake = await start_fake_provider(peer_procs, "--mode", "tone", "--reply-ms", "400")
     gateway = await start_gateway_on_fake(
-        peer_procs, tmp_path, fake, route_lines=('early_media = "tone"', "early_media_s = 2.0")
+        peer_procs,
+        tmp_path,
+        fake,
+        profile_lines=('greeting = "Hello."',),
+        route_lines=('early_media = "tone"', "early_media_s = 2.0"),
     )
     quiet = write_wav(tmp_path / "quiet.wav", silence(8.0, 8000), 8000)
     phone = PjsuaPhone(
-        peer_procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=1.5, codecs=("PCMU",)
+        peer_procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=2.0, codecs=("PCMU",)
     )
     async with phone:
         await phone.wait_state("CONFIRMED", within=15)
@@ -78,6 +83,9 @@ async def test_a_tone_route_rings_in_early_media_then_answers(peer_procs: Proces
     rings = [b for b in bursts(heard) if abs(b.frequency_hz - RINGBACK_HZ) < 10]
     assert len(rings) == 1 and 900 <= rings[0].duration_ms <= 1100, bursts(heard)
     assert rings[0].end_s < confirmed.t - media_at, (rings, confirmed.t - media_at)
+    # The call then goes on as any: the agent greets after the 200 (the fake provider's 400 ms tone).
+    greeted = [b for b in bursts(heard) if abs(b.frequency_hz - AGENT_HZ) < 10]
+    assert len(greeted) == 1 and greeted[0].start_s > confirmed.t - media_at, (greeted, confirmed.t - media_at)
     record = await _ended(gateway)
     assert record["end_reason"] == "caller_hangup" and 90 <= record["stats"]["early_media_frames_out"] <= 110, record
     assert re.search(r"early media tone for 2\.\d+ s: \d+ frames sent", gateway.process.output)
