@@ -37,7 +37,7 @@ from gateway.observability import EARLY_MEDIA_CALLS_TOTAL, EARLY_MEDIA_FRAMES_TO
 from gateway.sip.early_media import EarlyDialogs
 from gateway.sip.errors import LocalProtocolError
 from gateway.sip.events import OutboundCallAnswered, OutboundCallProgressed
-from gateway.sip.offer_answer import OfferAnswerState, Refused
+from gateway.sip.offer_answer import Answered, OfferAnswerState, Refused
 from telcodecs.frames import Frame
 
 if TYPE_CHECKING:
@@ -169,10 +169,10 @@ def outbound_answered(
     *,
     route: TickRoute | None,
     worker: str,
-    update_remote: Callable[[], None],
+    follow: Callable[[Answered], None],
 ) -> bool | None:
     """The 2xx after early media: None when there was none (the caller takes the answer as usual); else True when
-    the media goes on (kept, or moved to the 2xx's SDP), False when the 2xx's SDP cannot be used."""
+    the media goes on (kept, or moved to the 2xx's SDP by ``follow``), False when the 2xx's SDP cannot be used."""
     dialogs, early, sdp = leg.early_dialogs, leg.early, leg.sdp
     if dialogs is None or not dialogs.started or sdp is None or sdp.state is not OfferAnswerState.EARLY:
         return None
@@ -186,7 +186,7 @@ def outbound_answered(
     if dialogs.answered(body=event.body, to_tag=event.to_tag) == "keep":
         sdp.confirm_early()
         return True
-    before = sdp.media
+    before, before_srtp = sdp.media, sdp.srtp
     result = sdp.take_answer(event.body)
     if isinstance(result, Refused):
         log.info("call %s: unusable SDP in the 2xx: %s", leg.id, result.reason)
@@ -195,10 +195,10 @@ def outbound_answered(
     if before is not None and (media.codec_name, media.payload_type) != (before.codec_name, before.payload_type):
         log.info("call %s: the answering fork changed the codec from the early media's: not supported", leg.id)
         return False
-    if result.rekeyed:
-        log.info("call %s: the answering fork's SRTP keys differ from the early media's: not supported", leg.id)
+    if (before_srtp is None) != (result.srtp is None):
+        log.info("call %s: the answering fork and the early media differ in SRTP: not supported", leg.id)
         return False
     if result.changed:
-        update_remote()
+        follow(result)  # its address, and its keys when they differ (RFC 4568 §7.1.4)
         log.info("call %s: the 2xx moved the media to %s:%d (fork %s)", leg.id, *media.remote_rtp, event.to_tag)
     return True

@@ -73,7 +73,7 @@ from gateway.sip.events import (
     TransferProgressed,
 )
 from gateway.sip.headers import reason_value
-from gateway.sip.offer_answer import MediaPolicy, OfferAnswer, OfferAnswerState, Refused
+from gateway.sip.offer_answer import Answered, MediaPolicy, OfferAnswer, OfferAnswerState, Refused
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.errors import PortsExhaustedError
@@ -696,10 +696,13 @@ class SipCalls:
         if outcome.status == "accepted":
             self.end(leg, "transferred")
 
-    def _follow_remote(self, leg: CallLeg) -> None:
-        negotiated = leg.negotiated
-        if negotiated is not None:
-            self._plant.engine.update_remote(leg.id, negotiated.remote_rtp, negotiated.remote_rtcp)
+    def _follow_answer(self, leg: CallLeg, result: Answered) -> None:
+        """The 2xx of another fork than the early media's: its address, and its SRTP key."""
+        media = result.media
+        self._plant.engine.update_remote(leg.id, media.remote_rtp, media.remote_rtcp)
+        config = srtp_config(result.srtp)
+        if config is not None and result.rekeyed:
+            self._plant.engine.set_srtp(leg.id, config)
 
     def _early_start(self, leg: CallLeg) -> TickRoute | None:
         self._start_media(leg)
@@ -711,7 +714,7 @@ class SipCalls:
             event,
             route=self._plant.routes.get(leg.id),
             worker=self._host.id,
-            update_remote=functools.partial(self._follow_remote, leg),
+            follow=functools.partial(self._follow_answer, leg),
         )
         if kept is None:
             kept = self._take_answer(leg, event.body)

@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from gateway.fleet.models import AdmissionDecision, EarlyMediaModel, OriginateRequest, ProfileModel
-from gateway.sip.events import CallCancelled, CallOffered, OutboundCallAnswered, OutboundCallProgressed
+from gateway.sip.events import CallCancelled, CallHandle, CallOffered, OutboundCallAnswered, OutboundCallProgressed
+from gateway.worker.early_media import outbound_answered, outbound_progressed
+from gateway.worker.sip_leg import CallLeg
 from gateway.worker.worker import MediaWorker
+from telcodecs.frames import unchecked_frame
 from tests.gateway.worker.sip_peer import SipPeer, echo_worker
 from tests.gateway.worker.test_call_hook_admission import DecidingLink
 
@@ -160,3 +163,60 @@ async def test_an_outbound_call_hung_up_during_early_media_ends_at_once(worker: 
         await asyncio.wait_for(leg.task, timeout=3)  # type: ignore[arg-type]
         await callee.wait_for(CallCancelled, call=call.handle, within=3)  # the 183'd INVITE is CANCELled
         assert leg.end_reason == "api_hangup"
+
+
+def _outbound_leg() -> tuple[CallLeg, bytes]:
+    """A leg whose offer went out, and the offer (answered by tests.gateway.sip.test_offer_answer's sides)."""
+    from tests.gateway.sip.test_offer_answer import side
+
+    leg = CallLeg(id="c-fork", sip=None, direction="outbound", from_uri="", to_uri="", owner=None)  # type: ignore[arg-type]
+    leg.sdp = side(1)
+    return leg, leg.sdp.offer().to_bytes()
+
+
+def _answer_from(owner: int, offer: bytes) -> bytes:
+    from tests.gateway.sip.test_early_media import answered_local
+    from tests.gateway.sip.test_offer_answer import side
+
+    return answered_local(side(owner), offer)
+
+
+def test_the_answering_fork_moves_the_early_media_to_its_address() -> None:
+    leg, offer = _outbound_leg()
+    fork_a, fork_b = _answer_from(2, offer), _answer_from(3, offer)
+    started: list[str] = []
+    moved: list[tuple[tuple[str, int], bool]] = []
+
+    def progressed(body: bytes, tag: str) -> bool:
+        event = OutboundCallProgressed(
+            call=CallHandle("h"), status=183, reason="", body=body, content_type="application/sdp", to_tag=tag
+        )
+        return outbound_progressed(leg, event, worker="w", start_media=lambda: started.append(tag))  # type: ignore[arg-type, func-returns-value]
+
+    assert progressed(fork_a, "a") and started == ["a"] and leg.early is not None
+    assert leg.negotiated is not None and leg.negotiated.remote_rtp == ("192.0.2.2", 40004)
+    assert not progressed(fork_b, "b") and started == ["a"]  # the second fork's SDP does not move the media
+    leg.early.received(unchecked_frame(0, np.zeros(480, np.int16)))
+    answer = OutboundCallAnswered(call=CallHandle("h"), body=fork_b, content_type="application/sdp", to_tag="b")
+    kept = outbound_answered(
+        leg, answer, route=None, worker="w", follow=lambda result: moved.append(result.media.remote_rtp)
+    )
+    assert kept is True and moved == [("192.0.2.3", 40006)] and leg.early is None and leg.early_heard == 1
+    assert leg.negotiated is not None and leg.negotiated.remote_rtp == ("192.0.2.3", 40006)
+
+
+def test_a_200_on_the_early_dialog_with_its_sdp_keeps_the_media() -> None:
+    leg, offer = _outbound_leg()
+    body = _answer_from(2, offer)
+    event = OutboundCallProgressed(
+        call=CallHandle("h"), status=183, reason="", body=body, content_type="application/sdp", to_tag="a"
+    )
+    assert outbound_progressed(leg, event, worker="w", start_media=lambda: None)
+    moved: list[bool] = []
+    answer = OutboundCallAnswered(call=CallHandle("h"), body=body, content_type="application/sdp", to_tag="a")
+    assert outbound_answered(leg, answer, route=None, worker="w", follow=lambda result: moved.append(True))
+    assert moved == [] and leg.sdp is not None and leg.sdp.state.value == "negotiated"
+    # Without early media the worker takes the answer as ever: outbound_answered leaves it alone.
+    plain, offer = _outbound_leg()
+    answer = OutboundCallAnswered(call=CallHandle("h"), body=_answer_from(2, offer), content_type="application/sdp")
+    assert outbound_answered(plain, answer, route=None, worker="w", follow=lambda result: None) is None
