@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel
+from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel, ReferPolicyModel, ReferralLine
 from gateway.media.call import MediaStats
 from gateway.media.errors import LocalMediaError
 from gateway.session.amd_gate import AmdPolicy
@@ -92,6 +92,8 @@ class CallLeg:
     agent_cost: float = 0.0  # what the agent takes here (CapacitySettings.agent_cost), set with the session
     recording: RecordingModel | None = None  # where the call is being recorded; final once the call ended
     amd: AmdPolicy | None = None  # outbound answering-machine detection (POST /v1/calls amd), None: off
+    refer_policy: ReferPolicyModel | None = None  # what a peer's REFER may do (the route's; None: declined)
+    referrals: list[ReferralLine] = field(default_factory=list)  # the peer's REFERs (gateway/worker/referred.py)
 
     @property
     def live(self) -> bool:
