@@ -62,6 +62,8 @@ class PjsuaPhone:
         hangup_on_eof: bool = False,
         hold_at: float | None = None,
         unhold_at: float | None = None,
+        xfer_to: str | None = None,
+        xfer_at: float | None = None,
         max_seconds: float = 30.0,
         codecs: Sequence[str] = ("PCMU", "PCMA"),
         clock_rate: int = 8000,
@@ -150,6 +152,8 @@ class PjsuaPhone:
             self._argv.append(f"--unhold-at={unhold_at}")
         if hangup_on_eof:
             self._argv.append("--hangup-on-eof")
+        if xfer_to is not None:  # a blind transfer (REFER) of the far end, ``xfer_at`` s after the call is up
+            self._argv += [f"--xfer-to={xfer_to}", f"--xfer-at={xfer_at or 0.0}"]
 
     @property
     def sip_uri(self) -> str:
