@@ -6,7 +6,8 @@ A carrier or a PBX that transfers one of our calls sends REFER with the target i
 An accepted REFER places a new call to the target (our offer on a new RTP port; the Replaces the Refer-To carried,
 RFC 3891, and a Referred-By). Its answer moves the call onto the new leg: the old media stops, the new starts under
 the same call id, and the session, its agent and recording go on with the transfer target. The referrer is
-NOTIFYed of the new call's progress and result; on success its dialog ends (it usually BYEs once it saw the 200;
+NOTIFYed of the new call's progress and result; the agent gets a system message saying the call was transferred
+(and greets whoever answered); on success the referrer's dialog ends (it usually BYEs once it saw the 200;
 if it does not within :data:`REFERRER_BYE_GRACE_S`, we do). On failure (busy, no answer, refused) the referrer
 hears the status and the call goes on with the agent, unchanged.
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.fleet.models import ReferralLine, WorkerEventType
 from gateway.observability import SIP_REFERS_TOTAL
+from gateway.session.errors import SessionStateError
 from gateway.sip.errors import LocalProtocolError, RemoteProtocolError
 from gateway.sip.events import (
     CallEnded,
@@ -53,6 +55,11 @@ Outcome = Literal["declined", "referred", "failed"]
 REFER_RING_TIMEOUT_S = 30.0
 #: After the final 200 NOTIFY, how long the referrer has to BYE its dialog before we do.
 REFERRER_BYE_GRACE_S = 4.0
+#: What the agent is told once the call has moved (a system message; it then greets the new party).
+TRANSFERRED_NOTE = (
+    "The caller's phone system has transferred this call to {target}. You are now speaking with whoever answered "
+    "there, who may not be the person you spoke with so far. Greet them briefly and carry on helping."
+)
 
 
 class ReferralOwner(Protocol):
@@ -264,6 +271,10 @@ class Referrals:
         leg.transport = self._signalling.transport_of(attempt.sip)
         owner.start_media(leg)
         owner.media_moved(leg)
+        if leg.session is not None:
+            # The agent is told who it is talking with now, and greets them (the conversation so far stays).
+            with contextlib.suppress(SessionStateError):  # a provider reconnecting: the call goes on regardless
+                leg.session.inject(TRANSFERRED_NOTE.format(target=attempt.target), role="system", respond=True)
         self._done(attempt)
         self._notify(attempt, 200, "OK")
         self._record(leg, attempt.target, attempt.replaces, attempt.at_s, "referred", 200, "")

@@ -16,7 +16,7 @@ from gateway.observability import SIP_REFERS_TOTAL
 from gateway.sip.events import CallEnded, CallOffered, OutboundCallAnswered, TransferFailed, TransferProgressed
 from gateway.sip.uac import send_in_dialog
 from gateway.worker.legs import LegState
-from gateway.worker.referred import REFERRER_BYE_GRACE_S
+from gateway.worker.referred import REFERRER_BYE_GRACE_S, TRANSFERRED_NOTE
 from gateway.worker.sip_leg import CallLeg
 from gateway.worker.worker import MediaWorker
 from tests.gateway.worker.sip_peer import PeerCall, SipPeer, echo_worker
@@ -94,6 +94,9 @@ async def test_accepted_refer_moves_the_agent_to_the_target(worker: MediaWorker)
         assert await _echo_correlation(b, call_b, 11) > 0.9
         assert leg.live and leg.sip != first_dialog and leg.state is LegState.ACTIVE
         assert [(r.outcome, r.status, r.replaces) for r in leg.referrals] == [("referred", 200, True)]
+        assert leg.session is not None  # the agent was told, in its conversation, that the call moved
+        notes = [e.text for e in leg.session.transcript if e.role == "system" and "transferred this call" in e.text]
+        assert notes == [TRANSFERRED_NOTE.format(target=f"sip:human@127.0.0.1:{b.port}")]
         assert _refers("referred") == referred_before + 1
         b.hang_up(call_b)
         for _ in range(100):
