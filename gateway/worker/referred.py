@@ -44,6 +44,7 @@ from gateway.sip.uri import parse_uri
 from gateway.worker.legs import LegState
 
 if TYPE_CHECKING:
+    from gateway.sip.auth import ClientCredentials
     from gateway.transport.rtp_socket import RtpEndpoint
     from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
     from gateway.worker.sip_leg import CallLeg
@@ -78,6 +79,10 @@ class ReferralOwner(Protocol):
         ...
 
     def end(self, leg: CallLeg, reason: str) -> None: ...
+
+    def dial_target(self, uri: str) -> tuple[str, ClientCredentials | None]:
+        """The Request-URI and the credentials of the new call to a REFER's target."""
+        ...
 
     def media_moved(self, leg: CallLeg) -> None:
         """The leg's media now runs on the new dialog (a hold by the referrer is over)."""
@@ -201,12 +206,13 @@ class Referrals:
         attempt.rtp = rtp
         sdp = attempt.sdp = self._owner.new_offer_answer()
         sdp.bind(address=self._owner.media_address(rtp), port=rtp.port)
+        request_uri, credentials = self._owner.dial_target(event.refer_to)
         try:
             attempt.sip = self._signalling.invite(
-                event.refer_to,
+                request_uri,
                 from_uri=_local_uri(leg),
                 body=sdp.offer().to_bytes(),
-                credentials=None,
+                credentials=credentials,
                 headers=tuple(headers),
             )
         except (LocalProtocolError, RemoteProtocolError) as exc:

@@ -781,6 +781,13 @@ class SipCalls:
     def media_moved(self, leg: CallLeg) -> None:
         self.midcall.media_moved(leg)
 
+    def dial_target(self, uri: str) -> tuple[str, ClientCredentials | None]:
+        """A tel: target goes through the trunk (as a bare number does for originate), with its credentials."""
+        trunk = self._trunk_settings.trunk
+        if uri.startswith("tel:") and trunk is not None:
+            return f"sip:{uri[4:].split(';')[0]}@{trunk}", self._trunk_credentials
+        return uri, None
+
     def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
         kind, data = handoff_report(event)
         self._host.spawn(self._report(kind, leg, data=data), name=f"call-{leg.id}-{kind}")

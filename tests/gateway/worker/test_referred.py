@@ -156,3 +156,19 @@ async def test_referrer_hanging_up_after_202_leaves_the_call_to_the_transfer(wor
         call_b = b.answer(offered)  # type: ignore[arg-type]
         assert await _echo_correlation(b, call_b, 13) > 0.9
         assert [r.outcome for r in leg.referrals] == ["referred"] and leg.live
+
+
+async def test_a_tel_target_is_called_through_the_trunk() -> None:
+    async with SipPeer() as trunk:
+        settings = {"trunk": f"127.0.0.1:{trunk.port}", "srtp": "off"}
+        async with echo_worker(worker_id="w-referred", rtp_timeout_s=10.0, **settings) as worker, SipPeer() as a:
+            call_a, leg = await _call(worker, a)
+            leg.refer_policy = ReferPolicyModel(mode="accept", allow=("tel:+1555*",))
+            a.endpoint.refer(call_a.handle, a.transport.now(), target_uri="tel:+15550111")
+            a.transport.pump()
+            offered = await trunk.wait_for(CallOffered)
+            assert offered.request_uri == f"sip:+15550111@127.0.0.1:{trunk.port}"  # type: ignore[attr-defined]
+            trunk.endpoint.reject(offered.call, trunk.transport.now(), status=404)  # type: ignore[attr-defined]
+            trunk.transport.pump()
+            failed = await a.wait_for(TransferFailed, call=call_a.handle)
+            assert failed.status == 404 and leg.live  # type: ignore[attr-defined]
