@@ -166,6 +166,12 @@ class Referrals:
             self._decline(event.call, 603, "Call not up")
             SIP_REFERS_TOTAL.labels(self._host.id, "declined").inc()
             return
+        if any(attempt.leg is leg for attempt in self._by_old.values()):
+            # One transfer at a time (the core refuses a second REFER of the same dialog itself; this is one that
+            # asked for no NOTIFYs, RFC 4488, or came on another dialog of the call).
+            self._decline(event.call, 491, "Transfer in progress")
+            SIP_REFERS_TOTAL.labels(self._host.id, "busy").inc()
+            return
         at_s = max(0.0, time.time() - (leg.answered_wall or leg.started_wall))
         policy = leg.refer_policy
         host = _host_of(event.refer_to)
@@ -344,15 +350,12 @@ class Referrals:
             leg.referrals.append(line)
 
     def aclose(self) -> None:
-        """The worker stops: timers go (calls end on their own)."""
+        """The worker stops: transfers still ringing are called off, referrers still on the line get their BYE."""
         for attempt in list(self._attempts.values()):
-            self._done(attempt)
-            if attempt.rtp is not None:
-                self._plant.ports.release(attempt.rtp)
-                attempt.rtp = None
-        for timer in self._retired.values():
+            self._finish(attempt, 503, "Service Unavailable")
+        for old, timer in list(self._retired.items()):
             timer.cancel()
-        self._retired.clear()
+            self._bye_referrer(old)
 
 
 def _host_of(uri: str) -> str:
