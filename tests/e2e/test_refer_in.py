@@ -6,6 +6,7 @@
   up. The second phone hears the agent (the echo agent returns its own speech: correlated), the call keeps its id,
   the record lists the referral, and the event stream has ``call.refer_received`` then ``call.referred``.
 - Refused: a target outside ``refer_allow`` gets 603 (pjsua2's final status); the call goes on with the agent.
+- baresip as the referrer (its ``transfer`` command): the second phone hears the agent and baresip's call ends.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import pytest
 
 from tests.e2e.gateway_proc import GatewayProcess, start_gateway
 from tests.e2e.ops_support import EventStream, poll
-from tests.support.audio import align_and_correlate, read_wav, with_silence, write_wav
-from tests.support.peers import require_module
+from tests.support.audio import align_and_correlate, read_wav, silence, with_silence, write_wav
+from tests.support.baresip import BaresipPhone
+from tests.support.peers import require_binary, require_module
 from tests.support.pjsua import PjsuaPhone
 from tests.support.procs import ProcessGroup
 
@@ -149,3 +151,33 @@ async def test_a_refer_outside_the_policy_gets_603_and_the_call_goes_on(
     call = await _ended(gateway)
     assert [(r["outcome"], r["status"]) for r in call["referrals"]] == [("declined", 603)]
     assert call["end_reason"] == "caller_hangup"
+
+
+async def test_baresip_transfers_the_agent_to_a_pjsua2_phone(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    require_binary("baresip", package="baresip baresip-core")
+    require_module("pjsua2", package="pjsua2-python")
+    speech = read_wav(speech_8k)
+    played = write_wav(tmp_path / "target_speech.wav", with_silence(speech, lead=0.5, tail=1.5).samples, speech.rate)
+    target = PjsuaPhone(
+        peer_procs, tmp_path, mode="callee", name="target", user="human", play=played, hangup_on_eof=True
+    )
+    gateway = await _gateway(peer_procs, tmp_path, f"sip:*@127.0.0.1:{target.sip_port}")
+    quiet = write_wav(tmp_path / "quiet.wav", silence(20.0, 8000), 8000)
+    referrer = BaresipPhone(peer_procs, tmp_path, source_wav=quiet, codecs=("pcmu",))
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, target, referrer:
+        await referrer.dial(gateway.sip_uri)
+        await referrer.wait_established(within=15)
+        await referrer.command("transfer", target.sip_uri)
+        await target.wait_event("incoming_call", within=15)
+        referred = await stream.wait_for(lambda e: e.type == "call.referred", within=15)
+        await referrer.wait_closed(within=10)  # its own BYE after our 200 NOTIFY, or ours after the grace
+        assert await target.wait_done(within=40) == 0
+    heard = read_wav(target.recording)  # type: ignore[arg-type]
+    correlation, lag = align_and_correlate(speech.samples, heard.samples, 8000, max_slip_seconds=0.15)
+    assert correlation >= 0.85, (correlation, lag)
+    call = await _ended(gateway)
+    assert _refer_data(referred)["call_id"] == call["id"]
+    assert [(r["outcome"], r["status"]) for r in call["referrals"]] == [("referred", 200)]
+    print(f"refer by baresip: the target heard the agent at correlation {correlation:.3f}")
