@@ -5,6 +5,8 @@ our NOTIFYs, so their Event, Subscription-State and sipfrag are checked by a sec
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.sip.errors import LocalProtocolError, RemoteProtocolError
 from gateway.sip.events import CallEnded, ReferReceived, TransferDeclined, TransferFailed, TransferProgressed
@@ -199,3 +201,41 @@ def test_refer_sub_false_is_answered_without_notify() -> None:
     assert net.lines()[-1] == "SIP/2.0 202 Accepted" and _notifies(net) == []
     with pytest.raises(LocalProtocolError):
         b.accept_refer(call_b, net.now)  # answered already
+
+
+# --- the table, under any order of the application's calls ---------------------------------------
+
+_STEPS = st.lists(st.sampled_from(["accept", "decline", "progress", "final", "notify_failed"]), min_size=1, max_size=12)
+
+
+@given(steps=_STEPS, subscription=st.booleans())
+def test_any_order_of_steps_answers_once_and_notifies_only_while_active(steps: list[str], subscription: bool) -> None:
+    sub = _sub(subscription=subscription)
+    answers: list[int] = []
+    notifies: list[tuple[bytes, str]] = []
+    for step in steps:
+        try:
+            if step == "accept":
+                action = sub.accept()
+            elif step == "decline":
+                action = sub.decline()
+            elif step == "progress":
+                action = sub.progress(180, "Ringing")
+            elif step == "final":
+                action = sub.progress(200, "OK")
+            else:
+                sub.notify_failed()
+                continue
+        except LocalProtocolError:
+            continue  # the application's mistake, refused without changing anything sent
+        if action.status is not None:
+            answers.append(action.status)
+        if action.notify_body:
+            notifies.append((action.notify_body, dict(action.notify_headers)["Subscription-State"]))
+    assert len(answers) <= 1  # the REFER is answered once
+    if not answers or answers[0] != 202 or not subscription:
+        assert notifies == []  # no NOTIFY without an accepted subscription (RFC 4488: none asked for)
+    else:
+        assert notifies[0][0] == b"SIP/2.0 100 Trying\r\n"
+        terminated = [i for i, (_, state) in enumerate(notifies) if state.startswith("terminated")]
+        assert terminated in ([], [len(notifies) - 1])  # nothing after the final NOTIFY
