@@ -44,10 +44,10 @@ from gateway.sip.uri import parse_uri
 from gateway.worker.legs import LegState
 
 if TYPE_CHECKING:
-    from gateway.sip.auth import ClientCredentials
     from gateway.transport.rtp_socket import RtpEndpoint
     from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
     from gateway.worker.sip_leg import CallLeg
+    from gateway.worker.trunk_config import Dial
 
 log = logging.getLogger(__name__)
 Outcome = Literal["declined", "referred", "failed"]
@@ -80,8 +80,8 @@ class ReferralOwner(Protocol):
 
     def end(self, leg: CallLeg, reason: str) -> None: ...
 
-    def dial_target(self, uri: str) -> tuple[str, ClientCredentials | None]:
-        """The Request-URI and the credentials of the new call to a REFER's target."""
+    def dial_target(self, uri: str) -> Dial:
+        """How the new call to a REFER's target goes out (ValueError when it cannot)."""
         ...
 
     def media_moved(self, leg: CallLeg) -> None:
@@ -212,16 +212,17 @@ class Referrals:
         attempt.rtp = rtp
         sdp = attempt.sdp = self._owner.new_offer_answer()
         sdp.bind(address=self._owner.media_address(rtp), port=rtp.port)
-        request_uri, credentials = self._owner.dial_target(event.refer_to)
         try:
+            route = self._owner.dial_target(event.refer_to)
             attempt.sip = self._signalling.invite(
-                request_uri,
+                route.uri,
                 from_uri=_local_uri(leg),
                 body=sdp.offer().to_bytes(),
-                credentials=credentials,
+                credentials=route.credentials,
+                outbound_proxy=route.outbound_proxy,
                 headers=tuple(headers),
             )
-        except (LocalProtocolError, RemoteProtocolError) as exc:
+        except (LocalProtocolError, RemoteProtocolError, ValueError) as exc:
             log.info("call %s: cannot call the REFER's target %s: %s", leg.id, event.refer_to, exc)
             self._finish(attempt, 400, "Bad Refer-To")
             return

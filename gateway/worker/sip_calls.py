@@ -84,7 +84,7 @@ from gateway.worker.reporting import build_snapshot, level_fields, media_fields,
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
 from gateway.worker.sip_midcall import MidCall, srtp_config
-from gateway.worker.trunk_config import InboundTrunks, Trunk, dial, trunk_media
+from gateway.worker.trunk_config import Dial, InboundTrunks, Trunk, dial, trunk_media
 
 log = logging.getLogger(__name__)
 
@@ -781,12 +781,10 @@ class SipCalls:
     def media_moved(self, leg: CallLeg) -> None:
         self.midcall.media_moved(leg)
 
-    def dial_target(self, uri: str) -> tuple[str, ClientCredentials | None]:
-        """A tel: target goes through the trunk (as a bare number does for originate), with its credentials."""
-        trunk = self._trunk_settings.trunk
-        if uri.startswith("tel:") and trunk is not None:
-            return f"sip:{uri[4:].split(';')[0]}@{trunk}", self._trunk_credentials
-        return uri, None
+    def dial_target(self, uri: str) -> Dial:
+        """A tel: target goes through the default trunk, as a bare number does for originate (ValueError: none)."""
+        to = uri[4:].split(";")[0] if uri.startswith("tel:") else uri
+        return dial(self._trunks, to, trunk_name=None, legacy_credentials=self._trunk_credentials)
 
     def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
         kind, data = handoff_report(event)
