@@ -86,6 +86,13 @@ RTP_JITTER_MS = Histogram(
     buckets=(1, 2, 5, 10, 20, 30, 50, 80, 120, 200),
     registry=REGISTRY,
 )
+SIP_REFERS_TOTAL = Counter(
+    "gateway_sip_refers_total",
+    "REFERs from peers (transfers of our calls), by outcome: referred, failed (the new call did not answer), "
+    "declined (603, the route's policy), invalid (400), busy (491)",
+    ["worker", "outcome"],
+    registry=REGISTRY,
+)
 SIP_MESSAGES_TOTAL = Counter(
     "gateway_sip_messages_total", "SIP messages received, by kind", ["worker", "kind"], registry=REGISTRY
 )

@@ -38,6 +38,7 @@ from gateway.fleet.models import (
     GuardrailModel,
     PipelineModel,
     ProfileModel,
+    ReferPolicyModel,
     ToolModel,
     TurnDetectionModel,
     WebhookSpec,
@@ -267,6 +268,18 @@ class RouteConfig(_Section):
             return None
         return EarlyMediaModel(mode=self.early_media, seconds=self.early_media_s, file=self.early_media_file)
 
+    refer: Literal["off", "accept"] = Field(
+        default="off",
+        description="A peer's REFER (transferring the call to a third party): off declines it with 603; accept places "
+        "the new call and moves the agent onto it (docs/operations.md, Incoming REFER)",
+    )
+    refer_allow: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="With refer = accept: shell-style patterns the Refer-To URI or its host must match "
+        "(sip:*@pbx.example.com, 10.0.0.*); empty: any target",
+    )
+
     @field_validator("did_regex")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
@@ -282,6 +295,9 @@ class RouteConfig(_Section):
         if (self.did is None) == (self.did_regex is None):
             raise ValueError("give exactly one of did (exact or prefix*) and did_regex")
         return self
+
+    def refer_policy(self) -> ReferPolicyModel:
+        return ReferPolicyModel(mode=self.refer, allow=tuple(self.refer_allow))
 
     def matches(self, number: str) -> bool:
         if self.did_regex is not None:

@@ -234,6 +234,7 @@ class ControlPlane:
             profile=hooked.profile if hooked is not None and hooked.profile else self.config.profile_for(route),
             metadata=hooked.metadata if hooked is not None else {},
             early_media=route.early_media_model(),
+            refer=route.refer_policy(),
         )
 
     async def _ask_application(self, request: AdmissionRequest, route: RouteConfig, call_id: str) -> HookOutcome | None:
@@ -366,7 +367,7 @@ class ControlPlane:
                     await self._publish("guardrail.tripped", {"call_id": call.id, **trip.model_dump(mode="json")})
                 elif event.type == "call.amd_detected" and call.amd is not None:
                     await self._publish("call.amd_detected", {"call_id": call.id, **call.amd.model_dump(mode="json")})
-                elif event.type.startswith("agent."):
+                elif event.type.startswith(("agent.", "call.refer")):
                     await self._publish(event.type, {"call_id": call.id, **event.data})
 
     async def _track_one(self, call: CallSnapshot, *, plane_end: bool = False) -> None:

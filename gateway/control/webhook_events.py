@@ -24,6 +24,7 @@ WebhookEventType = Literal[
     "call.transcript",
     "call.recording_ready",
     "agent.handoff",
+    "call.referred",
     "guardrail.tripped",
     "tool.called",
 ]
@@ -38,6 +39,7 @@ EVENT_SOURCES: dict[str, WebhookEventType] = {
     "stream:call.answered": "call.answered",
     "stream:agent.handed_off": "agent.handoff",
     "stream:agent.handoff": "agent.handoff",
+    "stream:call.referred": "call.referred",
     "stream:guardrail.tripped": "guardrail.tripped",
     "record:ended": "call.ended",
     "record:transcript": "call.transcript",

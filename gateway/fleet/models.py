@@ -8,6 +8,7 @@ Times are Unix epoch seconds (floats) read from the sender's clock; the control 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Annotated, Any, Literal
 
@@ -45,6 +46,9 @@ EventType = Literal[
     "agent.handed_off",
     "agent.handoff_failed",
     "call.amd_detected",
+    "call.refer_received",
+    "call.referred",
+    "call.refer_failed",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
@@ -61,6 +65,9 @@ WorkerEventType = Literal[
     "agent.handed_off",
     "agent.handoff_failed",
     "call.amd_detected",
+    "call.refer_received",
+    "call.referred",
+    "call.refer_failed",
 ]
 
 LEVEL_HISTORY_MAX = 120
@@ -227,6 +234,17 @@ class AmdLine(_Model):
     beep_at_s: float | None = Field(
         default=None, ge=0.0, description="When the machine's beep (or the greeting's end) came; None: not (yet)"
     )
+
+
+class ReferralLine(_Model):
+    """A transfer the peer asked for with REFER (we were the transferee): where to, and how it went."""
+
+    at_s: float = Field(ge=0.0, description="When the REFER came, seconds into the call")
+    target: str = Field(max_length=512, description="The Refer-To URI (without its headers)")
+    replaces: bool = Field(default=False, description="The Refer-To carried a Replaces (RFC 3891)")
+    outcome: Literal["declined", "referred", "failed"]
+    status: int = Field(ge=100, le=699, description="603 when declined; the new call's final SIP status otherwise")
+    detail: str = Field(default="", max_length=200)
 
 
 class CallStats(_Model):
@@ -401,6 +419,9 @@ class CallSnapshot(_Model):
     )
     amd: AmdLine | None = Field(
         default=None, description="Answering-machine detection's decision (outbound calls with amd on; None: none yet)"
+    )
+    referrals: list[ReferralLine] = Field(
+        default_factory=list, max_length=32, description="REFERs the peer sent (transfers of the call), in order"
     )
 
     @property
@@ -776,6 +797,27 @@ class EarlyMediaModel(_Model):
     file: str = Field(default="", max_length=1024)
 
 
+class ReferPolicyModel(_Model):
+    """What the route lets a peer's REFER do (docs/operations.md, "Incoming REFER"): ``off`` declines every REFER
+    with 603; ``accept`` takes one whose Refer-To matches ``allow`` (every target when ``allow`` is empty)."""
+
+    mode: Literal["off", "accept"] = "off"
+    allow: tuple[str, ...] = Field(
+        default=(),
+        max_length=64,
+        description="Shell-style patterns matched against the Refer-To URI (sip:*@pbx.example.com) or its host "
+        "(10.0.0.*); case-insensitive",
+    )
+
+    def allows(self, uri: str, host: str) -> bool:
+        if self.mode != "accept":
+            return False
+        if not self.allow:
+            return True
+        uri, host = uri.lower(), host.lower()
+        return any(fnmatch.fnmatchcase(uri, p.lower()) or fnmatch.fnmatchcase(host, p.lower()) for p in self.allow)
+
+
 class AdmissionDecision(_Model):
     """Accepted: route + profile + call id + worker. Rejected: an HTTP-like status, a reason, a retry hint."""
 
@@ -807,6 +849,9 @@ class AdmissionDecision(_Model):
         default="",
         max_length=55,
         description="W3C traceparent of an originated call's span on the control plane (empty when tracing is off)",
+    )
+    refer: ReferPolicyModel = Field(
+        default_factory=ReferPolicyModel, description="The route's policy for the peer's REFERs (default: declined)"
     )
 
 

@@ -28,6 +28,7 @@ from .auth import ClientCredentials
 from .dialog import Dialog
 from .events import Address, CallHandle
 from .message import SipRequest, SipResponse
+from .refer_sub import ReferSubscription
 from .session_timer import SessionTimer
 from .transaction import Transaction
 
@@ -82,6 +83,10 @@ class Call:
     end_reported: bool = False
     answer_headers: tuple[tuple[str, str], ...] = ()  # session-timer headers for our 2xx
     peer_allow: frozenset[str] = field(default_factory=frozenset)
+    # The peer's REFER (we are the transferee, gateway/sip/refer_sub.py) and how many it sent in this dialog.
+    refer_in: ReferSubscription | None = None
+    refer_in_tx: Transaction | None = None
+    refers_received: int = 0
 
     def deadlines(self) -> list[float]:
         out: list[float] = []

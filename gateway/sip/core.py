@@ -47,7 +47,7 @@ from .uri import SipUri, format_host, parse_uri
 # Methods we implement (Allow), methods we know but refuse with 405, and our option tags (Supported).
 ALLOWED_METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
 KNOWN_METHODS = frozenset({*ALLOWED_METHODS, "REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK"})
-SUPPORTED_OPTIONS = ("timer",)
+SUPPORTED_OPTIONS = ("timer", "norefersub")  # RFC 4028; RFC 4488 (refer_sub.py)
 
 ResponseHandler = Callable[[Transaction, SipResponse | None, float], None]
 TransportErrorHandler = Callable[[Transaction, TransportErrorReported, float], None]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .auth import ClientCredentials
 from .call import Call, CallState
@@ -39,11 +39,12 @@ from .events import (
 from .headers import parse_via
 from .message import SipRequest, SipResponse, can_answer, parse_message, validate_request
 from .policy import InboundPolicy, Verdict
+from .refer_sub import ReferAction, ReferSubscription
 from .registrations import Registrations
 from .session_timer import offer_headers, refresh_headers
 from .transaction import Transaction
 from .uac import OptionsPing, on_response, on_transport_error, send_bye, send_cancel, send_in_dialog, start_invite
-from .uas import handle_request
+from .uas import handle_request, send_refer_action
 from .uri import NameAddr, SipUri, parse_name_addr, parse_uri
 
 Headers = Sequence[tuple[str, str]]
@@ -286,6 +287,24 @@ class SipEndpoint:
         assert c.dialog is not None
         refer_to = (("Refer-To", f"<{target}>"), ("Referred-By", f"<{c.dialog.local_uri.uri}>"))
         send_in_dialog(self._core, c, "REFER", now, headers=refer_to)
+
+    def accept_refer(self, call: CallHandle, now: float) -> None:
+        """Take the pending ReferReceived: 202 Accepted and NOTIFY "100 Trying" (gateway/sip/refer_sub.py)."""
+        self._refer_in(call, now, lambda sub: sub.accept())
+
+    def decline_refer(self, call: CallHandle, now: float, *, status: int = 603, reason: str | None = None) -> None:
+        """Refuse the pending ReferReceived (603 Decline: outside policy); the call goes on."""
+        self._refer_in(call, now, lambda sub: sub.decline(status, reason))
+
+    def notify_refer(self, call: CallHandle, now: float, *, status: int, reason: str) -> None:
+        """NOTIFY the referrer of the new call's `status` (a final one terminates the subscription)."""
+        self._refer_in(call, now, lambda sub: sub.progress(status, reason))
+
+    def _refer_in(self, call: CallHandle, now: float, step: Callable[[ReferSubscription], ReferAction]) -> None:
+        c = self._core.calls.get(call)  # an ended call may still owe its REFER an answer
+        if c is None or c.refer_in is None:
+            raise LocalProtocolError(f"call {call} has no incoming REFER")
+        send_refer_action(self._core, c, step(c.refer_in), now)
 
     def send_dtmf_info(self, call: CallHandle, now: float, *, digit: str, duration_ms: int = 160) -> None:
         """Send one digit as INFO application/dtmf-relay (for peers without RFC 4733)."""

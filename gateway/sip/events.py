@@ -219,10 +219,27 @@ class TransferFailed:
 
 @dataclass(frozen=True, kw_only=True)
 class TransferDeclined:
-    """The peer sent us a REFER; a gateway places no calls for its peers, so it was declined with 603."""
+    """The core refused the peer's REFER itself: 400 (no Refer-To, or a bad one), 491 (another one pending)."""
 
     call: CallHandle
     refer_to: str
+    status: int = 603
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferReceived:
+    """The peer REFERs us to `refer_to` (RFC 3515: we are the transferee). Answer with `accept_refer` (202 and
+    NOTIFY 100 Trying) or `decline_refer` (603), then `notify_refer` the new call's progress and result.
+
+    `replaces` is the Replaces header the Refer-To URI carried (RFC 3891), to copy into the new INVITE;
+    `subscription` is False when the referrer asked for no NOTIFYs (Refer-Sub: false, RFC 4488)."""
+
+    call: CallHandle
+    refer_to: str
+    replaces: str | None
+    referred_by: str | None
+    subscription: bool
 
 
 # --- out of dialog ----------------------------------------------------------------------------
@@ -338,6 +355,7 @@ SipEvent = (
     | TransferProgressed
     | TransferFailed
     | TransferDeclined
+    | ReferReceived
     | OptionsReceived
     | OptionsAnswered
     | TrunkRegistered

@@ -13,6 +13,7 @@ and `on_response`, where client transactions hand their responses (or timeouts, 
     re-INVITE / UPDATE  2xx -> ACK (INVITE), ReinviteAnswered or SessionRefreshed;
              408/481/timeout -> BYE + CallEnded (§14.1, §12.2.1.2); others -> ReinviteFailed
     REFER    2xx -> TransferProgressed(202); failure or timeout -> TransferFailed
+    NOTIFY   (of an incoming REFER's subscription) 408/481/timeout -> no more NOTIFYs (refer_sub.py)
     OPTIONS  (out of dialog) -> OptionsAnswered
     any      transport error (the glue could not connect or finish TLS) -> as a 503; the initial INVITE's
              OutboundCallFailed names the cause (on_transport_error)
@@ -150,6 +151,8 @@ def on_response(core: Core, tx: Transaction, response: SipResponse | None, now: 
         _resend_ack(core, context, tx.ack)  # a re-INVITE's 2xx retransmitted: our ACK was lost
     elif method == "REFER":
         _refer_response(core, context, response)
+    elif method == "NOTIFY" and context.refer_in is not None and (response is None or response.status in (408, 481)):
+        context.refer_in.notify_failed()  # the referrer ended the subscription (RFC 6665 §4.1.2.2): no more NOTIFYs
     elif method in ("BYE", "INFO") and response is not None and response.status in (408, 481):
         core.end_call(context, reason=f"{method} failed", by="remote", status=response.status)
 

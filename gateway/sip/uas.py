@@ -18,7 +18,9 @@ answered by their transaction) -> method (501 unknown, 405 known but not allowed
     INFO               application/dtmf-relay -> DtmfInfoReceived; other bodies -> 415
     OPTIONS            200 with Allow/Accept/Supported, in or out of a dialog -> OptionsReceived
                        (out of dialog while not accepting calls, i.e. draining: 503 + Retry-After)
-    REFER              603 Decline (a gateway places no calls for its peers) -> TransferDeclined
+    REFER              400 without one usable Refer-To, 491 while another is pending -> TransferDeclined;
+                       else ReferReceived (the application accepts: 202 + NOTIFYs, or declines: 603;
+                       gateway/sip/refer_sub.py has the subscription's table)
     NOTIFY             Event: refer with a message/sipfrag body -> TransferProgressed / TransferFailed
 """
 
@@ -37,6 +39,7 @@ from .events import (
     CallOffered,
     DtmfInfoReceived,
     OptionsReceived,
+    ReferReceived,
     ReinviteAcked,
     ReinviteReceived,
     SessionRefreshed,
@@ -45,9 +48,10 @@ from .events import (
     TransferProgressed,
 )
 from .message import SipRequest, is_rfc3261
+from .refer_sub import SIPFRAG_CONTENT_TYPE, ReferAction, ReferSubscription, parse_refer_to
 from .session_timer import negotiate_as_uas
 from .transaction import Transaction, TxInput, TxState, server_key
-from .uac import send_bye
+from .uac import send_bye, send_in_dialog
 
 _DTMF_SIGNALS = frozenset("0123456789*#ABCDabcd")
 _SIPFRAG_RE = re.compile(rb"^\s*SIP/2\.0\s+(\d{3})\s*([^\r\n]*)")
@@ -319,8 +323,55 @@ def _options_in_dialog(core: Core, call: Call, tx: Transaction, now: float) -> N
 
 
 def _refer(core: Core, call: Call, tx: Transaction, now: float) -> None:
-    core.respond(tx, 603, now)
-    core.emit(TransferDeclined(call=call.handle, refer_to=tx.request.headers.get("Refer-To") or ""))
+    request = tx.request
+    values = request.headers.values("Refer-To")
+    try:
+        target = parse_refer_to(values)
+    except RemoteProtocolError as exc:
+        core.respond(tx, 400, now, reason=exc.reason[:100])
+        core.emit(TransferDeclined(call=call.handle, refer_to=",".join(values), status=400, reason=exc.reason))
+        return
+    if call.state is not CallState.CONFIRMED or (call.refer_in is not None and call.refer_in.pending):
+        core.respond(tx, 491, now, reason="Transfer in progress" if call.refer_in else None)
+        core.emit(TransferDeclined(call=call.handle, refer_to=target.uri, status=491, reason="Request Pending"))
+        return
+    refer_sub = (request.headers.get("Refer-Sub") or "").strip().lower() != "false"
+    call.refer_in = ReferSubscription(
+        target=target,
+        refer_cseq=request.cseq.number,
+        first_in_dialog=call.refers_received == 0,
+        subscription=refer_sub,
+    )
+    call.refer_in_tx = tx
+    call.refers_received += 1
+    referred_by = request.headers.get("Referred-By")
+    core.emit(
+        ReferReceived(
+            call=call.handle,
+            refer_to=target.uri,
+            replaces=target.replaces,
+            referred_by=referred_by,
+            subscription=refer_sub,
+        )
+    )
+
+
+def send_refer_action(core: Core, call: Call, action: ReferAction, now: float) -> None:
+    """Put an incoming REFER's answer (202 / 603) and its NOTIFY on the wire (RFC 3515 §2.4.4, §2.4.5)."""
+    tx = call.refer_in_tx
+    if action.status is not None and tx is not None:
+        call.refer_in_tx = None
+        core.respond(tx, action.status, now, reason=action.reason, headers=action.headers)
+    if action.notify_body and call.dialog is not None and not call.end_reported:
+        send_in_dialog(
+            core,
+            call,
+            "NOTIFY",
+            now,
+            body=action.notify_body,
+            content_type=SIPFRAG_CONTENT_TYPE,
+            headers=action.notify_headers,
+        )
 
 
 def _notify(core: Core, call: Call, tx: Transaction, now: float) -> None:

@@ -102,6 +102,7 @@ class SipSignalling:
         body: bytes,
         credentials: ClientCredentials | None,
         outbound_proxy: ProxyChoice = CONFIGURED_PROXY,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> CallHandle:
         """Place a call (LocalProtocolError for a bad URI, or sips: without TLS here); a trunk's own proxy."""
         call = self.endpoint.invite(
@@ -111,6 +112,7 @@ class SipSignalling:
             body=body,
             credentials=credentials,
             outbound_proxy=outbound_proxy,
+            headers=headers,
         )
         self.transport.pump()
         return call
@@ -122,6 +124,26 @@ class SipSignalling:
         """Blind transfer (LocalProtocolError for a target that is not a URI)."""
         self.endpoint.refer(call, self.now(), target_uri=target_uri)
         self.transport.pump()
+
+    def accept_refer(self, call: CallHandle) -> None:
+        """202 to the peer's REFER and NOTIFY 100 Trying (gateway/sip/refer_sub.py)."""
+        try:
+            self.endpoint.accept_refer(call, self.now())
+        finally:
+            self.transport.pump()
+
+    def decline_refer(self, call: CallHandle, status: int, reason: str) -> None:
+        try:
+            self.endpoint.decline_refer(call, self.now(), status=status, reason=reason)
+        finally:
+            self.transport.pump()
+
+    def notify_refer(self, call: CallHandle, status: int, reason: str) -> None:
+        """NOTIFY the referrer of the new call's status (LocalProtocolError: no REFER of that call)."""
+        try:
+            self.endpoint.notify_refer(call, self.now(), status=status, reason=reason)
+        finally:
+            self.transport.pump()
 
     def peer_allows(self, call: CallHandle, method: str) -> bool:
         """The peer's Allow (its INVITE's, or its 2xx's) lists the method."""

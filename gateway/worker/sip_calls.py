@@ -84,11 +84,12 @@ from gateway.worker.handoffs import HandoffEvent, ProfileHandoffs, handoff_repor
 from gateway.worker.legs import SNAPSHOT_STATE, LegRegistry, LegState, begin_end, move
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.recorder import load_notice
+from gateway.worker.referred import Referrals
 from gateway.worker.reporting import build_snapshot, level_fields, media_fields, user_part
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
 from gateway.worker.sip_midcall import MidCall, srtp_config
-from gateway.worker.trunk_config import InboundTrunks, Trunk, dial, trunk_media
+from gateway.worker.trunk_config import Dial, InboundTrunks, Trunk, dial, trunk_media
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ RING_AFTER_S = 0.1
 
 if TYPE_CHECKING:
     from gateway.sip.auth import ClientCredentials
+    from gateway.transport.rtp_socket import RtpEndpoint
     from gateway.worker.settings import CapacitySettings, MediaSettings, SipListenSettings, TrunkSettings
 
 
@@ -146,6 +148,7 @@ class SipCalls:
         self.closing = False  # the worker is shutting down: no new calls
         self.by_handle: dict[CallHandle, CallLeg] = {}
         self.midcall = MidCall(signalling=signalling, engine=plant.engine, costs=costs, report=self._report_later)
+        self.referrals = Referrals(self, host=host, signalling=signalling, plant=plant)
         # RTP packets counted on the sockets of calls that have ended (live ones are summed at each export)
         self.rtp_in_done = 0
         self.rtp_out_done = 0
@@ -153,6 +156,8 @@ class SipCalls:
 
     def on_sip_events(self, events: list[SipEvent]) -> None:
         for event in events:
+            if self.referrals.claims(event):  # a peer's REFER, and the calls it placed (gateway/worker/referred.py)
+                continue
             if isinstance(event, CallOffered):
                 self._offered(event)
                 continue
@@ -330,6 +335,7 @@ class SipCalls:
                 self.end(leg, rejected)
                 return
             leg.route = decision.route
+            leg.refer_policy = decision.refer
             leg.profile = decision.profile or self._host.default_profile
             leg.context = _inbound_context(leg, event, leg.profile)
             if decision.metadata:  # the call-time application's
@@ -582,6 +588,7 @@ class SipCalls:
         if leg.state is LegState.ENDED:
             return
         self.end(leg, reason)  # a task that ended the call by itself (cancelled at shutdown) says goodbye here
+        self.referrals.leg_ended(leg)
         if leg.session is not None:
             try:
                 await leg.session.aclose(leg.end_reason)
@@ -780,7 +787,7 @@ class SipCalls:
         heard, sent = (early.heard, early.sent) if early is not None else (leg.early_heard, leg.early_sent)
         if heard or sent:
             stats.update(early_media_frames_in=heard, early_media_frames_out=sent)
-        return build_snapshot(
+        snapshot = build_snapshot(
             call_id=leg.id,
             kind="sip",
             direction=leg.direction,
@@ -805,9 +812,34 @@ class SipCalls:
             recording=leg.recording,
             amd=leg.session.amd if leg.session is not None else None,
         )
+        if leg.referrals:
+            snapshot = snapshot.model_copy(update={"referrals": list(leg.referrals)})
+        return snapshot
 
     def _report_later(self, kind: WorkerEventType, leg: CallLeg) -> None:
         self._host.spawn(self._report(kind, leg), name=f"call-{leg.id}-report")
+
+    # --- what a transfer by the peer's REFER uses (gateway/worker/referred.py: ReferralOwner) ---
+
+    def report_later(self, kind: WorkerEventType, leg: CallLeg, data: dict[str, Any]) -> None:
+        self._host.spawn(self._report(kind, leg, data=data), name=f"call-{leg.id}-{kind}")
+
+    def start_media(self, leg: CallLeg) -> None:
+        self._start_media(leg)
+
+    def new_offer_answer(self) -> OfferAnswer:
+        return _offer_answer(self._media_settings)
+
+    def media_address(self, rtp: RtpEndpoint) -> str:
+        return self._sip_settings.advertised_host or rtp.host
+
+    def media_moved(self, leg: CallLeg) -> None:
+        self.midcall.media_moved(leg)
+
+    def dial_target(self, uri: str) -> Dial:
+        """A tel: target goes through the default trunk, as a bare number does for originate (ValueError: none)."""
+        to = uri[4:].split(";")[0] if uri.startswith("tel:") else uri
+        return dial(self._trunks, to, trunk_name=None, legacy_credentials=self._trunk_credentials)
 
     def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
         kind, data = handoff_report(event)
@@ -843,6 +875,7 @@ class SipCalls:
             from_uri=request.caller_id,
             to_uri=request.to,
             route=admission.route,
+            refer_policy=admission.refer,
             profile=admission.profile or self._host.default_profile,
             owner=self,
             cost=self._costs.offer_cost(media),  # until the answer names the codec

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel
+from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel, ReferPolicyModel, ReferralLine
 from gateway.media.call import MediaStats
 from gateway.media.errors import LocalMediaError
 from gateway.session.amd_gate import AmdPolicy
@@ -101,6 +101,8 @@ class CallLeg:
     early_dialogs: EarlyDialogs | None = None
     early_heard: int = 0
     early_sent: int = 0
+    refer_policy: ReferPolicyModel | None = None  # what a peer's REFER may do (the route's; None: declined)
+    referrals: list[ReferralLine] = field(default_factory=list)  # the peer's REFERs (gateway/worker/referred.py)
 
     @property
     def live(self) -> bool:

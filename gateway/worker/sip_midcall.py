@@ -113,6 +113,12 @@ class MidCall:
             leg.session.set_held(held, by=by)
         self._report("call.held" if held else "call.resumed", leg)
 
+    def media_moved(self, leg: CallLeg) -> None:
+        """The call moved to a new dialog (a transfer by the peer's REFER): a hold of the old one is over."""
+        leg.hold_pending = None
+        self._hold_state(leg, held=False, by="caller")
+        self._hold_state(leg, held=False, by="gateway")
+
     def start_hold(self, leg: CallLeg, held: bool) -> None:
         """The ops API's hold: our re-INVITE with a=sendonly (or a=sendrecv to resume); the session pauses and
         plays the hold audio once the phone has answered it (:meth:`reinvite_answered`)."""

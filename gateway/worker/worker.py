@@ -210,6 +210,7 @@ class MediaWorker:
         pending = [leg.task for leg in self._sip_legs() if leg.task is not None]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
+        self.sip_calls.referrals.aclose()  # referrers still on a transferred call are sent their BYE now
         await self.webrtc.aclose(reason)  # browser calls
         if self._counters_task is not None:
             self._counters_task.cancel()

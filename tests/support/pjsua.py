@@ -62,6 +62,8 @@ class PjsuaPhone:
         hangup_on_eof: bool = False,
         hold_at: float | None = None,
         unhold_at: float | None = None,
+        xfer_to: str | None = None,
+        xfer_at: float | None = None,
         max_seconds: float = 30.0,
         codecs: Sequence[str] = ("PCMU", "PCMA"),
         clock_rate: int = 8000,
@@ -154,6 +156,8 @@ class PjsuaPhone:
             self._argv.append("--hangup-on-eof")
         if early_media_s:
             self._argv.append(f"--early-media-s={early_media_s}")
+        if xfer_to is not None:  # a blind transfer (REFER) of the far end, ``xfer_at`` s after the call is up
+            self._argv += [f"--xfer-to={xfer_to}", f"--xfer-at={xfer_at or 0.0}"]
 
     @property
     def sip_uri(self) -> str:

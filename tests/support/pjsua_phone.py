@@ -8,13 +8,15 @@ Caller mode dials `--uri`; callee mode answers the first incoming call with 200.
 `--play` into the call (WAV, no loop), records what it hears to `--record`, sends RFC 4733 DTMF digits at
 the given times after the call is confirmed (`--dtmf 1@0.5,2@0.8`), puts the call on hold and takes it off
 (`--hold-at`, `--unhold-at`: re-INVITEs with a=sendonly, then a=sendrecv), answers with 183 and early media
-first (`--early-media-s`: the 200 follows that much later; the player and recorder run from the 183), hangs up
-after `--hangup-after` seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
+first (`--early-media-s`: the 200 follows that much later; the player and recorder run from the 183), transfers
+the far end with REFER (`--xfer-to` at `--xfer-at`; it hangs up once a NOTIFY reports the transfer's 2xx), hangs
+up after `--hangup-after` seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
 
 It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
 ready, call_state, media_active, media_state (every media update: status, the direction we were offered),
 hold_sent, unhold_sent (with rx_packets: the RTP packets the call's stream had received, as call_state and answered
-carry too), dtmf_sent, dtmf_received, player_eof, done. PJSIP's own log goes to
+carry too), dtmf_sent, dtmf_received, player_eof, xfer_sent, xfer_status (each NOTIFY's sipfrag status, or the
+REFER's refusal: code, reason, final), done. PJSIP's own log goes to
 `--log`. Everything listens on 127.0.0.1 only; a null sound device keeps it off the audio hardware.
 
 SIP over TLS: `--tls-port` adds PJSIP's TLS transport there (`--tls-cert`/`--tls-key` for what it serves,
@@ -73,6 +75,7 @@ class Phone:
         self.recorder: pj.AudioMediaRecorder | None = None
         self.eof_reported = False
         self.answer_at: float | None = None  # callee with early media: when the 200 follows the 183
+        self.transferred = False  # a NOTIFY reported the transfer's 2xx
 
 
 class PhoneCall(pj.Call):  # type: ignore[misc]
@@ -122,6 +125,12 @@ class PhoneCall(pj.Call):  # type: ignore[misc]
                 audio.startTransmit(phone.recorder)
             if phone.player is not None:
                 phone.player.startTransmit(audio)
+
+    def onCallTransferStatus(self, prm: pj.OnCallTransferStatusParam) -> None:
+        code, final = int(prm.statusCode), bool(prm.finalNotify)
+        emit("xfer_status", code=code, reason=prm.reason, final=final)
+        if final and 200 <= code < 300:
+            self.phone.transferred = True
 
     def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:
         emit("dtmf_received", digit=prm.digit, method=int(prm.method))
@@ -296,6 +305,12 @@ def run(args: argparse.Namespace) -> int:
                     unhold.opt.flag = pj.PJSUA_CALL_UNHOLD
                     call.reinvite(unhold)
                 emit(f"{what}_sent", rx_packets=received)
+            if args.xfer_to and args.xfer_at is not None and elapsed >= args.xfer_at:
+                args.xfer_at = None
+                call.xfer(args.xfer_to, pj.CallOpParam(True))
+                emit("xfer_sent", to=args.xfer_to)
+            if phone.transferred:
+                stop = "transferred"
             hang_up_now = (args.hangup_after is not None and elapsed >= args.hangup_after) or (
                 args.hangup_on_eof and phone.eof_reported and not dtmf_plan
             )
@@ -336,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hangup-after", type=float, help="seconds after the call is confirmed")
     parser.add_argument("--hold-at", type=float, help="put the call on hold this many seconds after it is confirmed")
     parser.add_argument("--unhold-at", type=float, help="take it off hold this many seconds after it is confirmed")
+    parser.add_argument("--xfer-to", help="transfer the call there with REFER (RFC 3515)")
+    parser.add_argument("--xfer-at", type=float, help="this many seconds after the call is confirmed")
     parser.add_argument("--hangup-on-eof", action="store_true", help="hang up when the played WAV ends")
     parser.add_argument("--max-seconds", type=float, default=30.0)
     parser.add_argument(

@@ -1,5 +1,5 @@
 """Mid-call features between two in-memory SipEndpoints: re-INVITE/UPDATE hold, session timers, OPTIONS,
-INFO DTMF, REFER (declined by a gateway, and tracked through NOTIFY sipfrag with a scripted peer)."""
+INFO DTMF, REFER (declined by the application, and tracked through NOTIFY sipfrag with a scripted peer)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from gateway.sip.events import (
     OptionsAnswered,
     OptionsReceived,
     OutboundCallAnswered,
+    ReferReceived,
     ReinviteAcked,
     ReinviteAnswered,
     ReinviteFailed,
@@ -191,8 +192,11 @@ def test_incoming_refer_is_declined() -> None:
     call_a, call_b = place_call(net, a, b)
     a.refer(call_a, net.now, target_uri="sip:human@127.0.0.1:5070")
     net.pump()
-    assert net.of_type(b, TransferDeclined) == [TransferDeclined(call=call_b, refer_to="<sip:human@127.0.0.1:5070>")]
+    assert [e.refer_to for e in net.of_type(b, ReferReceived)] == ["sip:human@127.0.0.1:5070"]  # type: ignore[attr-defined]
+    b.decline_refer(call_b, net.now)
+    net.pump()
     assert net.of_type(a, TransferFailed) == [TransferFailed(call=call_a, status=603, reason="Decline")]
+    assert net.of_type(b, TransferDeclined) == []  # the application declined it: the core has nothing to say
 
 
 def _scripted_peer_call(net: Net) -> tuple[object, object, SipRequest]:
