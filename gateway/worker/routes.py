@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from gateway.media.inband import InbandDtmf
     from gateway.session.session import CallSession
     from gateway.transport.rtp_socket import RtpEndpoint
+    from gateway.worker.bridge import Bridge
     from gateway.worker.sip_leg import CallLeg
 
 
@@ -18,9 +19,11 @@ class TickRoute:
     dictionary lookup; these are fields of a compiled class.
 
     Made when the call's media starts, with the leg's RTP sockets (which stay the leg's until its media is
-    released, when the route goes); the session joins it when it is made, which may be later."""
+    released, when the route goes); the session joins it when it is made, which may be later. A leg in a warm
+    transfer's bridge (gateway/worker/bridge.py) has its ``bridge``: its inbound frames go there, not to a session,
+    and once the bridge is joined its outbound frames come from there."""
 
-    __slots__ = ("inband", "leg", "level_phase", "rtp", "session")
+    __slots__ = ("bridge", "inband", "leg", "level_phase", "rtp", "session")
 
     def __init__(self, leg: CallLeg, rtp: RtpEndpoint, inband: InbandDtmf | None = None) -> None:
         self.leg = leg
@@ -28,3 +31,4 @@ class TickRoute:
         self.rtp = rtp
         self.session: CallSession | None = leg.session
         self.level_phase = leg.level_phase
+        self.bridge: Bridge | None = leg.bridge

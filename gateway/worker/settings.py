@@ -45,6 +45,7 @@ from gateway.worker.slices import (
     SipListenSettings,
     SipTlsSettings,
     TrunkSettings,
+    WarmTransferSettings,
     WorkerIdSettings,
     _Slice,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "SipListenSettings",
     "SipTlsSettings",
     "TrunkSettings",
+    "WarmTransferSettings",
     "WorkerIdSettings",
     "WorkerSettings",
 ]
@@ -80,6 +82,7 @@ SLICES: dict[str, type[_Slice]] = {
     "session": SessionSettings,
     "drain": DrainSettings,
     "recording": RecordingSettings,
+    "warm": WarmTransferSettings,
 }
 # Each flat name (GATEWAY_<NAME>, a flag's key) belongs to one slice.
 _SLICE_OF: dict[str, str] = {name: attr for attr, cls in SLICES.items() for name in cls.model_fields}
@@ -103,6 +106,7 @@ class WorkerSettings(BaseModel):
     session: SessionSettings = Field(default_factory=SessionSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     recording: RecordingSettings = Field(default_factory=RecordingSettings)
+    warm: WarmTransferSettings = Field(default_factory=WarmTransferSettings)
 
     def __init__(self, **values: Any) -> None:
         """Slices as they are, or flat names (``sip_port=5070``) given to their slice, which reads the rest of
