@@ -70,6 +70,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "dtmf_events": [line.model_dump(mode="json") for line in call.dtmf_events],
         "handoff_log": [line.model_dump(mode="json") for line in call.handoffs] or None,
         "amd": call.amd.model_dump(mode="json") if call.amd is not None else None,
+        "transfer": call.transfer.model_dump(mode="json") if call.transfer is not None else None,
     }
 
 
@@ -159,5 +160,6 @@ def record_from_rows(
             "recording_path": row["recording_path"],
             "recording": row.get("recording"),
             "amd": row.get("amd"),
+            "transfer": row.get("transfer"),
         }
     )

@@ -17,7 +17,7 @@ from gateway.records.database import create_engine, known_revisions
 from gateway.records.schema import metadata
 from tests.support.procs import free_ports
 
-HEAD = "0007_amd_call_amd"
+HEAD = "0008_warm_call_transfer"
 
 
 def _columns(connection: sa.Connection) -> dict[str, set[str]]:
