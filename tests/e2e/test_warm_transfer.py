@@ -33,6 +33,11 @@ AGENT_HZ, HOLD_HZ, CALLER_HZ, HUMAN_HZ = 440.0, 660.0, 1500.0, 1000.0
 SUMMARY = "Caller Ada Lovelace wants to move her order 4567 to Friday."
 
 
+def write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
 def _require_peers() -> None:
     require_module("pjsua2", package="pjsua2 (the test extra)")
     require_binary("baresip", package="baresip baresip-core")
@@ -69,7 +74,7 @@ async def _greeted(fake: FakeProvider) -> None:
     await fake.wait_for(lambda s: bool(s) and len(s[0]["responses"]) >= 1, within=15, what="the agent's greeting")
 
 
-async def _start(procs: ProcessGroup, tmp_path: Path) -> tuple[FakeProvider, Any]:
+async def _start(procs: ProcessGroup, tmp_path: Path, *, record: str = "off") -> tuple[FakeProvider, Any]:
     fake = await start_fake_provider(procs, "--mode", "tone", "--reply-ms", "800")
     music = write_wav(tmp_path / "hold.wav", tone(HOLD_HZ, 0.5, 16000, amplitude=0.3), 16000)
     gateway = await start_gateway_on_fake(
@@ -77,7 +82,7 @@ async def _start(procs: ProcessGroup, tmp_path: Path) -> tuple[FakeProvider, Any
         tmp_path,
         fake,
         env={"GATEWAY_HOLD_AUDIO_FILE": str(music)},
-        profile_lines=('greeting = "Hello, how can I help?"',),
+        profile_lines=('greeting = "Hello, how can I help?"', f'record = "{record}"'),
     )
     return fake, gateway
 
@@ -86,7 +91,7 @@ async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
     peer_procs: ProcessGroup, tmp_path: Path
 ) -> None:
     _require_peers()
-    fake, gateway = await _start(peer_procs, tmp_path)
+    fake, gateway = await _start(peer_procs, tmp_path, record="both")
     human_says = write_wav(
         tmp_path / "human.wav",
         np.concatenate(
@@ -155,6 +160,14 @@ async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
     assert record["end_reason"] == "human_hangup", record["end_reason"]
     other = await gateway.api("GET", f"/v1/calls/{transfer['human_leg']}")
     assert other["direction"] == "outbound" and other["transfer"]["id"] == transfer["id"], other
+    # The caller's recording went on across the bridge: the caller's side and, on the other, the human's.
+    async with gateway.client() as client:
+        wav = await client.get(f"/v1/calls/{call['id']}/recording")
+    assert wav.status_code == 200, wav.text
+    recorded = read_wav(write_bytes(tmp_path / "recorded.wav", wav.content))
+    sides = [Wav(samples=recorded.samples[:, side : side + 1], rate=recorded.rate) for side in (0, 1)]
+    assert heard_at(sides[0], CALLER_HZ) and not heard_at(sides[0], HUMAN_HZ), "the caller's side"
+    assert heard_at(sides[1], HUMAN_HZ) and heard_at(sides[1], AGENT_HZ), "what the caller heard: agent, human"
     output = gateway.process.output
     assert f"warm transfer {transfer['id']}: bridged with {transfer['human_leg']} (briefed=True)" in output
 
