@@ -146,7 +146,7 @@ class SipCalls:
         self.rtp_in_done = 0
         self.rtp_out_done = 0
         self._edge = EdgeReporter(host)
-        self.warm = WarmTransfers(self, warm or WarmTransferSettings())
+        self.warm = WarmTransfers(self, warm or WarmTransferSettings(), worker_id=host.id)
 
     def on_sip_events(self, events: list[SipEvent]) -> None:
         for event in events:

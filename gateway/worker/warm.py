@@ -38,6 +38,7 @@ from gateway.fleet.models import (
     WarmTransferRequest,
     WorkerEventType,
 )
+from gateway.observability import WARM_TRANSFERS_TOTAL
 from gateway.session.errors import SessionStateError
 from gateway.session.state import CallState
 from gateway.session.transcript import TranscriptEntry
@@ -130,8 +131,9 @@ class WarmHost(Protocol):
 class WarmTransfers:
     """The warm transfers of one worker's SIP calls."""
 
-    def __init__(self, host: WarmHost, settings: WarmTransferSettings) -> None:
+    def __init__(self, host: WarmHost, settings: WarmTransferSettings, *, worker_id: str = "") -> None:
         self._host = host
+        self._worker_id = worker_id
         self._settings = settings
         self._queues = settings.queues()
         self.started = 0
@@ -318,6 +320,7 @@ class WarmTransfers:
 
     def _count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        WARM_TRANSFERS_TOTAL.labels(self._worker_id, outcome).inc()
 
     def _report(self, kind: WorkerEventType, caller: CallLeg, transfer: WarmTransfer) -> None:
         self._host.report_transfer(kind, caller, transfer.line().model_dump(mode="json"))
