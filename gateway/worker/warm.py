@@ -273,6 +273,8 @@ class WarmTransfers:
         if caller.session is not None and caller.session.held == "gateway":
             caller.session.set_held(False, by="gateway")
         for leg, reason in ((caller, "transferred"), (human, "briefed")):
+            leg.cost -= leg.agent_cost  # no agent on the leg any more: it takes what its media takes
+            leg.agent_cost = 0.0
             if leg.session is not None:
                 self._host.spawn_task(leg.session.aclose(reason), f"call-{leg.id}-warm-close")
         log.info(
