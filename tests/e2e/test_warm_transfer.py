@@ -13,6 +13,7 @@ answers with 440 Hz, the gateway's hold audio is 660 Hz, the caller sends 1500 H
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,43 @@ async def test_a_busy_human_brings_the_caller_back_to_the_agent(peer_procs: Proc
     assert len(agent) >= 12, agent
     records = await fake.records()
     assert len(records) == 1, "a busy human costs no briefing connection"
+
+
+async def test_the_agents_tool_transfers_the_caller(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    _require_peers()
+    human = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="human", hangup_after=4.0, codecs=("PCMU",))
+    arguments = json.dumps({"target": human.sip_uri, "summary": SUMMARY})
+    # The fake answers the caller's first turn with a call of warm_transfer; the profile offers it (opt-in).
+    fake = await start_fake_provider(
+        peer_procs,
+        *("--mode", "tone", "--reply-ms", "600", "--tool-name", "warm_transfer"),
+        "--tool-arguments",
+        arguments,
+    )
+    gateway = await start_gateway_on_fake(
+        peer_procs, tmp_path, fake, extra_toml='\n[[profiles.agent.tools]]\nname = "warm_transfer"\n'
+    )
+    turn = np.concatenate(
+        [silence(1.0, 8000).reshape(-1), tone(CALLER_HZ, 0.8, 8000, amplitude=0.4), silence(20.0, 8000).reshape(-1)]
+    )
+    caller = BaresipPhone(peer_procs, tmp_path, source_wav=write_wav(tmp_path / "turn.wav", turn, 8000), lifetime=90)
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.dial(gateway.sip_uri)
+        await caller.wait_established(within=15)
+        call = await _live_call(gateway)
+        done = await stream.wait_for(
+            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+        )
+        assert done.type == "call.transferred", done.subject.get("transfer")
+        transfer = done.subject["transfer"]
+        assert transfer["initiator"] == "agent" and transfer["briefed"] and transfer["target"] == human.sip_uri
+        assert await human.wait_done(within=30) == 0
+        await caller.wait_closed(within=15)
+
+    records = await fake.records()
+    assert len(records) == 2
+    (output,) = records[0]["tool_outputs"]
+    assert '"status": "dialling"' in str(output), output
+    briefing = await fake.record(records[1]["id"])
+    assert any(SUMMARY in str(e) for e in briefing["event_list"] if e.get("type") == "response.create")
+    assert heard_at(read_wav(human.recording), AGENT_HZ), "the human heard no briefing"  # type: ignore[arg-type]
