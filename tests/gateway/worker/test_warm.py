@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 import pytest
 
 from gateway.fleet.errors import CommandRejectedError
@@ -120,7 +121,7 @@ class FakeCalls:
 async def _until(predicate: Any) -> None:
     async with asyncio.timeout(DEADLINE):
         while not predicate():  # noqa: ASYNC110 (the transfer's state, no event to wait for)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.005)
 
 
 def _setup(**settings: Any) -> tuple[FakeCalls, WarmTransfers, CallLeg, FakeSession]:
@@ -222,3 +223,44 @@ async def test_what_cannot_be_transferred_is_refused() -> None:
     caller.session = None
     with pytest.raises(CommandRejectedError, match="agent is not up"):
         await warm.start(caller, REQUEST, initiator="api")
+
+
+# ------------------------------------------------------------------------------ a real worker, in one loop
+
+
+async def test_a_worker_bridges_caller_and_human_and_each_hears_the_other() -> None:
+    """SIP, RTP and the tick for real (the echo agent): the caller's audio reaches the human and the other way
+    round, through the bridge, as G.711 codes; the human's BYE ends the caller's leg."""
+    from gateway.sip.events import CallEnded, CallOffered
+    from tests.gateway.worker.sip_peer import SipPeer, echo_worker
+    from tests.gateway.worker.test_worker import _answered, best_correlation, speechlike
+
+    async with (
+        echo_worker(worker_id="w-warm", rtp_timeout_s=5.0, warm_transfer_brief_timeout_s=0.3) as worker,
+        SipPeer() as caller_phone,
+        SipPeer() as human_phone,
+    ):
+        call = caller_phone.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",))
+        await _answered(caller_phone, call)
+        (caller,) = worker.legs.values()
+        target = f"sip:human@127.0.0.1:{human_phone.port}"
+        line = await worker.warm_transfer(caller.id, WarmTransferRequest(target=target, summary="A test call."))
+        offered = await human_phone.wait_for(CallOffered)
+        human_call = human_phone.answer(offered)  # type: ignore[arg-type]
+        assert isinstance(caller, CallLeg) and caller.warm is not None
+        transfer = caller.warm
+        await _until(lambda: transfer.state is WarmState.BRIDGED)  # the echo agent says nothing: the timeout
+        from_caller, from_human = speechlike(1.5, seed=3), speechlike(1.5, seed=4)
+        await asyncio.gather(caller_phone.stream(call, from_caller), human_phone.stream(human_call, from_human))
+        await asyncio.gather(
+            caller_phone.stream(call, np.zeros(8000, np.int16), frames=10),
+            human_phone.stream(human_call, np.zeros(8000, np.int16), frames=10),
+        )
+        assert best_correlation(from_caller, human_phone.heard(human_call)) > 0.95
+        assert best_correlation(from_human, caller_phone.heard(call)) > 0.95
+        assert transfer.bridge.frames >= 2 * 75
+        human_phone.hang_up(human_call)
+        await caller_phone.wait_for(CallEnded, call=call.handle)
+        await _until(lambda: not worker.legs)
+        assert caller.end_reason == "human_hangup" and transfer.state is WarmState.ENDED
+        assert line.human_leg == transfer.human_id and worker.routes == {}
