@@ -163,6 +163,16 @@ async def test_a_busy_human_brings_the_caller_back_and_the_agent_is_told() -> No
     assert again.state is WarmState.DIALLING
 
 
+async def test_the_caller_may_stay_with_the_agent_while_the_human_rings() -> None:
+    calls, warm, caller, session = _setup()
+    request = WarmTransferRequest(target="sip:h@pbx", caller_hears="agent")
+    transfer = await warm.start(caller, request, initiator="api")
+    assert session.holds == [], "no hold: the agent goes on talking with the caller"
+    calls.end(calls.legs[transfer.human_id], "no_answer")
+    await _until(lambda: transfer.state is WarmState.FAILED)
+    assert session.holds == [] and "nobody answered" in session.notes[0][0]
+
+
 async def test_a_briefed_human_is_joined_and_the_agent_leaves() -> None:
     calls, warm, caller, session = _setup()
     transfer = await warm.start(caller, REQUEST, initiator="api")
