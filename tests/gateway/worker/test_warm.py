@@ -16,7 +16,6 @@ from gateway.fleet.models import AdmissionDecision, OriginateRequest, ProfileMod
 from gateway.session.session import CallSession
 from gateway.session.state import CallState
 from gateway.worker.legs import LegState, begin_end
-from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg
 from gateway.worker.slices import WarmTransferSettings
 from gateway.worker.transfer import WarmState
@@ -57,12 +56,20 @@ class FakeSession:
         self.state = CallState.ENDED
 
 
+class FakeRoute:
+    """What the transfer reads and sets of a leg's TickRoute (made as TickRoute makes it: from the leg)."""
+
+    def __init__(self, leg: CallLeg) -> None:
+        self.bridge = leg.bridge
+        self.session = leg.session
+
+
 class FakeCalls:
     """What WarmTransfers needs of SipCalls; ``end`` does what SipCalls.end does for a transfer."""
 
     def __init__(self) -> None:
         self.legs: dict[str, CallLeg] = {}
-        self.routes: dict[str, TickRoute] = {}
+        self.routes: dict[str, FakeRoute] = {}
         self.reports: list[tuple[str, str, dict[str, Any]]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
 
@@ -80,12 +87,12 @@ class FakeCalls:
         )
         self.legs[call_id] = leg
         if media:
-            self.routes[call_id] = TickRoute(leg, cast(Any, None))
+            self.routes[call_id] = FakeRoute(leg)
         return leg
 
     def answer(self, human: CallLeg) -> None:
         """The human answers: their media starts (its route, as SipCalls._start_media makes it)."""
-        self.routes[human.id] = TickRoute(human, cast(Any, None))
+        self.routes[human.id] = FakeRoute(human)
         human.state = LegState.ACTIVE
         assert human.answered is not None
         human.answered.set_result(True)
@@ -108,7 +115,7 @@ class FakeCalls:
     def sip_leg(self, call_id: str) -> CallLeg | None:
         return self.legs.get(call_id)
 
-    def route_of(self, call_id: str) -> TickRoute | None:
+    def route_of(self, call_id: str) -> FakeRoute | None:
         return self.routes.get(call_id)
 
     def report_transfer(self, kind: str, leg: CallLeg, data: dict[str, Any]) -> None:
