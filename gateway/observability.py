@@ -205,15 +205,22 @@ LOOP_LAG_SECONDS = Histogram(
 )
 TRUNK_REGISTERED = Gauge(
     "gateway_trunk_registered",
-    "1 while the trunk's registrar holds this worker's contact (GATEWAY_TRUNK_REGISTER), else 0",
-    ["worker"],
+    "1 while the trunk's registrar holds this worker's contact (register = true), else 0",
+    ["worker", "trunk"],
     registry=REGISTRY,
 )
 TRUNK_REGISTER_TOTAL = Counter(
     "gateway_trunk_register_total",
     "REGISTER outcomes with the trunk's registrar: registered, refreshed, contact_missing (a 2xx without our "
     "contact), rejected, auth_rejected, timeout, unregistered, unregister_failed",
-    ["worker", "outcome"],
+    ["worker", "trunk", "outcome"],
+    registry=REGISTRY,
+)
+TRUNK_CALLS_TOTAL = Counter(
+    "gateway_trunk_calls_total",
+    "SIP calls through a named trunk: inbound ones by the trunk their source belongs to (offers taken), outbound "
+    "ones placed through it",
+    ["worker", "trunk", "direction"],
     registry=REGISTRY,
 )
 WORKERS = Gauge("gateway_workers", "Workers known to the control plane, by status", ["status"], registry=REGISTRY)

@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="seconds between heartbeats (keep it at or below the control plane's fleet.heartbeat_interval_s)",
     )
+    parser.add_argument("--config", help="the routes file whose [trunks] the worker takes (default: GATEWAY_CONFIG)")
     worker_args.add_worker_arguments(parser)
 
 

@@ -95,6 +95,7 @@ FLAG_SETTINGS: tuple[tuple[str, str], ...] = (
     ("srtp_call_cost", "srtp_call_cost"),
     ("worker_id", "worker_id"),
     ("drain_deadline", "drain_deadline_s"),
+    ("config", "config"),  # `gateway run --config` and `gateway worker --config`: the [trunks] tables
 )
 
 

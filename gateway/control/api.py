@@ -223,10 +223,11 @@ async def get_call(history: HistoryDep, call_id: CallId) -> Any:
     status_code=201,
     response_model=CallCreated,
     tags=["calls"],
-    responses=errors(403, 404, 502, 503),
+    responses=errors(403, 404, 422, 502, 503),
 )
 async def originate(plane: PlaneDep, body: OriginateRequest, response: Response) -> Any:
-    """Place an outbound call on the least-loaded worker (or ``worker``). 503 + Retry-After when full."""
+    """Place an outbound call on the least-loaded worker (or ``worker``), through ``trunk`` or the route's trunk
+    (422 for an unknown one). 503 + Retry-After when full."""
     decision = await plane.originate(body)
     if not decision.accepted:
         raise _rejected(decision)

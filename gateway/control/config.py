@@ -10,6 +10,9 @@ A profile's ``instructions`` and ``greeting`` are templates over the call's cont
 ``{headers.X-Account}``: the names of :mod:`gateway.sip.caller_context`); ``[context]`` names the headers
 a call keeps and the trunks whose asserted identity is believed. An unknown name fails the load.
 
+``[trunks.<name>]`` declares the trunks (gateway/fleet/trunks.py; the workers read the same tables); a route's
+``trunk`` names the one its outbound calls take (``default``: the workers' ``GATEWAY_TRUNK_*`` settings).
+
 Each route names a profile (``[profiles.<name>]``, the fields of
 :class:`gateway.providers.base.AgentProfile`, plus webhook tools) and may cap its own concurrent calls.
 Every problem is reported as ``<file>: <key>: <problem>``, all of them at once, before anything starts.
@@ -38,6 +41,7 @@ from gateway.fleet.models import (
     TurnDetectionModel,
     WebhookSpec,
 )
+from gateway.fleet.trunks import DEFAULT_TRUNK, TRUNK_NAME, TrunkConfig
 from gateway.providers.base import handoff_tool_name
 from gateway.sip.caller_context import template_problems
 
@@ -239,6 +243,9 @@ class RouteConfig(_Section):
         default=None, description="Overrides the profile's record for this route's calls"
     )
     application: ApplicationConfig | None = Field(default=None, description="The call-time application")
+    trunk: str | None = Field(
+        default=None, pattern=TRUNK_NAME, description="The trunk its outbound calls take (unset: default)"
+    )
 
     @field_validator("did_regex")
     @classmethod
@@ -281,6 +288,7 @@ class _ConfigFile(_Section):
     profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
     context: ContextPolicyModel = Field(default_factory=ContextPolicyModel)
     webhooks: list[WebhookEndpointConfig] = Field(default_factory=list)
+    trunks: dict[str, TrunkConfig] = Field(default_factory=dict)
 
 
 class GatewayConfig:
@@ -300,6 +308,12 @@ class GatewayConfig:
             name: model.model_copy(update={"handoff_profiles": _reachable(name, flat)}) for name, model in flat.items()
         }
         self._routes_by_name = {route.name: route for route in self.routes}
+        self.trunks: dict[str, TrunkConfig] = dict(parsed.trunks)
+
+    def knows_trunk(self, name: str) -> bool:
+        """A trunk of the file's, or ``default`` (the workers' GATEWAY_TRUNK_* settings, which the plane does not
+        see: a worker without it refuses the call)."""
+        return name in self.trunks or name == DEFAULT_TRUNK
 
     def resolve(self, called: str) -> RouteConfig | None:
         """The first route whose pattern matches ``called``."""
@@ -348,6 +362,19 @@ def _handoff_problems(name: str, profile: ProfileConfig, known: dict[str, Profil
     return problems
 
 
+def _trunk_problems(parsed: _ConfigFile, source: str) -> list[str]:
+    problems = [
+        f"{source}: trunks.{name}: a trunk name is 1-64 of letters, digits, '._-'"
+        for name in parsed.trunks
+        if not re.fullmatch(TRUNK_NAME, name)
+    ]
+    known = ", ".join(sorted({*parsed.trunks, DEFAULT_TRUNK}))
+    for index, route in enumerate(parsed.routes):
+        if route.trunk is not None and route.trunk not in parsed.trunks and route.trunk != DEFAULT_TRUNK:
+            problems.append(f"{source}: routes[{index}].trunk: unknown trunk {route.trunk!r} (known: {known})")
+    return problems
+
+
 def _key(location: tuple[int | str, ...]) -> str:
     key = ""
     for part in location:
@@ -377,6 +404,7 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
         if route.profile not in parsed.profiles:
             known = ", ".join(sorted(parsed.profiles)) or "none defined"
             problems.append(f"{source}: routes[{index}].profile: unknown profile {route.profile!r} (known: {known})")
+    problems += _trunk_problems(parsed, source)
     names = [endpoint.name for endpoint in parsed.webhooks]
     problems += [f"{source}: webhooks: duplicate endpoint name {n!r}" for n in sorted(set(names)) if names.count(n) > 1]
     policy = parsed.context.to_policy()

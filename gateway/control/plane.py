@@ -575,6 +575,12 @@ class ControlPlane:
             route_name = route.name if route else None
         if route_name is None:
             return self._reject(404, f"no route for caller id {request.caller_id!r}; name one with 'route'", "no_route")
+        route_config = self.config.route_named(route_name)
+        trunk = request.trunk or (route_config.trunk if route_config is not None else None)
+        if trunk is not None and not self.config.knows_trunk(trunk):
+            known = ", ".join(sorted({*self.config.trunks, "default"}))
+            return self._reject(422, f"unknown trunk {trunk!r} (known: {known})", "unknown_trunk")
+        request = request.model_copy(update={"trunk": trunk})
         # An originated call's trace starts here; the worker's call span continues it (the decision carries it).
         with plane_span("control.originate", "", call_id="") as span:
             decision = await self.admit(

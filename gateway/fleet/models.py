@@ -86,8 +86,9 @@ TrunkRegistrationState = Literal["registering", "registered", "refreshing", "fai
 
 
 class TrunkRegistration(_Model):
-    """A worker's registration of its own contact with the trunk's registrar (GATEWAY_TRUNK_REGISTER)."""
+    """A worker's registration of its own contact with a trunk's registrar (``register = true``)."""
 
+    trunk: str = Field(default="default", max_length=64, description="The trunk's name (GATEWAY_TRUNK_*: default)")
     state: TrunkRegistrationState = Field(
         description="registered/refreshing: the registrar holds our contact; failed: the last attempt failed and "
         "the next is at next_attempt_at; unregistered: removed on drain or shutdown"
@@ -157,7 +158,12 @@ class WorkerInfo(_Model):
     last_heartbeat: float = Field(default=0.0, description="Control-plane clock, epoch seconds")
     version: str = Field(default="", max_length=64)
     registration: TrunkRegistration | None = Field(
-        default=None, description="Its registration with the trunk, when GATEWAY_TRUNK_REGISTER is on"
+        default=None,
+        description="Its registration with the trunk named default (else the first of registrations); kept for "
+        "older readers",
+    )
+    registrations: list[TrunkRegistration] = Field(
+        default_factory=list, max_length=256, description="Its registration with each trunk with register = true"
     )
 
 
@@ -837,6 +843,12 @@ class OriginateRequest(_Model):
     caller_id: str = Field(default="", max_length=256, description="From number; also used to pick the route")
     route: str | None = Field(default=None, max_length=128, description="Route name (default: match caller_id)")
     worker: str | None = Field(default=None, max_length=128, description="Worker to use (default: least loaded)")
+    trunk: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The trunk to call through (a [trunks.<name>] of the routes file, or default); unset: the "
+        "route's trunk, else default for a number and none for a SIP URI",
+    )
     ring_timeout_s: float = Field(default=30.0, gt=0.0, le=300.0)
     amd: Literal["off", "detect", "detect_and_leave_message"] = Field(
         default="off",

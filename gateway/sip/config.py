@@ -8,20 +8,33 @@ TLS (RFC 3261 §26, RFC 5630) is a transport name here like the others; certific
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from .auth import Authenticator
 from .errors import RemoteProtocolError, SipConfigError
 from .lockout import LockoutConfig
 from .message import SipLimits
 from .timers import SipTimers
+from .trunk_auth import SourceTrunks
 from .uri import SipUri, parse_uri
 
 Transport = str  # "udp" | "tcp" | "tls"
 TRANSPORTS = ("udp", "tcp", "tls")
 DEFAULT_TRANSPORTS = ("udp", "tcp")
 DEFAULT_PORTS = {"udp": 5060, "tcp": 5060, "tls": 5061}  # RFC 3261 §19.1.2, §26.2.2; RFC 3263 §4.2
+
+
+class _Configured(enum.Enum):
+    PROXY = "the configured outbound proxy"
+
+
+#: An out-of-dialog request (INVITE, REGISTER) goes through `SipConfig.outbound_proxy`; a trunk of its own
+#: names its proxy (a URI) or None (straight to the Request-URI's host) instead.
+CONFIGURED_PROXY: Final = _Configured.PROXY
+ProxyChoice = str | None | Literal[_Configured.PROXY]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +84,8 @@ class SipConfig:
     allow_cidrs: tuple[str, ...] = ()
     # When set, initial INVITEs are challenged with 401 (qop=auth) and must carry valid credentials.
     authenticator: Authenticator | None = None
+    # Trunks by source address: the source's trunk picks the authenticator of a new call (trunk_auth.py).
+    trunks: SourceTrunks | None = None
     # Failed authentications block their source (and username) for a while (lockout.py); None: never.
     lockout: LockoutConfig | None = field(default_factory=LockoutConfig)
     # Out-of-dialog requests whose User-Agent contains one of these (case-insensitive) are dropped unanswered.

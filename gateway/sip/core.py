@@ -23,7 +23,7 @@ import random
 from collections.abc import Callable
 
 from .call import Call, CallState
-from .config import DEFAULT_PORTS, SipConfig
+from .config import CONFIGURED_PROXY, DEFAULT_PORTS, ProxyChoice, SipConfig
 from .dialog import Dialog, DialogId
 from .errors import LocalProtocolError
 from .events import Address, CallEnded, CallHandle, Outgoing, Side, SipEvent, SipStats
@@ -42,7 +42,7 @@ from .transaction import (
     client_key,
     server_key,
 )
-from .uri import SipUri, format_host
+from .uri import SipUri, format_host, parse_uri
 
 # Methods we implement (Allow), methods we know but refuse with 405, and our option tags (Supported).
 ALLOWED_METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
@@ -133,12 +133,18 @@ class Core:
             transport = self.config.transports[0]
         return uri.host_port(DEFAULT_PORTS[transport]), transport
 
-    def out_of_dialog_hop(self, uri: SipUri) -> tuple[Address, str, tuple[tuple[str, str], ...]]:
+    def out_of_dialog_hop(
+        self, uri: SipUri, proxy_choice: ProxyChoice = CONFIGURED_PROXY
+    ) -> tuple[Address, str, tuple[tuple[str, str], ...]]:
         """Where a request we start outside any dialog (an INVITE, a REGISTER) to ``uri`` goes, over what, and
         the Route it carries: with an outbound proxy configured, to the proxy, named in a Route with ``lr`` (RFC
         3261 §8.1.2: a preconfigured route set of one loose router; the Request-URI stays ``uri``); else to
-        ``uri`` itself, with no Route. A secure URI is refused a plain proxy: sips means TLS on every hop."""
-        proxy = self.config.outbound_proxy_uri
+        ``uri`` itself, with no Route. A secure URI is refused a plain proxy: sips means TLS on every hop.
+        ``proxy_choice``: a trunk's own proxy (a URI, or None for none) instead of the configured one."""
+        if proxy_choice is CONFIGURED_PROXY:
+            proxy = self.config.outbound_proxy_uri
+        else:
+            proxy = parse_uri(proxy_choice) if proxy_choice is not None else None
         if proxy is None:
             destination, transport = self.uri_destination(uri)
             return destination, transport, ()

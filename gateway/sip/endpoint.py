@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from .auth import ClientCredentials
 from .call import Call, CallState
-from .config import SipConfig
+from .config import CONFIGURED_PROXY, ProxyChoice, SipConfig
 from .core import Core
 from .errors import LocalProtocolError, MalformedMessageError, RemoteProtocolError
 from .events import (
@@ -68,6 +68,7 @@ class SipEndpoint:
             authenticator=config.authenticator,
             lockout=config.lockout,
             scanner_agents=config.scanner_agents,
+            trunks=config.trunks,
         )
 
     # --- driving ---------------------------------------------------------------------------------
@@ -304,13 +305,15 @@ class SipEndpoint:
         content_type: str = "application/sdp",
         headers: Headers = (),
         credentials: ClientCredentials | None = None,
+        outbound_proxy: ProxyChoice = CONFIGURED_PROXY,
     ) -> CallHandle:
-        """Place a call. A 401/407 is answered once with `credentials`; events report progress."""
+        """Place a call. A 401/407 is answered once with `credentials`; events report progress. A trunk's own
+        `outbound_proxy` (or None: none) replaces the configured one."""
         core = self._core
         uri = _parse_local_uri(request_uri)
         sender = _parse_local_addr(from_uri)
         recipient = _parse_local_addr(to_uri or request_uri)
-        destination, transport, route = core.out_of_dialog_hop(uri)
+        destination, transport, route = core.out_of_dialog_hop(uri, outbound_proxy)
         secure = uri.scheme == "sips"
         local_tag = core.token(32)
         invite = SipRequest(method="INVITE", uri=uri, body=body)

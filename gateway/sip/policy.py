@@ -10,7 +10,9 @@ Owns: `InboundPolicy.check`, applied to every request before any transaction sta
                     (lockout.py: per source and per username, growing blocks, an allow-list never blocked)
     5. digest       initial INVITE (no To tag) while an `Authenticator` is configured: no or wrong
                     Authorization -> CHALLENGE (401 with WWW-Authenticate, RFC 3261 §22.2); a wrong one is
-                    counted by the lockout, and the answer that starts a block is dropped instead
+                    counted by the lockout, and the answer that starts a block is dropped instead; with
+                    `SourceTrunks` the source's trunk picks the authenticator (trunk_auth.py), and a source
+                    of no trunk gets the configured one, or 403 with `reject_unmatched`
 
 ACK is never rejected (it has no response, §17.1.1.3) and CANCEL is not challenged (§22.1: it cannot be
 resubmitted with credentials), but both still count against the rate limit and the allow-list.
@@ -28,6 +30,7 @@ from .config import RateLimit
 from .events import AuthenticationFailed, SipEvent, SourceBlocked
 from .lockout import AuthLockout, LockoutConfig
 from .message import SipRequest
+from .trunk_auth import SourceTrunks
 
 
 class Verdict(enum.Enum):
@@ -82,6 +85,7 @@ class InboundPolicy:
         authenticator: Authenticator | None = None,
         lockout: LockoutConfig | None = None,
         scanner_agents: tuple[str, ...] = (),
+        trunks: SourceTrunks | None = None,
     ) -> None:
         self._networks = [ipaddress.ip_network(cidr, strict=False) for cidr in allow_cidrs]
         self._rate_limit = rate_limit
@@ -89,6 +93,7 @@ class InboundPolicy:
         self._authenticator = authenticator
         self._lockout = AuthLockout(lockout) if lockout is not None else None
         self._scanner_agents = tuple(agent.lower() for agent in scanner_agents if agent)
+        self._trunks = trunks
 
     def _scanner(self, request: SipRequest) -> bool:
         if not self._scanner_agents:
@@ -132,23 +137,31 @@ class InboundPolicy:
         lockout = self._lockout
         if lockout is not None and lockout.source_blocked(host, now):
             return _BLOCKED
-        if self._authenticator is None or request.method != "INVITE":
+        if request.method != "INVITE":
+            return _ALLOW
+        authenticator = self._authenticator
+        if self._trunks is not None:
+            match = self._trunks.match(host, authenticator)
+            if match.trunk is None and self._trunks.reject_unmatched:
+                return Decision(verdict=Verdict.REJECT, status=403)
+            authenticator = match.authenticator
+        if authenticator is None:
             return _ALLOW
         authorization = request.headers.get("Authorization")
         if not authorization:
-            return self._challenge(now)
-        check = self._authenticator.verify(
+            return self._challenge(authenticator, now)
+        check = authenticator.verify(
             authorization=authorization, method=request.method, uri=str(request.uri), body=request.body, now=now
         )
         if lockout is None:
-            return _ALLOW if check.ok else self._challenge(now)
+            return _ALLOW if check.ok else self._challenge(authenticator, now)
         if check.username and lockout.user_blocked(check.username, now) and not lockout.never_blocked(host):
             return _BLOCKED
         if check.ok:
             lockout.succeeded(host)
             return _ALLOW
         if check.stale:
-            return self._challenge(now)
+            return self._challenge(authenticator, now)
         failed = AuthenticationFailed(
             source=source,
             transport=transport,
@@ -165,11 +178,11 @@ class InboundPolicy:
         return Decision(
             verdict=Verdict.CHALLENGE,
             status=401,
-            headers=(("WWW-Authenticate", self._authenticator.challenge(now=now)),),
+            headers=(("WWW-Authenticate", authenticator.challenge(now=now)),),
             events=(failed,),
         )
 
-    def _challenge(self, now: float) -> Decision:
-        assert self._authenticator is not None
-        challenge = self._authenticator.challenge(now=now)
+    @staticmethod
+    def _challenge(authenticator: Authenticator, now: float) -> Decision:
+        challenge = authenticator.challenge(now=now)
         return Decision(verdict=Verdict.CHALLENGE, status=401, headers=(("WWW-Authenticate", challenge),))

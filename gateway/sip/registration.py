@@ -71,6 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .config import CONFIGURED_PROXY, ProxyChoice
 from .digest import DigestChallenge, DigestError
 from .digest import authorization as digest_authorization
 from .errors import RemoteProtocolError, SipConfigError
@@ -126,6 +127,8 @@ class RegistrationConfig:
     expires: int = 3600  # what we ask for; the registrar may grant less (or more)
     instance_id: str | None = None  # RFC 5626 +sip.instance, e.g. urn:uuid:<uuid>
     timing: RegistrationTiming = field(default_factory=RegistrationTiming)
+    # A trunk's own outbound proxy (a URI, or None: straight to the registrar) instead of the endpoint's.
+    outbound_proxy: ProxyChoice = CONFIGURED_PROXY
 
     def __post_init__(self) -> None:
         for name, text in (("registrar", self.registrar), ("aor", self.aor)):

@@ -27,7 +27,7 @@ class Registrations:
     def add(self, config: RegistrationConfig, now: float) -> RegistrationClient:
         """Start keeping `config`'s binding; the first REGISTER goes out at once."""
         core = self._core
-        destination, transport, route = core.out_of_dialog_hop(config.registrar_uri)
+        destination, transport, route = core.out_of_dialog_hop(config.registrar_uri, config.outbound_proxy)
         client = RegistrationClient(
             config,
             contact=core.contact(transport),

@@ -4,7 +4,7 @@
 
                       ┌──────────── MediaWorker (CallHost; the tick; heartbeats; commands) ───────────┐
                       │                                                                              │
-   SipTransport ──events──▶ route ──▶ TrunkRegistration(SipSignalling, config, on_change)           │
+   SipTransport ──events──▶ route ──▶ TrunkRegistrations (one per trunk with register = true)       │
         ▲                     └─────▶ SipCalls(CallHost, SipSignalling, MediaPlant, LegRegistry,     │
         │                                      sip, media, costs, trunking slices)                   │
    SipSignalling ◀─── actions + pump          WebRtcCalls(CallHost, WebRtcSettings, LegRegistry, costs) │
@@ -25,10 +25,12 @@ from typing import Protocol
 
 from gateway.heap import CollectorPolicy, Observe, PacedCollector
 from gateway.media.tick import TickEngine
-from gateway.sip.auth import ClientCredentials, DigestClientCredentials
+from gateway.sip.auth import ClientCredentials, DigestAuthenticator, DigestClientCredentials
 from gateway.sip.config import RateLimit, SessionTimerConfig, SipConfig
+from gateway.sip.digest import DigestChallenger
 from gateway.sip.endpoint import SipEndpoint
 from gateway.sip.events import SipEvent
+from gateway.sip.trunk_auth import SourceTrunks, TrunkSource
 from gateway.transport.rtp_socket import RtpDrain, RtpPortPool, RtpPortRange
 from gateway.transport.sip_transport import SipTransport
 from gateway.transport.tls import TlsContexts
@@ -36,11 +38,10 @@ from gateway.worker.drain import WorkerDrain
 from gateway.worker.legs import LegRegistry
 from gateway.worker.ports import CallHost, MediaPlant, SipSignalling
 from gateway.worker.recorder import Recordings
-from gateway.worker.registration import REGISTRATION_EVENTS, TrunkRegistration
+from gateway.worker.registration import REGISTRATION_EVENTS, TrunkRegistration, TrunkRegistrations
 from gateway.worker.settings import WorkerSettings
 from gateway.worker.sip_calls import SipCalls
 from gateway.worker.sip_tls import sip_tls_contexts
-from gateway.worker.trunk_config import registration_config
 from gateway.worker.webrtc import WebRtcCalls, WebRtcSettings
 
 
@@ -62,24 +63,34 @@ class WorkerParts:
     sip_calls: SipCalls
     webrtc: WebRtcCalls
     drain: WorkerDrain
-    registration: TrunkRegistration
+    registration: TrunkRegistrations
     collector: PacedCollector | None
 
 
 def sip_config(settings: WorkerSettings) -> SipConfig:
     """The SIP endpoint's configuration from the listener, TLS, trunk and capacity slices."""
     sip = settings.sip
+    nonce_secret = secrets.token_bytes(32)
     authenticator = None
     if sip.sip_auth_user is not None and sip.sip_auth_password is not None:
-        from gateway.sip.auth import DigestAuthenticator
-        from gateway.sip.digest import DigestChallenger
-
-        authenticator = DigestAuthenticator(
-            DigestChallenger(
-                realm=sip.sip_auth_realm,
-                credentials={sip.sip_auth_user: sip.sip_auth_password}.get,
-                nonce_secret=secrets.token_bytes(32),
-            )
+        authenticator = _authenticator(
+            {sip.sip_auth_user: sip.sip_auth_password.get_secret_value()}, sip.sip_auth_realm, nonce_secret
+        )
+    sourced = [trunk for trunk in settings.trunks.values() if trunk.sources]
+    trunks = None
+    if sourced or settings.trunking.trunk_unmatched_calls == "reject":
+        trunks = SourceTrunks(
+            tuple(
+                TrunkSource(
+                    name=trunk.name,
+                    networks=trunk.sources,
+                    authenticator=_authenticator(trunk.inbound_credentials, sip.sip_auth_realm, nonce_secret)
+                    if trunk.inbound_credentials
+                    else None,
+                )
+                for trunk in sourced
+            ),
+            reject_unmatched=settings.trunking.trunk_unmatched_calls == "reject",
         )
     return SipConfig(
         local_host=sip.sip_host,
@@ -92,6 +103,7 @@ def sip_config(settings: WorkerSettings) -> SipConfig:
         user_agent=sip.user_agent,
         allow_cidrs=sip.sip_allow,
         authenticator=authenticator,
+        trunks=trunks,
         lockout=settings.edge.lockout(),
         scanner_agents=settings.edge.sip_drop_user_agents,
         rate_limit=RateLimit(per_second=sip.sip_rate_limit_per_s, burst=int(sip.sip_rate_limit_per_s * 2)),
@@ -99,6 +111,10 @@ def sip_config(settings: WorkerSettings) -> SipConfig:
         outbound_proxy=settings.trunking.sip_outbound_proxy,
         max_calls=max(settings.costs.capacity * 2, 10),
     )
+
+
+def _authenticator(credentials: dict[str, str], realm: str, nonce_secret: bytes) -> DigestAuthenticator:
+    return DigestAuthenticator(DigestChallenger(realm=realm, credentials=credentials.get, nonce_secret=nonce_secret))
 
 
 def trunk_credentials_of(settings: WorkerSettings) -> ClientCredentials | None:
@@ -166,24 +182,26 @@ def assemble_worker(
         media=media,
         costs=settings.costs,
         trunk=settings.trunking,
+        trunks=settings.trunks,
         trunk_credentials=trunk_credentials or trunk_credentials_of(settings),
         warm=settings.warm,
     )
     webrtc = WebRtcCalls(
         host, webrtc_settings or WebRtcSettings(), legs=legs, costs=settings.costs, media_host=settings.media_host
     )
-    trunk = settings.trunking
-    registration = TrunkRegistration(
-        signalling,
-        (
-            registration_config(trunk, transports=settings.sip.sip_transports, worker_id=settings.worker_id)
-            if trunk.trunk_register
-            else None
-        ),
-        worker_id=settings.worker_id,
-        unregister_timeout_s=trunk.trunk_unregister_timeout_s,
-        on_change=host.heartbeat_soon,
-    )
+    registrations = {
+        name: TrunkRegistration(
+            signalling,
+            trunk.registration,
+            worker_id=settings.worker_id,
+            trunk=name,
+            unregister_timeout_s=settings.trunking.trunk_unregister_timeout_s,
+            on_change=host.heartbeat_soon,
+        )
+        for name, trunk in settings.trunks.items()
+        if trunk.registration is not None
+    }
+    registration = TrunkRegistrations(registrations)
 
     def stop_taking_calls() -> None:
         signalling.set_accepting_calls(False)  # 503 to INVITEs and OPTIONS: Kamailio's probes mark us down

@@ -15,6 +15,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.sip.config import CONFIGURED_PROXY, ProxyChoice
+
 if TYPE_CHECKING:
     from gateway.fleet.models import ProfileModel
     from gateway.fleet.protocols import ControlLink
@@ -93,10 +95,23 @@ class SipSignalling:
         self.transport.pump()
 
     def invite(
-        self, request_uri: str, *, from_uri: str, body: bytes, credentials: ClientCredentials | None
+        self,
+        request_uri: str,
+        *,
+        from_uri: str,
+        body: bytes,
+        credentials: ClientCredentials | None,
+        outbound_proxy: ProxyChoice = CONFIGURED_PROXY,
     ) -> CallHandle:
-        """Place a call (LocalProtocolError for a bad URI, or sips: without TLS here)."""
-        call = self.endpoint.invite(request_uri, self.now(), from_uri=from_uri, body=body, credentials=credentials)
+        """Place a call (LocalProtocolError for a bad URI, or sips: without TLS here); a trunk's own proxy."""
+        call = self.endpoint.invite(
+            request_uri,
+            self.now(),
+            from_uri=from_uri,
+            body=body,
+            credentials=credentials,
+            outbound_proxy=outbound_proxy,
+        )
         self.transport.pump()
         return call
 

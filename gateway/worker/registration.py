@@ -1,17 +1,19 @@
-"""The worker's registration with its trunk: its own contact bound to the trunk's AOR (RFC 3261 §10.2).
+"""The worker's registrations with its trunks: its own contact bound to each trunk's AOR (RFC 3261 §10.2).
 
-With ``GATEWAY_TRUNK_REGISTER=true`` every worker REGISTERs its Contact (its advertised SIP address, with an
-RFC 5626 ``+sip.instance`` made from its worker id, so each worker's contact is its own and a restarted worker
-replaces its old binding) for the AOR at the registrar, which then forks or picks among the workers' contacts.
+For each trunk with ``register = true`` (``GATEWAY_TRUNK_REGISTER=true``: the trunk ``default``) every worker
+REGISTERs its Contact (its advertised SIP address, with an RFC 5626 ``+sip.instance`` made from its worker id,
+so each worker's contact is its own and a restarted worker replaces its old binding) for the AOR at the
+registrar, which then forks or picks among the workers' contacts.
 The protocol is gateway/sip/registration.py's, run on the worker's endpoint; this module owns the rest:
 
-* `registration_config` (in gateway/worker/settings.py): the settings (validated at start-up, with messages
-  naming the ``GATEWAY_*`` variables) as a `RegistrationConfig`;
-* `TrunkRegistration`, held by the worker: starts the client with the worker, turns its events into log lines
-  and metrics (``gateway_trunk_registered``, ``gateway_trunk_register_total{outcome}``), gives the heartbeat
-  its `TrunkRegistration` snapshot (``/v1/workers``), and removes the binding when the worker drains (so the
-  trunk sends its calls to the other workers) and when it shuts down, waiting at most
-  ``GATEWAY_TRUNK_UNREGISTER_TIMEOUT_S`` for the registrar: a dead registrar never holds a shutdown.
+* `registration_config` (gateway/worker/trunk_config.py): the trunks (validated at start-up, with messages
+  naming the ``GATEWAY_*`` variables or the routes file's keys) as `RegistrationConfig`s;
+* `TrunkRegistration`, one per trunk: starts the client with the worker, turns its events into log lines
+  and metrics (``gateway_trunk_registered{trunk}``, ``gateway_trunk_register_total{trunk,outcome}``), gives the
+  heartbeat its `TrunkRegistration` snapshot (``/v1/workers``), and removes the binding when the worker drains
+  (so the trunk sends its calls to the other workers) and when it shuts down, waiting at most
+  ``GATEWAY_TRUNK_UNREGISTER_TIMEOUT_S`` for the registrar: a dead registrar never holds a shutdown;
+* `TrunkRegistrations`, held by the worker: all of them, each event routed to its own by registrar and AOR.
 
 The password is a ``SecretStr`` in the settings and is never logged.
 """
@@ -25,13 +27,14 @@ from collections.abc import Callable
 
 from gateway.fleet.models import TrunkRegistration as TrunkRegistrationModel
 from gateway.fleet.models import TrunkRegistrationState
+from gateway.fleet.trunks import DEFAULT_TRUNK
 from gateway.observability import TRUNK_REGISTER_TOTAL, TRUNK_REGISTERED
 from gateway.sip.events import SipEvent, TrunkRegistered, TrunkRegistrationFailed, TrunkUnregistered
 from gateway.sip.registration import RegistrationClient, RegistrationConfig, RegState
 from gateway.worker.ports import SipSignalling
 from gateway.worker.trunk_config import instance_id, registration_config
 
-__all__ = ["REGISTRATION_EVENTS", "TrunkRegistration", "instance_id", "registration_config"]
+__all__ = ["REGISTRATION_EVENTS", "TrunkRegistration", "TrunkRegistrations", "instance_id", "registration_config"]
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +63,19 @@ class TrunkRegistration:
         worker_id: str,
         unregister_timeout_s: float,
         on_change: Callable[[], None],
+        trunk: str = DEFAULT_TRUNK,
     ) -> None:
         self._signalling = signalling
         self._worker_id = worker_id
+        self.trunk = trunk
         self._unregister_timeout_s = unregister_timeout_s
         self._on_change = on_change
         self.config = config
         self.client: RegistrationClient | None = None
         self._ended = asyncio.Event()
-        self._registered = TRUNK_REGISTERED.labels(worker_id)
+        self._registered = TRUNK_REGISTERED.labels(worker_id, trunk)
         self._outcomes = {
-            outcome: TRUNK_REGISTER_TOTAL.labels(worker_id, outcome)
+            outcome: TRUNK_REGISTER_TOTAL.labels(worker_id, trunk, outcome)
             for outcome in (
                 "registered",
                 "refreshed",
@@ -91,8 +96,9 @@ class TrunkRegistration:
             return
         self.client = self._signalling.register(self.config)
         log.info(
-            "worker %s: registering %s for %s at %s (auth user %s)",
+            "worker %s: trunk %s: registering %s for %s at %s (auth user %s)",
             self._worker_id,
+            self.trunk,
             self.client.contact,
             self.config.aor,
             self.config.registrar,
@@ -105,7 +111,13 @@ class TrunkRegistration:
         if client is None or client.state is RegState.STOPPED:
             return
         if client.state not in (RegState.STOPPING, RegState.UNREGISTERING):
-            log.info("worker %s: removing its contact from %s (%s)", self._worker_id, client.config.registrar, reason)
+            log.info(
+                "worker %s: trunk %s: removing its contact from %s (%s)",
+                self._worker_id,
+                self.trunk,
+                client.config.registrar,
+                reason,
+            )
         self._signalling.unregister(client, within=self._unregister_timeout_s)
 
     async def unregister(self, reason: str) -> None:
@@ -116,7 +128,11 @@ class TrunkRegistration:
         try:
             await asyncio.wait_for(self._ended.wait(), timeout=self._unregister_timeout_s + 1.0)
         except TimeoutError:  # the core gives up by itself first; this only guards against a stalled loop
-            log.warning("worker %s: the removal of its trunk registration did not finish in time", self._worker_id)
+            log.warning(
+                "worker %s: trunk %s: the removal of its trunk registration did not finish in time",
+                self._worker_id,
+                self.trunk,
+            )
 
     def on_events(self, events: list[SipEvent]) -> None:
         for event in events:
@@ -136,6 +152,7 @@ class TrunkRegistration:
         status = client.status()
         offset = time.time() - self._signalling.now()
         return TrunkRegistrationModel(
+            trunk=self.trunk,
             state=_STATES[status.state],
             registrar=status.registrar,
             aor=status.aor,
@@ -154,9 +171,10 @@ class TrunkRegistration:
         if not event.contact_listed:
             self._outcomes["contact_missing"].inc()
             log.warning(
-                "worker %s: %s answered %d to our REGISTER without listing our contact %s (other contacts: %d); "
-                "calls for %s may not reach this worker",
+                "worker %s: trunk %s: %s answered %d to our REGISTER without listing our contact %s (other "
+                "contacts: %d); calls for %s may not reach this worker",
                 worker_id,
+                self.trunk,
                 event.registrar,
                 event.status,
                 event.contact,
@@ -165,12 +183,13 @@ class TrunkRegistration:
             )
         elif event.refreshed:
             self._outcomes["refreshed"].inc()
-            log.debug("worker %s: registration refreshed for %d s", worker_id, event.expires)
+            log.debug("worker %s: trunk %s: registration refreshed for %d s", worker_id, self.trunk, event.expires)
         else:
             self._outcomes["registered"].inc()
             log.info(
-                "worker %s: registered at %s for %s, %d s granted (other contacts: %d)",
+                "worker %s: trunk %s: registered at %s for %s, %d s granted (other contacts: %d)",
                 worker_id,
+                self.trunk,
                 event.registrar,
                 event.aor,
                 event.expires,
@@ -182,8 +201,9 @@ class TrunkRegistration:
         self._registered.set(1 if client is not None and client.registered else 0)
         self._outcomes[event.outcome].inc()
         log.warning(
-            "worker %s: registration failed (%d): %s; attempt %d failed, next in %.1f s",
+            "worker %s: trunk %s: registration failed (%d): %s; attempt %d failed, next in %.1f s",
             self._worker_id,
+            self.trunk,
             event.status,
             event.reason,
             event.failures,
@@ -195,7 +215,62 @@ class TrunkRegistration:
         self._ended.set()
         if event.ok:
             self._outcomes["unregistered"].inc()
-            log.info("worker %s: trunk registration removed (%s)", self._worker_id, event.reason)
+            log.info("worker %s: trunk %s: trunk registration removed (%s)", self._worker_id, self.trunk, event.reason)
         else:
             self._outcomes["unregister_failed"].inc()
-            log.warning("worker %s: removing the trunk registration failed: %s", self._worker_id, event.reason)
+            log.warning(
+                "worker %s: trunk %s: removing the trunk registration failed: %s",
+                self._worker_id,
+                self.trunk,
+                event.reason,
+            )
+
+
+class TrunkRegistrations:
+    """The worker's registrations, one per trunk with ``register = true`` (none: every call is a no-op). The
+    first, ``default`` when there is one, is also the single ``registration`` of the heartbeat (older readers)."""
+
+    def __init__(self, registrations: dict[str, TrunkRegistration]) -> None:
+        self.by_trunk = dict(sorted(registrations.items(), key=lambda item: item[0] != DEFAULT_TRUNK))
+        self._by_binding = {
+            (r.config.registrar, r.config.aor): r for r in self.by_trunk.values() if r.config is not None
+        }
+
+    @property
+    def primary(self) -> TrunkRegistration | None:
+        return next(iter(self.by_trunk.values()), None)
+
+    @property
+    def client(self) -> RegistrationClient | None:
+        primary = self.primary
+        return primary.client if primary is not None else None
+
+    def start(self) -> None:
+        for registration in self.by_trunk.values():
+            registration.start()
+
+    def begin_unregister(self, reason: str) -> None:
+        for registration in self.by_trunk.values():
+            registration.begin_unregister(reason)
+
+    async def unregister(self, reason: str) -> None:
+        """Remove every binding at once and wait for them (each bounded by the unregister timeout)."""
+        if self.by_trunk:
+            await asyncio.gather(*(r.unregister(reason) for r in self.by_trunk.values()))
+
+    def on_events(self, events: list[SipEvent]) -> None:
+        routed: dict[str, list[SipEvent]] = {}
+        for event in events:
+            if isinstance(event, REGISTRATION_EVENTS):
+                registration = self._by_binding.get((event.registrar, event.aor))
+                if registration is not None:
+                    routed.setdefault(registration.trunk, []).append(event)
+        for trunk, mine in routed.items():
+            self.by_trunk[trunk].on_events(mine)
+
+    def info(self) -> TrunkRegistrationModel | None:
+        primary = self.primary
+        return primary.info() if primary is not None else None
+
+    def infos(self) -> list[TrunkRegistrationModel]:
+        return [info for r in self.by_trunk.values() if (info := r.info()) is not None]

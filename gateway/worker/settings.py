@@ -33,7 +33,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from gateway.worker.slices import (
     CapacitySettings,
@@ -50,7 +50,7 @@ from gateway.worker.slices import (
     WorkerIdSettings,
     _Slice,
 )
-from gateway.worker.trunk_config import registration_config
+from gateway.worker.trunk_config import Trunk, worker_trunks
 
 __all__ = [
     "SLICES",
@@ -107,6 +107,7 @@ class WorkerSettings(BaseModel):
     session: SessionSettings = Field(default_factory=SessionSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     recording: RecordingSettings = Field(default_factory=RecordingSettings)
+    _trunks: dict[str, Trunk] = PrivateAttr(default_factory=dict)
     warm: WarmTransferSettings = Field(default_factory=WarmTransferSettings)
 
     def __init__(self, **values: Any) -> None:
@@ -147,9 +148,15 @@ class WorkerSettings(BaseModel):
                 check_outbound_proxy(self.trunking.sip_outbound_proxy, transports)
             except SipConfigError as exc:
                 raise ValueError(f"sip_outbound_proxy: {exc}") from exc
-        if self.trunking.trunk_register:
-            registration_config(self.trunking, transports=transports, worker_id=self.worker_id)
+        self._trunks = worker_trunks(
+            self.trunking, transports=transports, worker_id=self.worker_id, source=self.trunking.config
+        )
         return self
+
+    @property
+    def trunks(self) -> dict[str, Trunk]:
+        """The worker's trunks by name (gateway/worker/trunk_config.py), checked at start-up."""
+        return self._trunks
 
     @property
     def worker_id(self) -> str:

@@ -45,6 +45,7 @@ from gateway.observability import (
     CALL_SETUP_SECONDS,
     CALLS_TOTAL,
     SIP_CALLS_TOTAL,
+    TRUNK_CALLS_TOTAL,
 )
 from gateway.session.amd_gate import AmdPolicy
 from gateway.session.config import WebhookToolConfig
@@ -86,6 +87,7 @@ from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
 from gateway.worker.sip_midcall import MidCall, srtp_config
 from gateway.worker.slices import WarmTransferSettings
+from gateway.worker.trunk_config import InboundTrunks, Trunk, dial, trunk_media
 from gateway.worker.warm import WarmTransfers
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,7 @@ class SipCalls:
         media: MediaSettings,
         costs: CapacitySettings,
         trunk: TrunkSettings,
+        trunks: dict[str, Trunk] | None = None,
         trunk_credentials: ClientCredentials | None = None,
         warm: WarmTransferSettings | None = None,
     ) -> None:
@@ -139,6 +142,8 @@ class SipCalls:
         self._costs = costs
         self._trunk_settings = trunk
         self._trunk_credentials = trunk_credentials
+        self._trunks = trunks or {}
+        self._inbound_trunks = InboundTrunks(self._trunks)
         self.closing = False  # the worker is shutting down: no new calls
         self.by_handle: dict[CallHandle, CallLeg] = {}
         self.midcall = MidCall(signalling=signalling, engine=plant.engine, costs=costs, report=self._report_later)
@@ -359,9 +364,14 @@ class SipCalls:
         """Pick the codec of the INVITE's offer and set what the call takes of the capacity; False when it was
         refused (488, the reason naming the problem). An INVITE without an offer takes what the dearest codec of
         ours costs (the caller picks from our offer in its ACK)."""
-        leg.sdp = _offer_answer(self._media_settings)
+        trunk = self._inbound_trunks.of(leg.source.rpartition(":")[0].strip("[]"))
+        media = trunk_media(self._media_settings, trunk)
+        if trunk is not None:
+            log.info("call %s: from the trunk %s", leg.id, trunk.name)
+            TRUNK_CALLS_TOTAL.labels(self._host.id, trunk.name, "inbound").inc()
+        leg.sdp = _offer_answer(media)
         if not offer_body:
-            leg.cost = leg.agent_cost + self._costs.offer_cost(self._media_settings)
+            leg.cost = leg.agent_cost + self._costs.offer_cost(media)
             return True
         result = leg.sdp.answer(offer_body)
         if isinstance(result, Refused):
@@ -799,13 +809,12 @@ class SipCalls:
 
         if self._host.draining or self.closing:
             raise CommandRejectedError("worker is draining")
-        to_uri = request.to
-        if not to_uri.startswith(("sip:", "sips:", "tel:")):
-            if self._trunk_settings.trunk is None:
-                raise CommandRejectedError(
-                    f"{request.to!r} is a number, not a SIP URI, and no trunk is configured (GATEWAY_TRUNK)"
-                )
-            to_uri = f"sip:{request.to}@{self._trunk_settings.trunk}"
+        try:
+            route = dial(self._trunks, request.to, trunk_name=request.trunk, legacy_credentials=self._trunk_credentials)
+        except ValueError as exc:
+            raise caused(CommandRejectedError(str(exc)), None)  # noqa: B904
+        to_uri = route.uri
+        media = trunk_media(self._media_settings, route.trunk)
         leg = CallLeg(
             id=admission.call_id or f"c-{secrets.token_hex(6)}",
             sip=None,
@@ -815,12 +824,12 @@ class SipCalls:
             route=admission.route,
             profile=admission.profile or self._host.default_profile,
             owner=self,
-            cost=self._costs.offer_cost(self._media_settings),  # until the answer names the codec
+            cost=self._costs.offer_cost(media),  # until the answer names the codec
             amd=_amd_policy(request),
         )
         rtp = self._plant.ports.allocate()
         leg.rtp = rtp
-        leg.sdp = _offer_answer(self._media_settings)
+        leg.sdp = _offer_answer(media)
         leg.sdp.bind(address=self._sip_settings.advertised_host or rtp.host, port=rtp.port)
         offer = leg.sdp.offer()
         caller = request.caller_id or "gateway"
@@ -829,7 +838,11 @@ class SipCalls:
         leg.answered = asyncio.get_running_loop().create_future()
         try:
             leg.sip = self._signalling.invite(
-                to_uri, from_uri=from_uri, body=offer.to_bytes(), credentials=self._trunk_credentials
+                to_uri,
+                from_uri=from_uri,
+                body=offer.to_bytes(),
+                credentials=route.credentials,
+                outbound_proxy=route.outbound_proxy,
             )
         except LocalProtocolError as exc:  # a bad URI, or sips: without TLS enabled here
             self._plant.ports.release(rtp)
@@ -837,6 +850,8 @@ class SipCalls:
             raise caused(CommandRejectedError(str(exc)), exc)  # noqa: B904
         leg.transport = self._signalling.transport_of(leg.sip)
         SIP_CALLS_TOTAL.labels(self._host.id, leg.transport, "outbound").inc()
+        if route.trunk is not None:
+            TRUNK_CALLS_TOTAL.labels(self._host.id, route.trunk.name, "outbound").inc()
         leg.trace = _call_trace(leg, parent=admission.traceparent)
         leg.trace.start("setup", "call.setup")
         self._legs.add(leg)

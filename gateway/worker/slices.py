@@ -92,7 +92,9 @@ class SipListenSettings(_Slice):
     sip_auth_user: str | None = Field(
         default=None, description="Callers must authenticate as this user (digest); unset: no challenge."
     )
-    sip_auth_password: str | None = Field(default=None, description="Password of `GATEWAY_SIP_AUTH_USER`.")
+    sip_auth_password: SecretStr | None = Field(
+        default=None, repr=False, description="Password of `GATEWAY_SIP_AUTH_USER`; never logged."
+    )
     sip_rate_limit_per_s: float = Field(
         default=500.0,
         gt=0,
@@ -279,6 +281,17 @@ class TrunkSettings(_Slice):
         ge=0,
         le=60,
         description="How long a drain or a shutdown waits for the registrar to confirm the removal of our contact.",
+    )
+    config: str | None = Field(
+        default=None,
+        description="The routes file (the control plane's `GATEWAY_CONFIG`): the worker reads its `[trunks.<name>]` "
+        'tables at start-up (docs/operations.md, "Trunks"); these `GATEWAY_TRUNK_*` settings are the trunk '
+        "named `default`.",
+    )
+    trunk_unmatched_calls: Literal["allow", "reject"] = Field(
+        default="allow",
+        description="A new call from no trunk's `sources`: `allow` (challenged only with "
+        "`GATEWAY_SIP_AUTH_USER`, as without trunks) or `reject` (403; needs a trunk with `sources`).",
     )
 
     @field_validator("sip_outbound_proxy", mode="before")

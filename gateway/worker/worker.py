@@ -264,6 +264,7 @@ class MediaWorker:
             status="draining" if self.draining else "up",
             version=__version__,
             registration=self.registration.info(),
+            registrations=self.registration.infos(),
         )
 
     def heartbeat_soon(self) -> None:

@@ -1,6 +1,7 @@
 """baresip 1.0 as a scripted SIP phone for end-to-end tests.
 
-Each `BaresipPhone` has its own config dir (`-f DIR`): a UDP SIP listener on 127.0.0.1, an RTP port range
+Each `BaresipPhone` has its own config dir (`-f DIR`): a UDP SIP listener on 127.0.0.1 (or `host`, another
+loopback address: a second trunk's source), an RTP port range
 of its own, `aufile` as the audio source (the WAV it "speaks"), `alsa,null` as the player (baresip 1.0's
 aufile has no player), and the `sndfile` audio filter, which writes what the phone sent and heard as
 `dump-<time>-enc.wav` / `dump-<time>-dec.wav` in its recordings dir (complete once the call closed).
@@ -101,6 +102,10 @@ class BaresipPhone:
         tls_key: Path | None = None,
         tls_cafile: Path | None = None,
         sip_trace: bool = False,
+        host: str = "127.0.0.1",
+        auth: tuple[str, str] | None = None,
+        aor: str | None = None,
+        regint: int = 0,
     ) -> None:
         """``mediaenc``: the account's media encryption, with baresip's srtp.so loaded: ``srtp`` (RTP/AVP with
         a=crypto, SRTP if answered so), ``srtp-mand`` (RTP/SAVP) or ``srtp-mandf`` (RTP/SAVPF). It is the media's
@@ -108,7 +113,11 @@ class BaresipPhone:
 
         ``tls_cert``/``tls_key``: the certificate its TLS listener serves (joined into the one file baresip reads);
         ``tls_cafile``: its `sip_cafile` (read, but servers are not verified by baresip 1.0: see the module).
-        ``sip_trace``: baresip writes every SIP message it sends and receives to its log (``-s``)."""
+        ``sip_trace``: baresip writes every SIP message it sends and receives to its log (``-s``).
+
+        ``host``: the address it listens and sends from; ``auth``: the (user, password) answering a 401/407;
+        ``aor``: the account's address (the registrar is its host) and ``regint``: register it every so many
+        seconds (0: never)."""
         self.name = name
         self.user = user
         self.codecs = tuple(CODEC_ALIASES.get(c.lower(), c) for c in codecs)
@@ -126,6 +135,7 @@ class BaresipPhone:
             raise ValueError("tls_cert and tls_key go together")
         self.tls_cert, self.tls_key, self.tls_cafile = tls_cert, tls_key, tls_cafile
         self.sip_trace = sip_trace
+        self.host, self.auth, self.aor, self.regint = host, auth, aor, regint
         # SIP on P (UDP and TCP; baresip takes P+1 for TLS), ctrl_tcp on P+2, RTP in P+4..P+11 (even start).
         ports = free_ports(12)
         self.sip_port = ports[0]
@@ -144,7 +154,7 @@ class BaresipPhone:
 
     @property
     def sip_uri(self) -> str:
-        return f"sip:{self.user}@127.0.0.1:{self.sip_port}"
+        return f"sip:{self.user}@{self.host}:{self.sip_port}"
 
     @property
     def tls_port(self) -> int:
@@ -153,7 +163,7 @@ class BaresipPhone:
     @property
     def tls_uri(self) -> str:
         """Its address over TLS (its listener serves ``tls_cert``)."""
-        return f"sip:{self.user}@127.0.0.1:{self.tls_port};transport=tls"
+        return f"sip:{self.user}@{self.host}:{self.tls_port};transport=tls"
 
     @property
     def log_path(self) -> Path | None:
@@ -178,7 +188,7 @@ class BaresipPhone:
             tls_lines.append(f"sip_cafile {self.tls_cafile}")
         lines = [
             "poll_method epoll",
-            f"sip_listen 127.0.0.1:{self.sip_port}",
+            f"sip_listen {self.host}:{self.sip_port}",
             *tls_lines,
             f"audio_source aufile,{source}",
             "audio_player alsa,null",
@@ -193,7 +203,10 @@ class BaresipPhone:
         ]
         (self.config_dir / "config").write_text("\n".join(lines) + "\n")
         answermode = "auto" if self.auto_answer else "manual"
-        account = f"<{self.sip_uri}>;regint=0;audio_codecs={','.join(self.codecs)};answermode={answermode}"
+        account = f"<{self.aor or self.sip_uri}>;regint={self.regint};audio_codecs={','.join(self.codecs)}"
+        account += f";answermode={answermode}"
+        if self.auth is not None:
+            account += f";auth_user={self.auth[0]};auth_pass={self.auth[1]}"
         if self.mediaenc:
             account += f";mediaenc={self.mediaenc}"
         (self.config_dir / "accounts").write_text(account + "\n")
@@ -202,7 +215,7 @@ class BaresipPhone:
 
     async def start(self, *, within: float = 10.0) -> BaresipPhone:
         self._write_config()
-        argv = ["baresip", "-f", str(self.config_dir), "-n", "127.0.0.1", "-t", str(int(self.lifetime))]
+        argv = ["baresip", "-f", str(self.config_dir), "-n", self.host, "-t", str(int(self.lifetime))]
         if self.sip_trace:
             argv.append("-s")
         self.process = await self._procs.start(self.name, argv, lifetime=self.lifetime + 5)

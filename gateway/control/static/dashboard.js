@@ -410,7 +410,10 @@ window.gatewayDashboard = { views: {} };
     const meta = [worker.url || "in-process", worker.version && `v${worker.version}`,
       age !== null && `heartbeat ${age < 90 ? `${age.toFixed(0)} s` : `${(age / 60).toFixed(0)} min`} ago`];
     card.append(el("div", "worker-meta", meta.filter(Boolean).join(" · ")));
-    if (worker.registration) card.append(trunkLine(worker.registration));
+    // One line per trunk registration; a worker from before trunks sends the single registration only.
+    const registrations = worker.registrations && worker.registrations.length
+      ? worker.registrations : (worker.registration ? [worker.registration] : []);
+    for (const reg of registrations) card.append(trunkLine(reg));
     const bar = el("div", "loadbar");
     const fill = el("span", grade(worker.load, 0.7, 0.9, false) === "good" ? "" : grade(worker.load, 0.7, 0.9, false));
     fill.style.width = `${Math.min(100, Math.round((worker.load || 0) * 100))}%`;
@@ -428,15 +431,16 @@ window.gatewayDashboard = { views: {} };
     return card;
   }
 
-  // The worker's registration with the trunk (GATEWAY_TRUNK_REGISTER): state, time left or next try, and why
-  // the last attempt failed; the registrar, AOR and contact in the tooltip.
+  // The worker's registration with a trunk (register = true): state, time left or next try, and why the last
+  // attempt failed; the registrar, AOR and contact in the tooltip. The trunk default is just "trunk".
   function trunkLine(reg) {
     const now = Date.now() / 1000;
     const seconds = (at) => {
       const left = Math.max(0, at - now);
       return left < 120 ? `${Math.round(left)} s` : `${Math.round(left / 60)} min`;
     };
-    const parts = [`trunk ${reg.state}`];
+    const name = reg.trunk && reg.trunk !== "default" ? `trunk ${reg.trunk}` : "trunk";
+    const parts = [`${name} ${reg.state}`];
     if ((reg.state === "registered" || reg.state === "refreshing") && reg.expires_at) {
       parts.push(`expires in ${seconds(reg.expires_at)}`);
     }
@@ -448,6 +452,7 @@ window.gatewayDashboard = { views: {} };
     const tone = { registered: "good", refreshing: "good", failed: "bad", registering: "warn" }[reg.state] || "";
     const box = el("div", `worker-trunk ${tone}`.trim());
     box.dataset.trunkState = reg.state;
+    box.dataset.trunk = reg.trunk || "default";
     box.title = [`registrar ${reg.registrar}`, `AOR ${reg.aor}`, reg.contact && `contact ${reg.contact}`,
       reg.last_error].filter(Boolean).join("\n");
     box.append(el("div", "", parts.join(" · ")));

@@ -63,6 +63,16 @@ async def live() -> AsyncIterator[tuple[str, ControlPlane, FakeWorker, FakeWorke
         last_error="sip:sip.carrier.example refused the credentials of user 'gw' for realm 'carrier.example'",
         attempts=3,
     )
+    second.registrations = [
+        second.registration,
+        TrunkRegistration(
+            trunk="carrier_b",
+            state="registered",
+            registrar="sip:reg.carrier-b.example",
+            aor="sip:+15550200@carrier-b.example",
+            expires_at=time.time() + 600,
+        ),
+    ]
     await first.connect(InProcessControlLink(plane, first))
     await second.connect(InProcessControlLink(plane, second))
     async with serve(app) as url:
@@ -132,9 +142,12 @@ async def test_dashboard_shows_live_calls_and_hangs_up(
             trunk_ok = page.locator('[data-worker-id="media-1"] .worker-trunk')
             await expect(trunk_ok).to_contain_text("trunk registered · expires in 50 min")
             assert "AOR sip:+15550100@carrier.example" in (await trunk_ok.get_attribute("title") or "")
-            trunk_bad = page.locator('[data-worker-id="media-2"] .worker-trunk')
+            trunk_bad = page.locator('[data-worker-id="media-2"] .worker-trunk[data-trunk="default"]')
             await expect(trunk_bad).to_contain_text("trunk failed · 401 · attempt 3 · retry in")
             await expect(trunk_bad.locator(".worker-trunk-error")).to_contain_text("refused the credentials of user")
+            # A worker with several trunks has a line for each.
+            trunk_b = page.locator('[data-worker-id="media-2"] .worker-trunk[data-trunk="carrier_b"]')
+            await expect(trunk_b).to_contain_text("trunk carrier_b registered · expires in 10 min")
             await expect(page.locator("#live-count")).to_have_text("2")
 
             # Live statistics arrive over SSE.

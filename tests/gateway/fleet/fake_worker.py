@@ -52,6 +52,7 @@ class FakeWorker:
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
         self.drains: list[bool] = []
         self.registration: TrunkRegistration | None = None  # what it reports of its trunk registration
+        self.registrations: list[TrunkRegistration] = []  # and of each trunk's
         self.drain_deadlines: list[float | None] = []
         self.hung_up = asyncio.Event()
 
@@ -145,6 +146,7 @@ class FakeWorker:
             draining=self.draining,
             version="test",
             registration=self.registration,
+            registrations=self.registrations,
         )
 
     async def connect(self, link: ControlLink) -> WorkerInfo:

@@ -39,6 +39,7 @@ from telcodecs.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from telcodecs.opus import OpusDecoder, OpusEncoder
 
 if TYPE_CHECKING:
+    from gateway.sip.auth import ClientCredentials
     from gateway.worker.worker import MediaWorker
 
 
@@ -67,17 +68,24 @@ class PeerCall:
 
 class SipPeer:
     def __init__(
-        self, *, port: int | None = None, authenticator: object | None = None, tls: TlsContexts | None = None
+        self,
+        *,
+        port: int | None = None,
+        authenticator: object | None = None,
+        tls: TlsContexts | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
-        """``tls``: also speak SIP over TLS (a listener on ``tls_port`` when the contexts carry a certificate)."""
+        """``tls``: also speak SIP over TLS (a listener on ``tls_port`` when the contexts carry a certificate);
+        ``host``: another loopback address (127.0.0.2: a second trunk's source)."""
         from tests.support.procs import free_ports
 
         if port is None:
             port = free_ports(1)[0]
         self.tls_port = free_ports(1)[0]
         transports = ("udp", "tls") if tls is not None else ("udp",)
+        self.host = host
         config = SipConfig(
-            local_host="127.0.0.1",
+            local_host=host,
             local_port=port,
             tls_port=self.tls_port,
             transports=transports,
@@ -102,7 +110,7 @@ class SipPeer:
         self.events: asyncio.Queue[SipEvent] = asyncio.Queue()
         self.transport = SipTransport(
             self.endpoint,
-            host="127.0.0.1",
+            host=host,
             port=port,
             transports=transports,
             on_events=self._on_events,
@@ -148,11 +156,12 @@ class SipPeer:
         srtp: Sequence[str] = (),
         srtp_profile: str = "RTP/SAVP",
         telephone_event: bool = True,
+        credentials: ClientCredentials | None = None,
     ) -> PeerCall:
         """``srtp``: offer these SDES suites (one a=crypto line each, tags 1..) on ``srtp_profile`` (RTP/AVP for an
-        RFC 8643 OSRTP offer)."""
+        RFC 8643 OSRTP offer); ``credentials`` answer a 401."""
         rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rtp.bind(("127.0.0.1", 0))
+        rtp.bind((self.host, 0))
         rtp.setblocking(False)
         offered = tuple(
             CryptoAttribute(tag=tag, suite=suite, keys=(KeyParam(key_salt=random.randbytes(30)),))
@@ -160,7 +169,7 @@ class SipPeer:
         )
         if body is None:
             offer = build_offer(
-                local_address="127.0.0.1",
+                local_address=self.host,
                 local_port=rtp.getsockname()[1],
                 session_id=1,
                 session_version=1,
@@ -170,7 +179,11 @@ class SipPeer:
             mode = "required" if srtp_profile.upper() in SRTP_PROFILES else "optional"
             body = secure_offer(offer, mode, offered).to_bytes()
         handle = self.endpoint.invite(
-            target, self.transport.now(), from_uri=f"sip:{from_user}@127.0.0.1:{self.port}", body=body
+            target,
+            self.transport.now(),
+            from_uri=f"sip:{from_user}@{self.host}:{self.port}",
+            body=body,
+            credentials=credentials,
         )
         call = PeerCall(handle=handle, rtp=rtp, offered_crypto=offered)
         self.calls[handle] = call

@@ -195,15 +195,16 @@ async def test_the_worker_registers_lists_its_registration_and_removes_it_on_dra
     settings = settings_for(registrar)
     worker = make_worker(settings)
     worker.link = InProcessControlLink(app.state.plane, worker)
-    before = metric("gateway_trunk_register_total", worker="w-reg", outcome="registered")
+    before = metric("gateway_trunk_register_total", worker="w-reg", trunk="default", outcome="registered")
     await worker.start()
     try:
         await until(lambda: worker.registration.client is not None and worker.registration.client.registered)
         [binding] = registrar.registrar.contacts("+15550100", asyncio.get_running_loop().time())
         assert binding.uri == f"sip:gateway@127.0.0.1:{settings.sip.sip_port}"
         assert f'+sip.instance="<{instance_id("w-reg")}>"' in binding.contact
-        assert metric("gateway_trunk_registered", worker="w-reg") == 1.0
-        assert metric("gateway_trunk_register_total", worker="w-reg", outcome="registered") == before + 1
+        assert metric("gateway_trunk_registered", worker="w-reg", trunk="default") == 1.0
+        registered = metric("gateway_trunk_register_total", worker="w-reg", trunk="default", outcome="registered")
+        assert registered == before + 1
 
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://plane") as api:
 
@@ -225,7 +226,7 @@ async def test_the_worker_registers_lists_its_registration_and_removes_it_on_dra
             await worker.drain(exit_when_empty=False)
             await until(lambda: worker.registration.info().state == "unregistered")  # type: ignore[union-attr]
             assert registrar.registrar.contacts("+15550100", asyncio.get_running_loop().time()) == []
-            assert metric("gateway_trunk_registered", worker="w-reg") == 0.0
+            assert metric("gateway_trunk_registered", worker="w-reg", trunk="default") == 0.0
     finally:
         await worker.aclose()
     assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
@@ -239,7 +240,7 @@ async def test_a_refused_password_is_reported_and_retried_with_growing_backoff(r
         assert info.last_status == 401
         assert "'gw-auth'" in info.last_error and "'registrar.test'" in info.last_error
         assert info.next_attempt_at is not None and info.next_attempt_at > time.time() - 0.1
-        assert metric("gateway_trunk_registered", worker="w-reg") == 0.0
+        assert metric("gateway_trunk_registered", worker="w-reg", trunk="default") == 0.0
         await until(lambda: worker.registration.client is not None and worker.registration.client.failures >= 4)
         client = worker.registration.client
         assert client is not None
@@ -261,14 +262,15 @@ async def test_shutdown_with_a_dead_registrar_is_bounded(registrar: UdpRegistrar
     await worker.start()
     await until(lambda: worker.registration.client is not None and worker.registration.client.registered)
     registrar.registrar.silent = True
-    before = metric("gateway_trunk_register_total", worker="w-reg", outcome="unregister_failed")
+    before = metric("gateway_trunk_register_total", worker="w-reg", trunk="default", outcome="unregister_failed")
     started = time.monotonic()
     await worker.aclose()
     took = time.monotonic() - started
     assert 0.9 <= took < 3.0, took  # GATEWAY_TRUNK_UNREGISTER_TIMEOUT_S=1, not Timer F's 32 s
     info = worker.registration.info()
     assert info is not None and info.state == "unregistered" and "within 1 s" in info.last_error
-    assert metric("gateway_trunk_register_total", worker="w-reg", outcome="unregister_failed") == before + 1
+    failed = metric("gateway_trunk_register_total", worker="w-reg", trunk="default", outcome="unregister_failed")
+    assert failed == before + 1
     assert registrar.registrar.requests[-1].headers.get("Expires") == "0"
 
 
