@@ -77,6 +77,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.inband_dtmf",
         "CPU per call-frame of in-band DTMF detection in the tick, against the same calls without it",
     ),
+    "warm-bridge": (
+        "bench.warm_bridge",
+        "CPU per leg-frame of a warm-transferred call bridged in the tick, against the same legs with an agent",
+    ),
     "amd": (
         "bench.amd",
         "answering-machine detection on the labelled set: precision, recall, beep timing, CPU per frame",

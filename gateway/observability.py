@@ -45,6 +45,12 @@ OPUS_ENCODE_MOVES_TOTAL = Counter(
     registry=REGISTRY,
 )
 CALLS_TOTAL = Counter("gateway_calls_total", "Calls ended, by end reason", ["worker", "end_reason"], registry=REGISTRY)
+WARM_TRANSFERS_TOTAL = Counter(
+    "gateway_warm_transfers_total",
+    "Warm transfers to a human, by outcome: transferred (joined), failed (not reached), ended (caller left first)",
+    ["worker", "outcome"],
+    registry=REGISTRY,
+)
 CALL_SETUP_SECONDS = Histogram(
     "gateway_call_setup_seconds",
     "INVITE received -> 200 OK sent",

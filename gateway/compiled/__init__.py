@@ -56,6 +56,7 @@ MODULES: tuple[str, ...] = (
     "gateway.session.turns",
     "gateway.transport.clock",
     "gateway.transport.rtp_socket",
+    "gateway.worker.bridge",
     "gateway.worker.routes",
     "gateway.worker.sip_calls",
     "gateway.worker.worker",

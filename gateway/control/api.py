@@ -41,7 +41,9 @@ from gateway.fleet.models import (
     InjectRequest,
     OriginateRequest,
     SayRequest,
+    TransferLine,
     TransferRequest,
+    WarmTransferRequest,
     WorkerInfo,
 )
 from gateway.records import CallRecord
@@ -245,6 +247,22 @@ async def transfer(plane: PlaneDep, call_id: CallId, body: TransferRequest) -> R
     """Blind transfer (SIP REFER) of the caller to ``target``."""
     await plane.transfer(call_id, body.target)
     return Response(status_code=204)
+
+
+@router.post(
+    "/calls/{call_id}/warm_transfer",
+    status_code=202,
+    tags=["calls"],
+    response_model=TransferLine,
+    responses=errors(404, 409, 502),
+)
+async def warm_transfer(plane: PlaneDep, call_id: CallId, body: WarmTransferRequest) -> TransferLine:
+    """Warm transfer: the caller waits on hold while a human (number, SIP URI or queue name) is dialled and briefed
+    with ``summary`` (made from the transcript when empty), then the two are joined and the agent leaves the call.
+    Answered once the human's phone rings; ``call.transferred`` or ``call.transfer_failed`` follows (on failure the
+    caller is back with the agent, who says so). 409 when the call is not up with its agent, is on hold, is in a
+    transfer already, is a browser call, or the target cannot be dialled (a number and no trunk)."""
+    return await plane.warm_transfer(call_id, body)
 
 
 @router.post("/calls/{call_id}/hold", status_code=204, tags=["calls"], responses=errors(404, 409, 502))

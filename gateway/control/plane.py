@@ -43,6 +43,8 @@ from gateway.fleet.models import (
     EventType,
     FleetEvent,
     OriginateRequest,
+    TransferLine,
+    WarmTransferRequest,
     WorkerEvent,
     WorkerInfo,
 )
@@ -359,8 +361,9 @@ class ControlPlane:
             elif event.call is not None:
                 call = event.call.model_copy(update={"worker": event.worker})
                 await self._track_one(call)
-                if event.type in ("call.held", "call.resumed"):
-                    # A hold is told as itself on the stream, besides the call.updated its state change made.
+                if event.type in _TOLD_AS_ITSELF:
+                    # A hold or a warm transfer (the call's ``transfer``) is told as itself on the stream, besides
+                    # the call.updated its state change made.
                     await self._publish(event.type, _event_view(call))
                 elif event.type == "guardrail.tripped" and call.stats.guardrail_trips:
                     trip = call.stats.guardrail_trips[-1]
@@ -630,6 +633,10 @@ class ControlPlane:
         _, commands = await self._live_call_and_commands(call_id)
         await commands.hold(call_id, held)
 
+    async def warm_transfer(self, call_id: str, request: WarmTransferRequest) -> TransferLine:
+        _, commands = await self._live_call_and_commands(call_id)
+        return await commands.warm_transfer(call_id, request)
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control (say, inject, update, handoff), forwarded to the call's worker. A handoff goes with
         the profile it names from this plane's config (CommandRejectedError for a profile it does not have)."""
@@ -674,6 +681,12 @@ class ControlPlane:
         for commands in self._http_commands.values():
             await commands.aclose()
         self._http_commands.clear()
+
+
+# Worker events published as themselves with the call (besides the call.updated of its change): holds, transfers.
+_TOLD_AS_ITSELF = frozenset(
+    {"call.held", "call.resumed", "call.transfer_started", "call.transferred", "call.transfer_failed"}
+)
 
 
 def _event_view(call: CallSnapshot) -> dict[str, Any]:

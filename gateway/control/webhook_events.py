@@ -27,6 +27,9 @@ WebhookEventType = Literal[
     "call.referred",
     "guardrail.tripped",
     "tool.called",
+    "call.transfer_started",
+    "call.transferred",
+    "call.transfer_failed",
 ]
 WEBHOOK_EVENT_TYPES: tuple[WebhookEventType, ...] = get_args(WebhookEventType)
 
@@ -41,6 +44,9 @@ EVENT_SOURCES: dict[str, WebhookEventType] = {
     "stream:agent.handoff": "agent.handoff",
     "stream:call.referred": "call.referred",
     "stream:guardrail.tripped": "guardrail.tripped",
+    "stream:call.transfer_started": "call.transfer_started",
+    "stream:call.transferred": "call.transferred",
+    "stream:call.transfer_failed": "call.transfer_failed",
     "record:ended": "call.ended",
     "record:transcript": "call.transcript",
     "record:tools": "tool.called",
@@ -132,6 +138,16 @@ def from_stream(
         return []
     # Several per call: told apart by the stream's event id and time (ids of an in-memory store restart at 1).
     key = kind if kind in _ONCE_PER_CALL else f"{kind}:{event_id}:{time:.6f}"
+    if kind.startswith("call.transfer"):  # the stream has the whole call: its summary and its transfer line
+        return [
+            WebhookEvent(
+                type=kind,
+                call_id=call_id,
+                dedupe_key=key,
+                time=time,
+                data={**call_summary(data), "transfer": data.get("transfer")},
+            )
+        ]
     return [WebhookEvent(type=kind, call_id=call_id, dedupe_key=key, time=time, data={"call_id": call_id, **data})]
 
 

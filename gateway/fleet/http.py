@@ -37,7 +37,9 @@ from gateway.fleet.models import (
     OriginateCommand,
     OriginateRequest,
     ReportRequest,
+    TransferLine,
     TransferRequest,
+    WarmTransferRequest,
     WorkerEvent,
     WorkerInfo,
 )
@@ -270,6 +272,10 @@ class HttpWorkerCommands:
 
     async def hold(self, call_id: str, held: bool) -> None:
         await self._http.request("POST", f"/calls/{call_id}/{'hold' if held else 'unhold'}", {})
+
+    async def warm_transfer(self, call_id: str, request: WarmTransferRequest) -> TransferLine:
+        data = await self._http.request("POST", f"/calls/{call_id}/warm_transfer", request.model_dump(mode="json"))
+        return TransferLine.model_validate(data)
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         await self._http.request("POST", f"/calls/{call_id}/agent", command.model_dump(mode="json"))

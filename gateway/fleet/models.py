@@ -49,6 +49,9 @@ EventType = Literal[
     "call.refer_received",
     "call.referred",
     "call.refer_failed",
+    "call.transfer_started",
+    "call.transferred",
+    "call.transfer_failed",
 ]
 # The subset a worker may report through ControlLink.report (worker.* events are derived by the plane,
 # except "worker.gone", which a worker sends when it exits after a drain).
@@ -68,6 +71,9 @@ WorkerEventType = Literal[
     "call.refer_received",
     "call.referred",
     "call.refer_failed",
+    "call.transfer_started",
+    "call.transferred",
+    "call.transfer_failed",
 ]
 
 LEVEL_HISTORY_MAX = 120
@@ -336,6 +342,28 @@ class RecordingModel(_Model):
     duration_s: float = Field(default=0.0, ge=0.0, description="Audio written (0 while the call runs)")
 
 
+class TransferLine(_Model):
+    """A warm transfer (POST /v1/calls/{id}/warm_transfer, the agent's warm_transfer tool): the caller's leg,
+    the human's leg, and where it got to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(max_length=64, description="The transfer's id")
+    target: str = Field(max_length=256, description="What was dialled (a queue name resolved to its target)")
+    caller_leg: str = Field(max_length=64, description="The caller's call id")
+    human_leg: str = Field(max_length=64, description="The human's call id (its own call record)")
+    state: Literal["dialling", "briefing", "bridged", "failed", "ended"]
+    initiator: Literal["agent", "api"]
+    outcome: str = Field(
+        default="", max_length=64, description="Why it failed (no_answer, sip_486, ...) or how the bridge ended"
+    )
+    briefed: bool = Field(default=False, description="The human heard the summary before the legs were joined")
+    started: float
+    answered: float | None = None
+    bridged: float | None = None
+    ended: float | None = None
+
+
 class CallSnapshot(_Model):
     """The state of one call. Workers send these; the plane stores and publishes them."""
 
@@ -422,6 +450,9 @@ class CallSnapshot(_Model):
     )
     referrals: list[ReferralLine] = Field(
         default_factory=list, max_length=32, description="REFERs the peer sent (transfers of the call), in order"
+    )
+    transfer: TransferLine | None = Field(
+        default=None, description="The call's last warm transfer to a human: both legs and how it went (None: none)"
     )
 
     @property
@@ -904,6 +935,31 @@ class TransferRequest(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{"target": "+15550142"}]})
 
     target: str = Field(min_length=1, max_length=256, description="SIP URI or number (REFER target)")
+
+
+class WarmTransferRequest(_Model):
+    """POST /v1/calls/{id}/warm_transfer: bring a human in, briefed, then join them with the caller."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"examples": [{"target": "sales", "summary": "Caller wants to upgrade to the annual plan."}]},
+    )
+
+    target: str = Field(
+        min_length=1,
+        max_length=256,
+        description="A number (dialled through the trunk), a SIP URI, or a queue name (GATEWAY_WARM_TRANSFER_QUEUES)",
+    )
+    summary: str = Field(
+        default="", max_length=2000, description="What the human is told first; empty: made from the transcript"
+    )
+    ring_timeout_s: float | None = Field(
+        default=None, gt=0.0, le=300.0, description="How long the human's phone rings (default: the worker's setting)"
+    )
+    caller_hears: Literal["hold", "agent"] = Field(
+        default="hold", description="hold: the hold audio while the human is dialled and briefed; agent: the agent"
+    )
 
 
 class DtmfRequest(_Model):

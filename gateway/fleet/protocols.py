@@ -23,6 +23,8 @@ from gateway.fleet.models import (
     AgentCommand,
     CallSnapshot,
     OriginateRequest,
+    TransferLine,
+    WarmTransferRequest,
     WorkerEvent,
     WorkerInfo,
 )
@@ -40,6 +42,11 @@ class WorkerCommands(Protocol):
 
     async def hold(self, call_id: str, held: bool) -> None:
         """Put the caller on hold with hold audio (True) or take them off it (CommandRejectedError: 409)."""
+        ...
+
+    async def warm_transfer(self, call_id: str, request: WarmTransferRequest) -> TransferLine:
+        """Bring a human in, briefed, then join them with the caller (gateway/worker/warm.py); returns once their
+        phone rings (CommandRejectedError: 409 naming why it cannot)."""
         ...
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:

@@ -28,6 +28,7 @@ from gateway.fleet.models import (
     HangupRequest,
     OriginateCommand,
     TransferRequest,
+    WarmTransferRequest,
 )
 from gateway.fleet.protocols import WorkerCommands
 
@@ -105,6 +106,13 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
     async def unhold(call_id: str) -> Any:
         result = await _run(lambda: commands.hold(call_id, False))
         return result if isinstance(result, Response) else Response(status_code=204)
+
+    @router.post("/calls/{call_id}/warm_transfer", status_code=202, response_model=None)
+    async def warm_transfer(call_id: str, body: WarmTransferRequest) -> Any:
+        result = await _run(lambda: commands.warm_transfer(call_id, body))
+        if isinstance(result, Response):
+            return result
+        return JSONResponse(result.model_dump(mode="json"), status_code=202)
 
     @router.post("/calls/{call_id}/agent", status_code=204, response_model=None)
     async def command_agent(call_id: str, body: AgentCommand) -> Any:

@@ -71,6 +71,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "handoff_log": [line.model_dump(mode="json") for line in call.handoffs] or None,
         "amd": call.amd.model_dump(mode="json") if call.amd is not None else None,
         "referrals": [line.model_dump(mode="json") for line in call.referrals] or None,
+        "transfer": call.transfer.model_dump(mode="json") if call.transfer is not None else None,
     }
 
 
@@ -161,5 +162,6 @@ def record_from_rows(
             "recording": row.get("recording"),
             "amd": row.get("amd"),
             "referrals": row.get("referrals") or [],
+            "transfer": row.get("transfer"),
         }
     )

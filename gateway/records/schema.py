@@ -56,6 +56,7 @@ calls = sa.Table(
     sa.Column("handoff_log", sa.JSON, nullable=True),  # [{at_s, from_profile, to_profile, ...}]
     sa.Column("amd", sa.JSON, nullable=True),  # outbound answering-machine detection: {result, reason, at_s, beep_at_s}
     sa.Column("referrals", sa.JSON, nullable=True),  # the peer's REFERs: [{at_s, target, replaces, outcome, status}]
+    sa.Column("transfer", sa.JSON, nullable=True),  # warm transfer: {id, caller_leg, human_leg, state, outcome, ...}
     sa.Index("ix_calls_started_at", "started_at", "id"),
     sa.Index("ix_calls_ended_at", "ended_at"),
     sa.Index("ix_calls_from_number", "from_number"),

@@ -2,7 +2,8 @@
 
 ``transfer`` is a blind transfer (RFC 3515 REFER, progress tracked through NOTIFY sipfrag per RFC 3515 §2.4.5);
 ``send_dtmf`` sends RFC 4733 telephone-events toward the caller; ``hang_up`` ends the call (BYE, RFC 3261 §15);
-``hold`` re-INVITEs with a=sendonly (RFC 3264 §8.4) and plays the hold audio, or a=sendrecv to resume.
+``hold`` re-INVITEs with a=sendonly (RFC 3264 §8.4) and plays the hold audio, or a=sendrecv to resume;
+``warm_transfer`` brings a human in, briefed, and joins them with the caller (gateway/worker/warm.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ class TransferOutcome:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmTransferStart:
+    """How a warm transfer's start went: ``dialling`` (the caller is on hold, the human's phone rings; the agent
+    is told the outcome later, if the human is not reached) or ``refused`` (``detail`` says why)."""
+
+    status: Literal["dialling", "refused"]
+    transfer_id: str = ""
+    detail: str = ""
+
+
 class CallControl(Protocol):
     async def hang_up(self, reason: str) -> None:
         """End the call toward the caller. Must be idempotent."""
@@ -40,4 +51,9 @@ class CallControl(Protocol):
 
     async def hold(self, held: bool) -> None:
         """Put the caller on hold (True) or take them off it; raises, naming why, when the call cannot be."""
+        ...
+
+    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+        """Dial a human at ``target``, brief them with ``summary`` and join them with the caller
+        (gateway/worker/warm.py); returns once their phone rings, or refused."""
         ...

@@ -751,6 +751,12 @@ class CallSession:
     # ---------------------------------------------------------------------------- hold and no-input
 
     @property
+    def agent_idle(self) -> bool:
+        """Nobody speaks, no reply is running or about to start, and no tool runs in the foreground: what the agent
+        said has been played out (a warm transfer's briefing is over when this holds after it spoke)."""
+        return self._idle(self._clock())
+
+    @property
     def held(self) -> HoldBy | None:
         """Who holds the call (gateway/session/hold.py), None when it is not on hold."""
         return self._hold.by

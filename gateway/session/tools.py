@@ -1,5 +1,6 @@
 """Tools the agent may call: the Tool protocol, the registry that resolves a profile's tools, the built-ins
-(``hang_up``, ``transfer``, ``send_dtmf``, ``hold_caller``, ``resume_caller``) and HTTP webhook tools.
+(``hang_up``, ``transfer``, ``send_dtmf``, ``hold_caller``, ``resume_caller``, ``warm_transfer``) and HTTP
+webhook tools.
 
 A tool returns its output as text (JSON by convention). It raises :class:`ToolError` for a failure the agent
 should be told about; the session turns that, any other exception and a timeout into ``{"error": ...}`` output
@@ -179,6 +180,53 @@ class HoldTool:
         return _ok(status="held" if self._held else "resumed")
 
 
+class WarmTransferTool:
+    """``warm_transfer``: a human is dialled and briefed while the caller waits on hold, then joined with the caller,
+    and the agent leaves the call (gateway/worker/warm.py). Returns once the human's phone rings; if they are not
+    reached, the caller comes back and the agent is told with a note."""
+
+    background_ok = False
+
+    def __init__(self, *, allowed_targets: tuple[str, ...], drain_timeout_s: float) -> None:
+        self._allowed = allowed_targets
+        self._drain_timeout_s = drain_timeout_s
+        target: dict[str, Any] = {
+            "type": "string",
+            "description": "Number, SIP URI or queue name of the person to bring in.",
+        }
+        if allowed_targets:
+            target["enum"] = list(allowed_targets)
+        summary = {
+            "type": "string",
+            "description": "What the person should know before they take the call: who the caller is, what they "
+            "need, what was done. Said to them before the caller is connected.",
+        }
+        self.spec = ToolSpec(
+            name="warm_transfer",
+            description="Bring a human colleague into the call: the caller waits on hold while you brief them, then "
+            "the two are connected and you leave the call. Tell the caller first.",
+            parameters={
+                "type": "object",
+                "properties": {"target": target, "summary": summary},
+                "required": ["target", "summary"],
+            },
+        )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        target = str(invocation.arguments.get("target") or "").strip()
+        summary = str(invocation.arguments.get("summary") or "").strip()
+        if not target:
+            raise ToolError("warm_transfer needs a target")
+        if self._allowed and target not in self._allowed:
+            raise ToolError(f"warm_transfer target {target!r} is not allowed; allowed: {', '.join(self._allowed)}")
+        actions = invocation.actions
+        await actions.wait_agent_quiet(self._drain_timeout_s)
+        started = await actions.control.warm_transfer(target, summary[:2000])
+        if started.status != "dialling":
+            raise ToolError(f"warm transfer refused: {started.detail}")
+        return _ok(status="dialling", transfer_id=started.transfer_id, target=target)
+
+
 class WebhookTool:
     """A tool served over HTTP (POST JSON); any non-2xx answer is a ToolError."""
 
@@ -289,9 +337,10 @@ class ToolRegistry:
             SendDtmfTool(),
             HoldTool(held=True, drain_timeout_s=config.hangup_drain_timeout_s),
             HoldTool(held=False, drain_timeout_s=config.hangup_drain_timeout_s),
+            WarmTransferTool(allowed_targets=config.transfer_targets, drain_timeout_s=config.hangup_drain_timeout_s),
         ]
-        # An agent holds callers only where its profile says so (tools = hold_caller, resume_caller).
-        opt_in = ("hold_caller", "resume_caller")
+        # An agent holds callers, or brings a human in, only where its profile says so (tools = hold_caller, ...).
+        opt_in = ("hold_caller", "resume_caller", "warm_transfer")
         return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport, opt_in=opt_in)
 
     def get(self, name: str) -> Tool | None:

@@ -184,6 +184,7 @@ def assemble_worker(
         trunk=settings.trunking,
         trunks=settings.trunks,
         trunk_credentials=trunk_credentials or trunk_credentials_of(settings),
+        warm=settings.warm,
     )
     webrtc = WebRtcCalls(
         host, webrtc_settings or WebRtcSettings(), legs=legs, costs=settings.costs, media_host=settings.media_host

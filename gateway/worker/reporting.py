@@ -22,6 +22,7 @@ from gateway.fleet.models import (
     RecordingModel,
     ToolCallLine,
     TranscriptLine,
+    TransferLine,
 )
 from gateway.fleet.mos import estimate_mos
 from gateway.session.amd_gate import AmdReport
@@ -227,6 +228,7 @@ def build_snapshot(
     trace_id: str = "",
     recording: RecordingModel | None = None,
     amd: AmdReport | None = None,
+    transfer: TransferLine | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
@@ -264,5 +266,6 @@ def build_snapshot(
             )
             if amd is not None
             else None,
+            "transfer": transfer,
         }
     )

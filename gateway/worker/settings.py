@@ -3,21 +3,22 @@
 :class:`WorkerSettings` is composed of frozen slices (gateway/worker/slices.py), each validated on its own and
 handed to the part that uses it (a part never receives the whole bag):
 
-============================  ================  =====================================================
-slice                         attribute         used by
-============================  ================  =====================================================
-:class:`WorkerIdSettings`     ``identity``      the worker's id (``settings.worker_id``)
-:class:`SipListenSettings`    ``sip``           the SIP endpoint and transport
-:class:`SipTlsSettings`       ``tls``           the SIP over TLS contexts (gateway/worker/sip_tls.py)
-:class:`SipEdgeSettings`      ``edge``          password guessing and scanners shut out (gateway/sip/lockout.py)
-:class:`TrunkSettings`        ``trunking``      outbound calls and trunk registration
-:class:`MediaSettings`        ``media``         RTP ports, codecs, SRTP, jitter buffers, the tick
-:class:`CapacitySettings`     ``costs``         admission: the capacity and what each call takes
-:class:`GcSettings`           ``gc``            the collector paced by the tick (ADR 0010)
-:class:`SessionSettings`      ``session``       each call's session: provider audio, tools
-:class:`DrainSettings`        ``drain``         drains with a deadline
-:class:`RecordingSettings`    ``recording``     call recordings (gateway/worker/recorder.py)
-============================  ================  =====================================================
+==============================  ================  =====================================================
+slice                           attribute         used by
+==============================  ================  =====================================================
+:class:`WorkerIdSettings`       ``identity``      the worker's id (``settings.worker_id``)
+:class:`SipListenSettings`      ``sip``           the SIP endpoint and transport
+:class:`SipTlsSettings`         ``tls``           the SIP over TLS contexts (gateway/worker/sip_tls.py)
+:class:`SipEdgeSettings`        ``edge``          password guessing and scanners shut out (gateway/sip/lockout.py)
+:class:`TrunkSettings`          ``trunking``      outbound calls and trunk registration
+:class:`MediaSettings`          ``media``         RTP ports, codecs, SRTP, jitter buffers, the tick
+:class:`CapacitySettings`       ``costs``         admission: the capacity and what each call takes
+:class:`GcSettings`             ``gc``            the collector paced by the tick (ADR 0010)
+:class:`SessionSettings`        ``session``       each call's session: provider audio, tools
+:class:`DrainSettings`          ``drain``         drains with a deadline
+:class:`RecordingSettings`      ``recording``     call recordings (gateway/worker/recorder.py)
+:class:`WarmTransferSettings`   ``warm``          warm transfers to a human (gateway/worker/warm.py)
+==============================  ================  =====================================================
 
 The environment names are a contract: a setting ``x`` of any slice is ``GATEWAY_X`` and, on the command line,
 the flag named in gateway/commands/worker_args.py. ``WorkerSettings(sip_port=5070, codecs=("PCMU",))`` takes
@@ -45,6 +46,7 @@ from gateway.worker.slices import (
     SipListenSettings,
     SipTlsSettings,
     TrunkSettings,
+    WarmTransferSettings,
     WorkerIdSettings,
     _Slice,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "SipListenSettings",
     "SipTlsSettings",
     "TrunkSettings",
+    "WarmTransferSettings",
     "WorkerIdSettings",
     "WorkerSettings",
 ]
@@ -80,6 +83,7 @@ SLICES: dict[str, type[_Slice]] = {
     "session": SessionSettings,
     "drain": DrainSettings,
     "recording": RecordingSettings,
+    "warm": WarmTransferSettings,
 }
 # Each flat name (GATEWAY_<NAME>, a flag's key) belongs to one slice.
 _SLICE_OF: dict[str, str] = {name: attr for attr, cls in SLICES.items() for name in cls.model_fields}
@@ -104,6 +108,7 @@ class WorkerSettings(BaseModel):
     drain: DrainSettings = Field(default_factory=DrainSettings)
     recording: RecordingSettings = Field(default_factory=RecordingSettings)
     _trunks: dict[str, Trunk] = PrivateAttr(default_factory=dict)
+    warm: WarmTransferSettings = Field(default_factory=WarmTransferSettings)
 
     def __init__(self, **values: Any) -> None:
         """Slices as they are, or flat names (``sip_port=5070``) given to their slice, which reads the rest of

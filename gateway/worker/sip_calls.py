@@ -20,8 +20,9 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Coroutine
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.compiled import caused
 from gateway.fleet.models import (
@@ -32,6 +33,8 @@ from gateway.fleet.models import (
     InviteFacts,
     OriginateRequest,
     ProfileModel,
+    TransferLine,
+    WarmTransferRequest,
     WorkerEvent,
     WorkerEventType,
 )
@@ -89,7 +92,9 @@ from gateway.worker.reporting import build_snapshot, level_fields, media_fields,
 from gateway.worker.routes import TickRoute
 from gateway.worker.sip_leg import CallLeg, SipCallControl
 from gateway.worker.sip_midcall import MidCall, srtp_config
+from gateway.worker.slices import WarmTransferSettings
 from gateway.worker.trunk_config import Dial, InboundTrunks, Trunk, dial, trunk_media
+from gateway.worker.warm import WarmTransfers
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +138,7 @@ class SipCalls:
         trunk: TrunkSettings,
         trunks: dict[str, Trunk] | None = None,
         trunk_credentials: ClientCredentials | None = None,
+        warm: WarmTransferSettings | None = None,
     ) -> None:
         self._host = host
         self._signalling = signalling
@@ -153,6 +159,7 @@ class SipCalls:
         self.rtp_in_done = 0
         self.rtp_out_done = 0
         self._edge = EdgeReporter(host)
+        self.warm = WarmTransfers(self, warm or WarmTransferSettings(), worker_id=host.id)
 
     def on_sip_events(self, events: list[SipEvent]) -> None:
         for event in events:
@@ -557,6 +564,9 @@ class SipCalls:
             self.end(leg, leg.end_reason)
             return
         reason = await session.wait_ended()
+        if leg.warm is not None and leg.bridge is not None:  # bridged to a human: lives on without its agent
+            await leg.warm.bridged_until_over()
+            reason = "peer_hangup"
         if leg.live and leg.sip is not None:
             self.end(leg, leg.end_reason or reason or "agent_ended")
 
@@ -567,6 +577,8 @@ class SipCalls:
         it) is sent here and nowhere else; then the call's task is woken to finish it (:meth:`_finish`)."""
         if not begin_end(leg, reason):
             return
+        if leg.warm is not None:
+            leg.warm.leg_ended(leg.id)  # a warm transfer's leg: the transfer (and a bridged peer) is told
         if leg.sip is not None:
             # RFC 3326: the BYE says why we end the call, for the far end's logs.
             self._signalling.hang_up(leg.sip, leg.end_reason, headers=(("Reason", reason_value(leg.end_reason)),))
@@ -754,6 +766,27 @@ class SipCalls:
         finally:
             await self._finish(leg, leg.end_reason or "ended")
 
+    async def start_warm_transfer(
+        self, leg: CallLeg, request: WarmTransferRequest, *, initiator: Literal["agent", "api"]
+    ) -> TransferLine:
+        """A warm transfer of ``leg``'s caller to a human (gateway/worker/warm.py)."""
+        return (await self.warm.start(leg, request, initiator=initiator)).line()
+
+    # What a warm transfer needs of the calls (gateway/worker/warm.py, WarmHost).
+
+    def sip_leg(self, call_id: str) -> CallLeg | None:
+        leg = self._legs.get(call_id)
+        return leg if isinstance(leg, CallLeg) else None
+
+    def route_of(self, call_id: str) -> TickRoute | None:
+        return self._plant.routes.get(call_id)
+
+    def report_transfer(self, kind: WorkerEventType, leg: CallLeg, data: dict[str, Any]) -> None:
+        self._host.spawn(self._report(kind, leg, data=data), name=f"call-{leg.id}-{kind}")
+
+    def spawn_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return self._host.spawn(coro, name=name)
+
     def _codec(self, leg: CallLeg) -> str:
         negotiated = leg.negotiated
         return negotiated.codec_name if negotiated is not None else ""
@@ -811,6 +844,7 @@ class SipCalls:
             trace_id=leg.trace.trace_id if leg.trace is not None else "",
             recording=leg.recording,
             amd=leg.session.amd if leg.session is not None else None,
+            transfer=leg.warm.line() if leg.warm is not None else None,
         )
         if leg.referrals:
             snapshot = snapshot.model_copy(update={"referrals": list(leg.referrals)})

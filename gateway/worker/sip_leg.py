@@ -15,11 +15,20 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from gateway.fleet.models import CallSnapshot, ProfileModel, RecordingModel, ReferPolicyModel, ReferralLine
+from gateway.fleet.errors import CommandRejectedError
+from gateway.fleet.models import (
+    CallSnapshot,
+    ProfileModel,
+    RecordingModel,
+    ReferPolicyModel,
+    ReferralLine,
+    TransferLine,
+    WarmTransferRequest,
+)
 from gateway.media.call import MediaStats
 from gateway.media.errors import LocalMediaError
 from gateway.session.amd_gate import AmdPolicy
-from gateway.session.control import TransferOutcome
+from gateway.session.control import TransferOutcome, WarmTransferStart
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext
 from gateway.sip.errors import LocalProtocolError
@@ -33,6 +42,8 @@ from gateway.worker.legs import LegKind, LegState
 if TYPE_CHECKING:
     from gateway.media.early import EarlyMedia
     from gateway.sip.early_media import EarlyDialogs
+    from gateway.worker.bridge import Bridge
+    from gateway.worker.transfer import WarmTransfer
 
 LEVEL_EVERY_TICKS = 25  # one caller level sample per 0.5 s for the dashboard sparkline
 # Calls take turns: each leg is sampled on its own tick of every LEVEL_EVERY_TICKS, so no tick samples them all
@@ -54,6 +65,10 @@ class SipLegOwner(Protocol):
     def start_hold(self, leg: CallLeg, held: bool) -> None: ...
 
     def snapshot_of(self, leg: CallLeg) -> CallSnapshot: ...
+
+    async def start_warm_transfer(
+        self, leg: CallLeg, request: WarmTransferRequest, *, initiator: Literal["agent", "api"]
+    ) -> TransferLine: ...
 
 
 @dataclass(eq=False)
@@ -103,6 +118,12 @@ class CallLeg:
     early_sent: int = 0
     refer_policy: ReferPolicyModel | None = None  # what a peer's REFER may do (the route's; None: declined)
     referrals: list[ReferralLine] = field(default_factory=list)  # the peer's REFERs (gateway/worker/referred.py)
+    warm: WarmTransfer | None = (
+        None  # the warm transfer this leg is the caller or the human of (gateway/worker/warm.py)
+    )
+    bridge: Bridge | None = (
+        None  # its audio goes through this bridge (the human's from its answer, the caller's once joined)
+    )
 
     @property
     def live(self) -> bool:
@@ -156,6 +177,17 @@ class SipCallControl:
         if leg is None:
             raise LocalMediaError("the call has ended")
         leg.owner.start_hold(leg, held)
+
+    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+        leg = self._leg_ref()
+        if leg is None or not leg.live:
+            return WarmTransferStart(status="refused", detail="the call has ended")
+        try:
+            request = WarmTransferRequest(target=target, summary=summary)
+            line = await leg.owner.start_warm_transfer(leg, request, initiator="agent")
+        except (CommandRejectedError, ValueError) as exc:
+            return WarmTransferStart(status="refused", detail=str(exc))
+        return WarmTransferStart(status="dialling", transfer_id=line.id)
 
     async def transfer(self, target: str) -> TransferOutcome:
         leg = self._leg_ref()

@@ -642,3 +642,44 @@ class RecordingSettings(_Slice):
         description="Ticks of recorded calls' audio queued for the recordings writer; past this a tick is dropped "
         "(written as silence, counted in `gateway_recording_ticks_dropped_total`), never waited for.",
     )
+
+
+class WarmTransferSettings(_Slice):
+    """Warm transfers to a human (gateway/worker/warm.py): where a queue name rings, and how long each step may take."""
+
+    title: ClassVar[str] = "warm transfer"
+
+    warm_transfer_queues: Csv = Field(
+        default=(),
+        description="Queue names a warm transfer may be given as its target, each `name=target` (a number, "
+        "dialled through the default trunk, or a SIP URI), comma-separated; empty: targets are numbers or URIs only.",
+    )
+    warm_transfer_ring_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=300,
+        description="How long the human's phone rings before the caller goes back to the agent, unless the "
+        "request gives its own.",
+    )
+    warm_transfer_brief_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=300,
+        description="The longest the briefing of the human may take (their session connecting and speaking the "
+        "summary); past it the caller and the human are joined all the same.",
+    )
+
+    @field_validator("warm_transfer_queues")
+    @classmethod
+    def _queues(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            name, _, target = entry.partition("=")
+            if not name.strip() or not target.strip():
+                raise ValueError(f"a warm transfer queue is `name=target`, not {entry!r}")
+        return value
+
+    def queues(self) -> dict[str, str]:
+        """Queue name -> its target."""
+        return {
+            name.strip(): target.strip() for name, _, target in (q.partition("=") for q in self.warm_transfer_queues)
+        }

@@ -38,7 +38,7 @@ from gateway.fleet.models import (
     WorkerEvent,
 )
 from gateway.observability import ACTIVE_CALLS, CALL_SETUP_SECONDS, CALLS_TOTAL
-from gateway.session.control import TransferOutcome
+from gateway.session.control import TransferOutcome, WarmTransferStart
 from gateway.session.session import CallSession
 from gateway.sip.caller_context import CallContext, context_of_page, render
 from gateway.tasks import TaskSet
@@ -227,6 +227,9 @@ class WebRtcCallControl:
 
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
+
+    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+        return WarmTransferStart(status="refused", detail="a browser call cannot be transferred")
 
     async def hold(self, held: bool) -> None:
         raise CommandRejectedError("a browser call cannot be put on hold")

@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.compiled import status as compiled_status
+from gateway.fleet.errors import CommandRejectedError
 from gateway.fleet.models import (
     CAPACITY_SLACK,
     AdmissionDecision,
@@ -31,6 +32,8 @@ from gateway.fleet.models import (
     CallSnapshot,
     OriginateRequest,
     ProfileModel,
+    TransferLine,
+    WarmTransferRequest,
     WorkerEvent,
     WorkerInfo,
 )
@@ -372,6 +375,7 @@ class MediaWorker:
         # The caller's half first: every call's frame is encoded and sent at the start of the tick, so its packets
         # leave at the same point of every tick, whatever the inbound half costs that tick.
         outbound: dict[str, OutboundFrame] = {}
+        frame: OutboundFrame
         recordings = self.plant.recordings
         recorders = recordings.recorders if recordings is not None else None
         for call_id, takes_g711 in engine.takes_g711:
@@ -388,9 +392,16 @@ class MediaWorker:
                     recorder.agent = sent
                 outbound[call_id] = sent
                 continue
+            if route is not None and (bridge := route.bridge) is not None and bridge.joined:
+                # Bridged (warm transfer): the other leg's audio, the agent out of the path (gateway/worker/bridge.py).
+                frame = bridge.frame_for(call_id)
+                if recorders and (recorder := recorders.get(call_id)) is not None:
+                    recorder.agent = frame
+                outbound[call_id] = frame
+                continue
             if recorders and (recorder := recorders.get(call_id)) is not None:
                 # The recording notice first (the session's audio waits for it), and what is sent is recorded.
-                frame: OutboundFrame = recorder.notice_frame(self._tick_no)
+                frame = recorder.notice_frame(self._tick_no)
                 if frame is None and session is not None:
                     frame = session.pull_outbound(takes_g711=takes_g711)
                 if route is not None and (inband := route.inband) is not None and inband.sending:
@@ -418,17 +429,22 @@ class MediaWorker:
         loop_time = asyncio.get_running_loop().time
         for call_id, frame in inbound.frames.items():
             route = routes.get(call_id)
-            if route is not None and (early := route.early) is not None:
+            if route is None:
+                continue
+            if (early := route.early) is not None:
                 early.received(frame)  # early media is one-way: counted and recorded, never passed on
                 if recorders and (recorder := recorders.get(call_id)) is not None:
                     recorder.caller = frame
                 continue
-            if route is None or (session := route.session) is None:
+            if (bridge := route.bridge) is not None:
+                bridge.heard(call_id, frame)  # a warm transfer's leg: to the other leg, not to an agent
+            elif (session := route.session) is not None:
+                session.push_inbound(frame)  # written to the provider now when the connection takes it at once
+                if (inband := route.inband) is not None:
+                    for digit in inband.heard(frame.pcm):
+                        session.dtmf_received(digit)
+            else:
                 continue
-            session.push_inbound(frame)  # written to the provider now when the connection takes it at once
-            if (inband := route.inband) is not None:
-                for digit in inband.heard(frame.pcm):
-                    session.dtmf_received(digit)
             if recorders and (recorder := recorders.get(call_id)) is not None:
                 recorder.caller = frame
             if probes and (arrived := probes.get(call_id)) is not None:
@@ -498,6 +514,13 @@ class MediaWorker:
 
     async def hold(self, call_id: str, held: bool) -> None:
         self.legs.find(call_id).hold(held)
+
+    async def warm_transfer(self, call_id: str, request: WarmTransferRequest) -> TransferLine:
+        """A warm transfer of the caller to a human (gateway/worker/warm.py); returns once their phone rings."""
+        leg = self.legs.find(call_id)
+        if not isinstance(leg, CallLeg):
+            raise CommandRejectedError(f"call {call_id}: a browser call cannot be transferred")
+        return await self.sip_calls.start_warm_transfer(leg, request, initiator="api")
 
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control of the call's session (gateway/worker/agent_control.py)."""

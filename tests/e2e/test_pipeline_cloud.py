@@ -30,6 +30,7 @@ from gateway.providers.pipeline.components import ComponentContext
 from gateway.providers.pipeline.model import PipelineModel
 from gateway.providers.pipeline.synthetic import voice
 from gateway.session import CallSession, SessionConfig, TransferOutcome
+from gateway.session.control import WarmTransferStart
 from gateway.session.events import BargedIn
 from telcodecs.frames import Frame
 
@@ -50,6 +51,9 @@ class _Control:
 
     async def hold(self, held: bool) -> None:
         return None
+
+    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+        return WarmTransferStart(status="refused")
 
 
 def expected_heard(jobs: list[str], audio_end_ms: int) -> str:

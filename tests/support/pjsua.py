@@ -79,6 +79,7 @@ class PjsuaPhone:
         host: str = "127.0.0.1",
         auth: tuple[str, str] | None = None,
         early_media_s: float = 0.0,
+        answer_code: int = 200,
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
         (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
@@ -125,6 +126,7 @@ class PjsuaPhone:
             f"--srtp={srtp}",
             f"--srtp-secure-signaling={srtp_secure_signaling}",
             f"--host={host}",
+            f"--answer-code={answer_code}",
         ]
         if auth is not None:
             self._argv += [f"--auth-user={auth[0]}", f"--auth-password={auth[1]}"]

@@ -163,8 +163,13 @@ class PhoneAccount(pj.Account):  # type: ignore[misc]
             answer.statusCode = 486
             call.hangup(answer)
             return
-        self.phone.call = call
         emit("incoming_call", remote=call.getInfo().remoteUri)
+        if self.phone.args.answer_code != 200:  # busy (486), declined (603): refused, and the phone stays free
+            answer.statusCode = self.phone.args.answer_code
+            call.hangup(answer)
+            emit("rejected", status=self.phone.args.answer_code)
+            return
+        self.phone.call = call
         early = self.phone.args.early_media_s
         answer.statusCode = 183 if early else 200  # 183 carries the SDP answer: early media until the 200
         call.answer(answer)
@@ -345,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--header", action="append", default=[], help="NAME: VALUE added to the INVITE (repeatable)")
     parser.add_argument("--port", type=int, required=True, help="SIP UDP port on 127.0.0.1")
     parser.add_argument("--rtp-port", type=int, required=True, help="first RTP port on 127.0.0.1")
+    parser.add_argument("--answer-code", type=int, default=200, help="callee: answer 200, or refuse with this")
     parser.add_argument("--play", help="WAV played into the call")
     parser.add_argument("--record", help="WAV recording what the phone hears")
     parser.add_argument("--dtmf", default="", help="DIGITS@SECONDS_AFTER_CONFIRMED,...")

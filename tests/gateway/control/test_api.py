@@ -149,6 +149,26 @@ async def test_transfer_and_dtmf(env: Env) -> None:
     assert len(env.worker.dtmf) == 1
 
 
+async def test_warm_transfer_reaches_the_worker_and_answers_its_line(env: Env) -> None:
+    decision = await env.worker.place_call("+15550199")
+    call_id = decision.call_id
+    body = {"target": "sales", "summary": "Wants the annual plan.", "ring_timeout_s": 20}
+    response = await env.client.post(f"/v1/calls/{call_id}/warm_transfer", headers=AUTH, json=body)
+    assert response.status_code == 202, response.text
+    line = response.json()
+    assert (line["caller_leg"], line["human_leg"], line["state"]) == (call_id, "c-human", "dialling")
+    ((called, request),) = env.worker.warm_transfers
+    assert called == call_id and request.summary == "Wants the annual plan." and request.caller_hears == "hold"
+    for bad in ({}, {"target": ""}, {"target": "x", "ring_timeout_s": 0}, {"target": "x", "caller_hears": "music"}):
+        refused = await env.client.post(f"/v1/calls/{call_id}/warm_transfer", headers=AUTH, json=bad)
+        assert refused.status_code == 422, bad
+    unknown = await env.client.post("/v1/calls/c-nope/warm_transfer", headers=AUTH, json={"target": "x"})
+    assert unknown.status_code == 404
+    await env.worker.update_call(call_id, state="held")
+    held = await env.client.post(f"/v1/calls/{call_id}/warm_transfer", headers=AUTH, json={"target": "x"})
+    assert held.status_code == 409 and "held" in held.json()["error"]["message"]
+
+
 async def test_say_inject_update_reach_the_worker_and_bad_ones_are_answered(env: Env) -> None:
     decision = await env.worker.place_call("+15550199")
     call_id = decision.call_id

@@ -336,7 +336,7 @@ async def test_what_a_newer_control_plane_wrote_to_redis_is_read_without_its_new
 
         # An event of a type this version does not know is left out (and said once); the others are read.
         await store.append_event("call.started", {"id": "c"}, time=1.0)
-        newer = {"type": "call.transferred", "time": 2.0, "data": {"id": "c"}}
+        newer = {"type": "call.conferenced", "time": 2.0, "data": {"id": "c"}}
         raw.incr(prefix + "events:seq")
         raw.xadd(prefix + "events", {"e": orjson.dumps(newer)}, id="2-0")
         await store.append_event("call.updated", {"id": "c"}, time=3.0)
@@ -344,7 +344,7 @@ async def test_what_a_newer_control_plane_wrote_to_redis_is_read_without_its_new
         for _ in range(2):
             assert [(e.id, e.type) for e in await store.read_events(0)] == [(1, "call.started"), (3, "call.updated")]
         assert [r.getMessage() for r in caplog.records] == [
-            "event 2-0: type 'call.transferred' is unknown to this version; such events are left out"
+            "event 2-0: type 'call.conferenced' is unknown to this version; such events are left out"
         ]
     finally:
         raw.close()

@@ -54,6 +54,10 @@ def test_events_other_helpers_add_are_mapped_from_their_names() -> None:
         and tripped.call_id == "c-2"
         and tripped.dedupe_key.startswith("guardrail.tripped:9:")
     )
+    transfer = {"id": "wt-1", "caller_leg": "c-1", "human_leg": "c-9", "state": "bridged"}
+    (transferred,) = _stream("call.transferred", {**CALL, "transcript": [], "transfer": transfer})
+    assert transferred.type == "call.transferred" and transferred.call_id == "c-1"
+    assert transferred.data["transfer"] == transfer and "transcript" not in transferred.data
     # The stream's call.recording_ready is not mapped: the record's is, after call.ended (see below).
     recording = {"call_id": "c-1", "recording": {"path": "2026-12-07/c-1.wav", "format": "wav", "bytes": 44}}
     assert _stream("call.recording_ready", recording) == []

@@ -23,7 +23,7 @@ from gateway.fleet import (
     WorkerEvent,
     WorkerInfo,
 )
-from gateway.fleet.models import AgentCommand
+from gateway.fleet.models import AgentCommand, TransferLine, WarmTransferRequest
 
 
 class FakeWorker:
@@ -45,6 +45,7 @@ class FakeWorker:
         self.exit_when_empty = False
         self.hangups: list[tuple[str, str]] = []
         self.transfers: list[tuple[str, str]] = []
+        self.warm_transfers: list[tuple[str, WarmTransferRequest]] = []
         self.holds: list[tuple[str, bool]] = []
         self.dtmf: list[tuple[str, str]] = []
         self.agent_commands: list[tuple[str, AgentCommand]] = []
@@ -79,6 +80,21 @@ class FakeWorker:
         if call.state != "active":
             raise CommandRejectedError(f"call {call_id} is {call.state}, not active")
         self.transfers.append((call_id, target))
+
+    async def warm_transfer(self, call_id: str, request: WarmTransferRequest) -> TransferLine:
+        call = self._live(call_id)
+        if call.state != "active":
+            raise CommandRejectedError(f"call {call_id} is {call.state}, not active")
+        self.warm_transfers.append((call_id, request))
+        return TransferLine(
+            id="wt-1",
+            target=request.target,
+            caller_leg=call_id,
+            human_leg="c-human",
+            state="dialling",
+            initiator="api",
+            started=time.time(),
+        )
 
     async def send_dtmf(self, call_id: str, digits: str) -> None:
         self._live(call_id)

@@ -105,6 +105,16 @@ async def test_worker_errors_map_to_api_errors(split: Split) -> None:
     await split.worker.update_call(decision.call_id, state="ringing")
     response = await split.api.post(f"/v1/calls/{decision.call_id}/transfer", json={"target": "+1"})
     assert response.status_code == 409 and "ringing" in response.json()["error"]["message"]
+    response = await split.api.post(f"/v1/calls/{decision.call_id}/warm_transfer", json={"target": "+1"})
+    assert response.status_code == 409 and "ringing" in response.json()["error"]["message"]
+
+
+async def test_a_warm_transfer_crosses_the_worker_api(split: Split) -> None:
+    decision = await split.worker.place_call("+15550199")
+    response = await split.api.post(f"/v1/calls/{decision.call_id}/warm_transfer", json={"target": "sip:h@x"})
+    assert response.status_code == 202, response.text
+    assert response.json()["human_leg"] == "c-human" and response.json()["target"] == "sip:h@x"
+    assert [(call_id, r.target) for call_id, r in split.worker.warm_transfers] == [(decision.call_id, "sip:h@x")]
 
 
 async def test_http_worker_commands_snapshot_and_not_found(split: Split) -> None:

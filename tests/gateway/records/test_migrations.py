@@ -17,7 +17,7 @@ from gateway.records.database import create_engine, known_revisions
 from gateway.records.schema import metadata
 from tests.support.procs import free_ports
 
-HEAD = "0008_referin_call_referrals"
+HEAD = "0009_referin_call_referrals"
 
 
 def _columns(connection: sa.Connection) -> dict[str, set[str]]:

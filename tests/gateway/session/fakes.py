@@ -28,6 +28,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.errors import ProviderClosedError
 from gateway.session import CallSession, SessionConfig, TransferOutcome
+from gateway.session.control import WarmTransferStart
 from gateway.session.events import NoticeReceived, SessionEvent, StateChanged
 from gateway.session.state import CallState
 from gateway.session.tools import ToolRegistry
@@ -229,6 +230,8 @@ class FakeCallControl:
         self.transfers: list[str] = []
         self.dtmf: list[str] = []
         self.holds: list[bool] = []
+        self.warm_transfers: list[tuple[str, str]] = []
+        self.warm_start = WarmTransferStart(status="dialling", transfer_id="wt-1")
         self.transfer_outcome = transfer_outcome or TransferOutcome(status="accepted", sip_status=200)
 
     async def hang_up(self, reason: str) -> None:
@@ -237,6 +240,10 @@ class FakeCallControl:
     async def transfer(self, target: str) -> TransferOutcome:
         self.transfers.append(target)
         return self.transfer_outcome
+
+    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+        self.warm_transfers.append((target, summary))
+        return self.warm_start
 
     async def send_dtmf(self, digits: str) -> None:
         self.dtmf.append(digits)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from gateway.providers.base import (
+    AgentProfile,
     AudioReceived,
     ResponseDone,
     ResponseStarted,
@@ -21,6 +22,7 @@ from gateway.providers.base import (
     ToolSpec,
 )
 from gateway.session import CallState, ToolRegistry, TransferOutcome, WebhookToolConfig
+from gateway.session.control import WarmTransferStart
 from gateway.session.events import (
     DtmfReceived,
     ToolCallFinished,
@@ -419,4 +421,29 @@ async def test_dtmf_forwarding_can_be_turned_off() -> None:
     assert not event.forwarded
     await drained(session, model.last)
     assert model.last.of("text") == [] and session.transcript == ()
+    await session.aclose()
+
+
+async def test_warm_transfer_is_opt_in_and_starts_through_the_call_control() -> None:
+    model = FakeModel()
+    session, control = make_session(model)
+    await session.start()
+    assert "warm_transfer" not in {spec.name for spec in model.last.profile.tools}, "a profile must name it"
+    await session.aclose()
+
+    model = FakeModel()
+    profile = AgentProfile(name="agent", tools=(ToolSpec(name="warm_transfer", description=""),))
+    session, control = make_session(model, profile=profile)
+    await session.start()
+    fake = model.last
+    arguments = '{"target": "sales", "summary": "Wants the annual plan."}'
+    fake.emit(ToolCallRequested(call_id="w1", name="warm_transfer", arguments=arguments))
+    assert await _output(fake, "w1") == {"ok": True, "status": "dialling", "transfer_id": "wt-1", "target": "sales"}
+    assert control.warm_transfers == [("sales", "Wants the annual plan.")]
+    control.warm_start = WarmTransferStart(status="refused", detail="call c1 is on hold (by the caller)")
+    fake.emit(ToolCallRequested(call_id="w2", name="warm_transfer", arguments=arguments))
+    assert "on hold" in (await _output(fake, "w2"))["error"]
+    fake.emit(ToolCallRequested(call_id="w3", name="warm_transfer", arguments='{"summary": "x"}'))
+    assert "needs a target" in (await _output(fake, "w3"))["error"]
+    assert session.state is CallState.ACTIVE, "the call goes on: the transfer's outcome comes as a note"
     await session.aclose()

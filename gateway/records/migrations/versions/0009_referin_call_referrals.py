@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008_referin_call_referrals"
-down_revision = "0007_amd_call_amd"
+revision = "0009_referin_call_referrals"
+down_revision = "0008_warm_call_transfer"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,255 @@
+"""Warm transfer to a human, with real phones: baresip is the caller, pjsua2 the human (gateway/worker/warm.py).
+
+Every party sends a tone of its own, so what each one heard says who reached it: the agent (the fake provider)
+answers with 440 Hz, the gateway's hold audio is 660 Hz, the caller sends 1500 Hz, the human 1000 Hz.
+
+- Transferred: ``POST /v1/calls/{id}/warm_transfer`` with a summary. The human hears the briefing (the second
+  provider connection, whose response was asked with the summary) and no hold audio; then caller and human hear
+  each other's tone; the caller hears no agent audio after the human's; both provider connections are closed; the
+  human hangs up and the caller gets a BYE; events and both call records tell it.
+- Busy: the human's phone answers 486. The caller comes off hold and the agent, told why, speaks again: its
+  audio reaches the caller after the hold audio.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.e2e.ops_support import EventStream, poll
+from tests.e2e.provider_harness import FakeProvider, start_fake_provider, start_gateway_on_fake
+from tests.support.audio import Wav, read_wav, silence, to_mono, tone, write_wav
+from tests.support.baresip import BaresipPhone
+from tests.support.peers import require_binary, require_module
+from tests.support.pjsua import PjsuaPhone
+from tests.support.procs import ProcessGroup
+
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(150)]
+
+AGENT_HZ, HOLD_HZ, CALLER_HZ, HUMAN_HZ = 440.0, 660.0, 1500.0, 1000.0
+SUMMARY = "Caller Ada Lovelace wants to move her order 4567 to Friday."
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _require_peers() -> None:
+    require_module("pjsua2", package="pjsua2 (the test extra)")
+    require_binary("baresip", package="baresip baresip-core")
+
+
+def heard_at(wav: Wav, hz: float, *, window_s: float = 0.1, level: float = 0.02) -> list[float]:
+    """Where in the recording ``hz`` is the loudest sound: the start of each such window, in seconds."""
+    mono = to_mono(wav.samples)
+    n = int(window_s * wav.rate)
+    freqs = np.fft.rfftfreq(n, 1 / wav.rate)
+    window = np.hanning(n)
+    found = []
+    for start in range(0, mono.size - n, n):
+        piece = mono[start : start + n]
+        if float(np.sqrt(np.mean(piece**2))) < level:
+            continue
+        peak = float(freqs[int(np.argmax(np.abs(np.fft.rfft(piece * window))))])
+        if abs(peak - hz) <= 25.0:
+            found.append(start / wav.rate)
+    return found
+
+
+async def _live_call(gateway: Any) -> dict[str, Any]:
+    async def one() -> dict[str, Any] | None:
+        calls = await gateway.api("GET", "/v1/calls")
+        items = calls["items"] if isinstance(calls, dict) else calls
+        live = [c for c in items if c["state"] != "ended"]
+        return live[0] if live else None
+
+    return await poll(one, within=15, what="a live call")
+
+
+async def _greeted(fake: FakeProvider) -> None:
+    await fake.wait_for(lambda s: bool(s) and len(s[0]["responses"]) >= 1, within=15, what="the agent's greeting")
+
+
+async def _start(procs: ProcessGroup, tmp_path: Path, *, record: str = "off") -> tuple[FakeProvider, Any]:
+    fake = await start_fake_provider(procs, "--mode", "tone", "--reply-ms", "800")
+    music = write_wav(tmp_path / "hold.wav", tone(HOLD_HZ, 0.5, 16000, amplitude=0.3), 16000)
+    gateway = await start_gateway_on_fake(
+        procs,
+        tmp_path,
+        fake,
+        env={"GATEWAY_HOLD_AUDIO_FILE": str(music)},
+        profile_lines=('greeting = "Hello, how can I help?"', f'record = "{record}"'),
+    )
+    return fake, gateway
+
+
+async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    _require_peers()
+    fake, gateway = await _start(peer_procs, tmp_path, record="both")
+    human_says = write_wav(
+        tmp_path / "human.wav",
+        np.concatenate(
+            [silence(3.5, 8000).reshape(-1), tone(HUMAN_HZ, 3.0, 8000, amplitude=0.4), silence(6.0, 8000).reshape(-1)]
+        ),
+        8000,
+    )
+    human = PjsuaPhone(
+        peer_procs, tmp_path, mode="callee", name="human", play=human_says, hangup_after=8.0, codecs=("PCMU",)
+    )
+    caller_says = write_wav(
+        tmp_path / "caller.wav",
+        np.concatenate(
+            [silence(6.0, 8000).reshape(-1), tone(CALLER_HZ, 4.0, 8000, amplitude=0.4), silence(10.0, 8000).reshape(-1)]
+        ),
+        8000,
+    )
+    caller = BaresipPhone(peer_procs, tmp_path, source_wav=caller_says, codecs=("pcmu",), lifetime=90)
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.dial(gateway.sip_uri)
+        await caller.wait_established(within=15)
+        call = await _live_call(gateway)
+        await _greeted(fake)
+        async with gateway.client() as client:
+            path = f"/v1/calls/{call['id']}/warm_transfer"
+            assert (await client.post("/v1/calls/c-nosuchcall/warm_transfer", json={"target": "x"})).status_code == 404
+            assert (await client.post(path, json={})).status_code == 422
+            started = await client.post(path, json={"target": human.sip_uri, "summary": SUMMARY})
+            assert started.status_code == 202, started.text
+            line = started.json()
+            assert line["state"] == "dialling" and line["caller_leg"] == call["id"], line
+            again = await client.post(path, json={"target": human.sip_uri})
+            assert again.status_code == 409 and "warm transfer wt-" in again.text, again.text
+        await stream.wait_for(lambda e: e.type == "call.transfer_started" and e.call_id == call["id"], within=10)
+        done = await stream.wait_for(
+            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+        )
+        assert done.type == "call.transferred", done
+        await human.wait_state("CONFIRMED", within=5)
+        assert await human.wait_done(within=30) == 0  # the human hangs up ...
+        await caller.wait_closed(within=15)  # ... and the caller gets a BYE
+
+    # The briefing: the second provider connection was asked to speak the summary, and the human heard it.
+    records = await fake.wait_for(lambda s: len(s) == 2 and all(r["ended_at"] for r in s), within=15, what="ends")
+    briefing = await fake.record(records[1]["id"])
+    asked = [e for e in briefing["event_list"] if e.get("type") == "response.create"]
+    assert any(SUMMARY in str(e) for e in asked), asked
+    heard_by_human = read_wav(human.recording)  # type: ignore[arg-type]
+    brief, from_caller = heard_at(heard_by_human, AGENT_HZ), heard_at(heard_by_human, CALLER_HZ)
+    assert brief and from_caller, (brief, from_caller)
+    assert max(brief) < min(from_caller), "the human heard the agent after the caller was joined"
+    assert not heard_at(heard_by_human, HOLD_HZ), "the human heard the caller's hold audio"
+    assert len(from_caller) >= 20, from_caller  # >= 2 s of the caller's 4 s tone
+
+    # The caller: the agent, the hold audio, then the human, and never the agent again.
+    heard_by_caller = read_wav(caller.last_recording().decoded)
+    agent, hold, from_human = (heard_at(heard_by_caller, hz) for hz in (AGENT_HZ, HOLD_HZ, HUMAN_HZ))
+    assert agent and hold and from_human, (agent, hold, from_human)
+    assert max(agent) < min(from_human) and max(hold) < min(from_human), (agent, hold, from_human)
+    assert len(from_human) >= 20, from_human  # >= 2 s of the human's 3 s tone
+
+    # Both legs on the record: the caller's call names the human's, which is a call of its own.
+    record = await gateway.api("GET", f"/v1/calls/{call['id']}")
+    transfer = record["transfer"]
+    assert transfer["state"] == "ended" and transfer["outcome"] == "human_hangup" and transfer["briefed"], transfer
+    assert record["end_reason"] == "human_hangup", record["end_reason"]
+    other = await gateway.api("GET", f"/v1/calls/{transfer['human_leg']}")
+    assert other["direction"] == "outbound" and other["transfer"]["id"] == transfer["id"], other
+    # The caller's recording went on across the bridge: the caller's side and, on the other, the human's.
+    async with gateway.client() as client:
+        wav = await client.get(f"/v1/calls/{call['id']}/recording")
+    assert wav.status_code == 200, wav.text
+    recorded = read_wav(write_bytes(tmp_path / "recorded.wav", wav.content))
+    sides = [Wav(samples=recorded.samples[:, side : side + 1], rate=recorded.rate) for side in (0, 1)]
+    assert heard_at(sides[0], CALLER_HZ) and not heard_at(sides[0], HUMAN_HZ), "the caller's side"
+    assert heard_at(sides[1], HUMAN_HZ) and heard_at(sides[1], AGENT_HZ), "what the caller heard: agent, human"
+    output = gateway.process.output
+    assert f"warm transfer {transfer['id']}: bridged with {transfer['human_leg']} (briefed=True)" in output
+
+
+async def test_a_busy_human_brings_the_caller_back_to_the_agent(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    _require_peers()
+    fake, gateway = await _start(peer_procs, tmp_path)
+    human = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="human", answer_code=486, max_seconds=60)
+    quiet = write_wav(tmp_path / "quiet.wav", silence(30.0, 8000), 8000)
+    caller = BaresipPhone(peer_procs, tmp_path, source_wav=quiet, codecs=("pcmu",), lifetime=90)
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.dial(gateway.sip_uri)
+        await caller.wait_established(within=15)
+        call = await _live_call(gateway)
+        await _greeted(fake)
+        started = await gateway.api(
+            "POST", f"/v1/calls/{call['id']}/warm_transfer", json={"target": human.sip_uri, "summary": SUMMARY}
+        )
+        assert started["state"] == "dialling", started
+        await human.wait_event("rejected", within=15)
+        failed = await stream.wait_for(
+            lambda e: e.type == "call.transfer_failed" and e.call_id == call["id"], within=15
+        )
+        assert failed.subject["transfer"]["outcome"] == "sip_486", failed.subject
+
+        # The agent is told why and answers: its reply is played out to the caller.
+        async def spoke_again() -> dict[str, Any] | None:
+            record: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call['id']}")
+            lines = record["transcript"]
+            notes = [i for i, t in enumerate(lines) if t["role"] == "system" and "line was busy" in t["text"]]
+            after = [t for t in lines[notes[0] :] if t["role"] == "assistant" and t["end_s"]] if notes else []
+            return record if after else None
+
+        record = await poll(spoke_again, within=15, what="the agent's reply after the failed transfer")
+        assert record["state"] == "active" and record["transfer"]["state"] == "failed", record["transfer"]
+        await caller.hangup()
+        await caller.wait_closed(within=10)
+
+    # The caller heard the agent's reply too: two 800 ms replies (the greeting, then the busy news), where the
+    # greeting alone is at most eight 100 ms windows. (The 486 comes too soon for the hold audio to be heard.)
+    agent = heard_at(read_wav(caller.last_recording().decoded), AGENT_HZ)
+    assert len(agent) >= 12, agent
+    records = await fake.records()
+    assert len(records) == 1, "a busy human costs no briefing connection"
+
+
+async def test_the_agents_tool_transfers_the_caller(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    _require_peers()
+    human = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="human", hangup_after=4.0, codecs=("PCMU",))
+    arguments = json.dumps({"target": human.sip_uri, "summary": SUMMARY})
+    # The fake answers the caller's first turn with a call of warm_transfer; the profile offers it (opt-in).
+    fake = await start_fake_provider(
+        peer_procs,
+        *("--mode", "tone", "--reply-ms", "600", "--tool-name", "warm_transfer"),
+        "--tool-arguments",
+        arguments,
+    )
+    gateway = await start_gateway_on_fake(
+        peer_procs, tmp_path, fake, extra_toml='\n[[profiles.agent.tools]]\nname = "warm_transfer"\n'
+    )
+    turn = np.concatenate(
+        [silence(1.0, 8000).reshape(-1), tone(CALLER_HZ, 0.8, 8000, amplitude=0.4), silence(20.0, 8000).reshape(-1)]
+    )
+    caller = BaresipPhone(peer_procs, tmp_path, source_wav=write_wav(tmp_path / "turn.wav", turn, 8000), lifetime=90)
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.dial(gateway.sip_uri)
+        await caller.wait_established(within=15)
+        call = await _live_call(gateway)
+        done = await stream.wait_for(
+            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+        )
+        assert done.type == "call.transferred", done.subject.get("transfer")
+        transfer = done.subject["transfer"]
+        assert transfer["initiator"] == "agent" and transfer["briefed"] and transfer["target"] == human.sip_uri
+        assert await human.wait_done(within=30) == 0
+        await caller.wait_closed(within=15)
+
+    records = await fake.records()
+    assert len(records) == 2
+    (output,) = records[0]["tool_outputs"]
+    assert '"status": "dialling"' in str(output), output
+    briefing = await fake.record(records[1]["id"])
+    assert any(SUMMARY in str(e) for e in briefing["event_list"] if e.get("type") == "response.create")
+    assert heard_at(read_wav(human.recording), AGENT_HZ), "the human heard no briefing"  # type: ignore[arg-type]

@@ -1,0 +1,106 @@
+"""The warm transfer's table of steps, and what the agent and the human are told."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.fleet.models import ProfileModel, ToolModel
+from gateway.session.transcript import TranscriptEntry
+from gateway.worker.bridge import Bridge
+from gateway.worker.transfer import TRANSITIONS, WarmInput, WarmState, WarmTransfer, WarmTransferError, step
+from gateway.worker.warm import briefing_profile, summary_of, why
+
+D, B, J, F, E = WarmState.DIALLING, WarmState.BRIEFING, WarmState.BRIDGED, WarmState.FAILED, WarmState.ENDED
+
+# (state, what happened, the state after; None: cannot happen)
+TABLE: list[tuple[WarmState, WarmInput, WarmState | None]] = [
+    (D, "answered", B),
+    (D, "unanswered", F),
+    (D, "caller_gone", E),
+    (D, "briefed", None),
+    (D, "human_gone", None),  # before the answer the human's end is "unanswered"
+    (B, "briefed", J),
+    (B, "human_gone", F),
+    (B, "caller_gone", E),
+    (B, "answered", None),
+    (J, "human_gone", E),
+    (J, "caller_gone", E),
+    (J, "briefed", None),
+    (F, "answered", None),
+    (E, "caller_gone", None),
+]
+
+
+@pytest.mark.parametrize(("state", "happened", "after"), TABLE)
+def test_the_table(state: WarmState, happened: WarmInput, after: WarmState | None) -> None:
+    if after is None:
+        with pytest.raises(WarmTransferError):
+            step(state, happened)
+    else:
+        assert step(state, happened) is after
+
+
+def test_failed_and_ended_are_final() -> None:
+    assert not [key for key in TRANSITIONS if key[0] in (F, E)]
+
+
+def _transfer() -> WarmTransfer:
+    return WarmTransfer(
+        id="wt-1",
+        target="sip:human@127.0.0.1",
+        caller_id="c-caller",
+        human_id="c-human",
+        summary="s",
+        initiator="api",
+        caller_hears="hold",
+        bridge=Bridge("c-caller", "c-human"),
+    )
+
+
+def test_a_transfer_records_its_steps_and_its_legs() -> None:
+    transfer = _transfer()
+    assert transfer.live and transfer.line().state == "dialling"
+    transfer.fire("answered")
+    transfer.fire("briefed")
+    transfer.leg_ended("c-human")
+    assert transfer.human_gone.is_set() and not transfer.caller_gone.is_set()
+    transfer.fire("human_gone")
+    line = transfer.line()
+    assert (line.caller_leg, line.human_leg, line.state) == ("c-caller", "c-human", "ended")
+    assert line.ended is not None and not transfer.live
+
+
+async def test_the_legs_wait_only_while_bridged() -> None:
+    transfer = _transfer()
+    await transfer.bridged_until_over()  # not bridged: at once
+    transfer.fire("answered")
+    transfer.fire("briefed")
+    transfer.leg_ended("c-caller")
+    await transfer.bridged_until_over()  # bridged, and a leg has ended: at once
+
+
+def test_the_agent_is_told_why_in_words() -> None:
+    assert why("sip_486") == "the line was busy"
+    assert why("no_answer") == "nobody answered"
+    assert why("sip_503") == "it failed: sip_503"
+
+
+def test_a_summary_from_the_transcript() -> None:
+    entries = [
+        TranscriptEntry(kind="message", role="user", text="I want to cancel my plan."),
+        TranscriptEntry(kind="message", role="assistant", text="Let me get someone for you."),
+        TranscriptEntry(kind="message", role="system", text="a note"),
+        TranscriptEntry(kind="function_call", name="warm_transfer"),
+    ]
+    summary = summary_of(entries)
+    assert "The caller said: I want to cancel my plan." in summary and "a note" not in summary
+    assert summary_of([]) == "A caller is waiting to be connected to you."
+
+
+def test_the_briefing_agent_speaks_the_summary_and_nothing_else() -> None:
+    profile = ProfileModel(
+        name="support", provider="openai", greeting="Hi", record="both", tools=[ToolModel(name="hang_up")]
+    )
+    briefing = briefing_profile(profile, "The caller wants a refund.")
+    assert briefing.provider == "openai" and briefing.record == "off" and briefing.tools == []
+    assert "The caller wants a refund." in briefing.greeting

@@ -1,0 +1,283 @@
+"""The warm transfer's orchestration (gateway/worker/warm.py) over fake legs, sessions and SIP calls: what each
+outcome does to the caller, the human's leg, the routes and the reports."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from gateway.fleet.errors import CommandRejectedError
+from gateway.fleet.models import AdmissionDecision, OriginateRequest, ProfileModel, WarmTransferRequest
+from gateway.session.session import CallSession
+from gateway.session.state import CallState
+from gateway.worker.legs import LegState, begin_end
+from gateway.worker.sip_leg import CallLeg
+from gateway.worker.slices import WarmTransferSettings
+from gateway.worker.transfer import WarmState
+from gateway.worker.warm import WarmTransfers
+
+DEADLINE = 5.0
+
+
+@dataclass
+class FakeStats:
+    frames_out: int = 0
+
+
+@dataclass
+class FakeSession:
+    state: CallState = CallState.ACTIVE
+    held: str | None = None
+    agent_idle: bool = False
+    frames_out: int = 0
+    notes: list[tuple[str, bool]] = field(default_factory=list)
+    holds: list[bool] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)
+    transcript: tuple[Any, ...] = ()
+
+    def stats(self) -> FakeStats:
+        return FakeStats(frames_out=self.frames_out)
+
+    def set_held(self, held: bool, *, by: str) -> bool:
+        self.holds.append(held)
+        self.held = by if held else None
+        return True
+
+    def inject(self, text: str, *, role: str, respond: bool = False) -> None:
+        self.notes.append((text, respond))
+
+    async def aclose(self, reason: str = "closed") -> None:
+        self.closed.append(reason)
+        self.state = CallState.ENDED
+
+
+class FakeRoute:
+    """What the transfer reads and sets of a leg's TickRoute (made as TickRoute makes it: from the leg)."""
+
+    def __init__(self, leg: CallLeg) -> None:
+        self.bridge = leg.bridge
+        self.session = leg.session
+
+
+class FakeCalls:
+    """What WarmTransfers needs of SipCalls; ``end`` does what SipCalls.end does for a transfer."""
+
+    def __init__(self) -> None:
+        self.legs: dict[str, CallLeg] = {}
+        self.routes: dict[str, FakeRoute] = {}
+        self.reports: list[tuple[str, str, dict[str, Any]]] = []
+        self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
+
+    def leg(self, call_id: str, *, direction: str = "inbound", media: bool = True) -> CallLeg:
+        leg = CallLeg(
+            id=call_id,
+            sip=None,
+            direction=direction,  # type: ignore[arg-type]
+            from_uri="sip:+15550100@caller.example",
+            to_uri="sip:agent@gw",
+            owner=cast(Any, self),
+            route="support",
+            profile=ProfileModel(name="support", provider="openai"),
+            state=LegState.ACTIVE,
+        )
+        self.legs[call_id] = leg
+        if media:
+            self.routes[call_id] = FakeRoute(leg)
+        return leg
+
+    def answer(self, human: CallLeg) -> None:
+        """The human answers: their media starts (its route, as SipCalls._start_media makes it)."""
+        self.routes[human.id] = FakeRoute(human)
+        human.state = LegState.ACTIVE
+        assert human.answered is not None
+        human.answered.set_result(True)
+
+    async def originate(self, request: OriginateRequest, admission: AdmissionDecision) -> str:
+        self.originated.append((request, admission))
+        human = self.leg(admission.call_id, direction="outbound", media=False)
+        human.state = LegState.RINGING
+        human.answered = asyncio.get_running_loop().create_future()
+        return human.id
+
+    def end(self, leg: CallLeg, reason: str) -> None:
+        if not begin_end(leg, reason):
+            return
+        if leg.warm is not None:
+            leg.warm.leg_ended(leg.id)
+        if leg.answered is not None and not leg.answered.done():
+            leg.answered.set_result(False)
+
+    def sip_leg(self, call_id: str) -> CallLeg | None:
+        return self.legs.get(call_id)
+
+    def route_of(self, call_id: str) -> FakeRoute | None:
+        return self.routes.get(call_id)
+
+    def report_transfer(self, kind: str, leg: CallLeg, data: dict[str, Any]) -> None:
+        self.reports.append((kind, leg.id, data))
+
+    def spawn_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro, name=name)
+
+
+async def _until(predicate: Any) -> None:
+    async with asyncio.timeout(DEADLINE):
+        while not predicate():  # noqa: ASYNC110 (the transfer's state, no event to wait for)
+            await asyncio.sleep(0.005)
+
+
+def _setup(**settings: Any) -> tuple[FakeCalls, WarmTransfers, CallLeg, FakeSession]:
+    calls = FakeCalls()
+    warm = WarmTransfers(cast(Any, calls), WarmTransferSettings(**settings))
+    caller = calls.leg("c-caller")
+    session = FakeSession()
+    caller.session = cast(CallSession, session)
+    return calls, warm, caller, session
+
+
+REQUEST = WarmTransferRequest(target="sales", summary="Wants the annual plan.")
+
+
+async def test_a_busy_human_brings_the_caller_back_and_the_agent_is_told() -> None:
+    calls, warm, caller, session = _setup(warm_transfer_queues=("sales=sip:queue@pbx",))
+    transfer = await warm.start(caller, REQUEST, initiator="api")
+    ((request, admission),) = calls.originated
+    assert request.to == "sip:queue@pbx" and admission.profile is not None
+    assert "Wants the annual plan." in admission.profile.greeting and admission.profile.tools == []
+    assert session.held == "gateway", "the caller waits on hold"
+    human = calls.legs[transfer.human_id]
+    assert human.bridge is transfer.bridge, "its route takes the bridge when its media starts"
+    human.end_reason = "sip_486"
+    calls.end(human, "sip_486")
+    await _until(lambda: transfer.state is WarmState.FAILED)
+    assert session.held is None and session.notes == [
+        (
+            "The transfer to sip:queue@pbx did not go through (the line was busy). The caller is back with you and "
+            "can hear you again: tell them, and offer what else you can do.",
+            True,
+        )
+    ]
+    assert [kind for kind, _, _ in calls.reports] == ["call.transfer_started", "call.transfer_failed"]
+    assert calls.reports[-1][2]["outcome"] == "sip_486" and warm.outcomes == {"failed": 1}
+    assert caller.bridge is None and not transfer.bridge.joined
+    # Another transfer may start now.
+    again = await warm.start(caller, REQUEST, initiator="agent")
+    assert again.state is WarmState.DIALLING
+
+
+async def test_the_caller_may_stay_with_the_agent_while_the_human_rings() -> None:
+    calls, warm, caller, session = _setup()
+    request = WarmTransferRequest(target="sip:h@pbx", caller_hears="agent")
+    transfer = await warm.start(caller, request, initiator="api")
+    assert session.holds == [], "no hold: the agent goes on talking with the caller"
+    calls.end(calls.legs[transfer.human_id], "no_answer")
+    await _until(lambda: transfer.state is WarmState.FAILED)
+    assert session.holds == [] and "nobody answered" in session.notes[0][0]
+
+
+async def test_a_briefed_human_is_joined_and_the_agent_leaves() -> None:
+    calls, warm, caller, session = _setup()
+    transfer = await warm.start(caller, REQUEST, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    assert calls.routes[human.id].bridge is transfer.bridge, "the human's audio goes to the bridge, never the agent"
+    await _until(lambda: transfer.state is WarmState.BRIEFING)
+    briefing = FakeSession()
+    human.session = cast(CallSession, briefing)
+    briefing.frames_out, briefing.agent_idle = 40, True  # the summary was spoken and played out
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
+    await _until(lambda: session.closed and briefing.closed)
+    assert transfer.briefed and transfer.bridge.joined and caller.bridge is transfer.bridge
+    for leg in (caller, human):
+        assert calls.routes[leg.id].bridge is transfer.bridge and calls.routes[leg.id].session is None
+    assert (session.closed, briefing.closed) == (["transferred"], ["briefed"])
+    assert session.held is None and not session.notes
+    # The caller hangs up: the human gets a BYE.
+    calls.end(caller, "caller_hangup")
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert human.end_reason == "peer_hangup" and transfer.outcome == "caller_hangup"
+    assert [kind for kind, _, _ in calls.reports] == ["call.transfer_started", "call.transferred"]
+
+
+async def test_a_briefing_that_never_ends_joins_them_unbriefed() -> None:
+    calls, warm, caller, _ = _setup(warm_transfer_brief_timeout_s=0.1)
+    transfer = await warm.start(caller, REQUEST, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    human.session = cast(CallSession, FakeSession(frames_out=10, agent_idle=False))  # still talking
+    await _until(lambda: transfer.state is WarmState.BRIDGED)  # after the 0.1 s of the briefing's timeout
+    assert not transfer.briefed
+
+
+async def test_the_caller_leaving_while_the_human_rings_cancels_the_human() -> None:
+    calls, warm, caller, _ = _setup()
+    transfer = await warm.start(caller, REQUEST, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.end(caller, "caller_hangup")
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert human.end_reason == "caller_hangup" and warm.outcomes == {"ended": 1}
+
+
+async def test_what_cannot_be_transferred_is_refused() -> None:
+    calls, warm, caller, session = _setup()
+    session.held = "caller"
+    with pytest.raises(CommandRejectedError, match="on hold"):
+        await warm.start(caller, REQUEST, initiator="api")
+    session.held = None
+    transfer = await warm.start(caller, REQUEST, initiator="api")
+    with pytest.raises(CommandRejectedError, match="is dialling"):
+        await warm.start(caller, REQUEST, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    human.session = cast(CallSession, FakeSession())  # the briefing session, up
+    with pytest.raises(CommandRejectedError, match="human leg"):
+        await warm.start(human, REQUEST, initiator="agent")
+    caller.session = None
+    with pytest.raises(CommandRejectedError, match="agent is not up"):
+        await warm.start(caller, REQUEST, initiator="api")
+
+
+# ------------------------------------------------------------------------------ a real worker, in one loop
+
+
+async def test_a_worker_bridges_caller_and_human_and_each_hears_the_other() -> None:
+    """SIP, RTP and the tick for real (the echo agent): the caller's audio reaches the human and the other way
+    round, through the bridge, as G.711 codes; the human's BYE ends the caller's leg."""
+    from gateway.sip.events import CallEnded, CallOffered
+    from tests.gateway.worker.sip_peer import SipPeer, echo_worker
+    from tests.gateway.worker.test_worker import _answered, best_correlation, speechlike
+
+    async with (
+        echo_worker(worker_id="w-warm", rtp_timeout_s=5.0, warm_transfer_brief_timeout_s=0.3) as worker,
+        SipPeer() as caller_phone,
+        SipPeer() as human_phone,
+    ):
+        call = caller_phone.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",))
+        await _answered(caller_phone, call)
+        (caller,) = worker.legs.values()
+        target = f"sip:human@127.0.0.1:{human_phone.port}"
+        line = await worker.warm_transfer(caller.id, WarmTransferRequest(target=target, summary="A test call."))
+        offered = await human_phone.wait_for(CallOffered)
+        human_call = human_phone.answer(offered)  # type: ignore[arg-type]
+        assert isinstance(caller, CallLeg) and caller.warm is not None
+        transfer = caller.warm
+        await _until(lambda: transfer.state is WarmState.BRIDGED)  # the echo agent says nothing: the timeout
+        from_caller, from_human = speechlike(1.5, seed=3), speechlike(1.5, seed=4)
+        await asyncio.gather(caller_phone.stream(call, from_caller), human_phone.stream(human_call, from_human))
+        await asyncio.gather(
+            caller_phone.stream(call, np.zeros(8000, np.int16), frames=10),
+            human_phone.stream(human_call, np.zeros(8000, np.int16), frames=10),
+        )
+        assert best_correlation(from_caller, human_phone.heard(human_call)) > 0.95
+        assert best_correlation(from_human, caller_phone.heard(call)) > 0.95
+        assert transfer.bridge.frames >= 2 * 75
+        human_phone.hang_up(human_call)
+        await caller_phone.wait_for(CallEnded, call=call.handle)
+        await _until(lambda: not worker.legs)
+        assert caller.end_reason == "human_hangup" and transfer.state is WarmState.ENDED
+        assert line.human_leg == transfer.human_id and worker.routes == {}
