@@ -30,7 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["AmdConfig", "AmdDecided", "AmdEvent", "AmdResult", "AnsweringMachineDetector", "BeepHeard"]
+__all__ = [
+    "AmdConfig",
+    "AmdDecided",
+    "AmdEvent",
+    "AmdResult",
+    "AnsweringMachineDetector",
+    "BeepHeard",
+    "frame_voiced",
+]
 
 
 class AmdResult(enum.StrEnum):
@@ -82,6 +90,15 @@ _BEEP_BAND = (400.0, 2100.0)
 _CNG_HZ = 1100.0
 _TONE_PURITY = 0.75  # share of a frame's energy in its strongest bin and its neighbours
 _TONE_STEADY_HZ = 40.0
+
+
+def frame_voiced(frame: npt.NDArray[np.int16], speech_dbfs: float) -> bool:
+    """Louder than ``speech_dbfs`` (energy only: what follows a decision, for amd_words.AmdCombiner)."""
+    if frame.size == 0:
+        return False
+    samples = frame.astype(np.float64)
+    power = float(np.dot(samples, samples)) / samples.size
+    return bool(10.0 * np.log10(power / (32768.0**2) + 1e-12) > speech_dbfs)
 
 
 class AnsweringMachineDetector:
@@ -206,6 +223,21 @@ class AnsweringMachineDetector:
             events.append(self.beep)
         if voiced:
             self._heard_speech = True
+
+    def listen_for_beep(self) -> None:
+        """Something else (the greeting's words) judged it a machine: listen for its beep from now on, as after a
+        machine decision of the detector's own (bounded the same way)."""
+        if self.beep is not None:
+            return
+        if self.decision is None or self.decision.result is not AmdResult.MACHINE:
+            self.decision = AmdDecided(
+                result=AmdResult.MACHINE,
+                reason="words",
+                at_s=round(self._t, 3),
+                words=self._words,
+                speech_s=round(self._speech_s, 3),
+            )
+        self._done = False
 
     def _decide(self, result: AmdResult, reason: str) -> AmdDecided:
         self.decision = AmdDecided(
