@@ -71,7 +71,8 @@ def test_leave_message_waits_for_the_beep_after_the_words_decided() -> None:
     beep_frame = int((0.2 + 2 * 0.45 + 0.3) / TICK)
     actions = _run(gate, signal, texts={20: "You have reached the voicemail of Sam"})
     assert actions and actions[0][1] == "leave_message"
-    assert beep_frame <= actions[0][0] <= beep_frame + 10, "the message starts once the beep has been heard"
+    beep_end = beep_frame + int(0.4 / TICK)
+    assert beep_end <= actions[0][0] <= beep_end + 2, "the message starts once the beep has ended"
     assert gate.report is not None and gate.report.reason == "words_machine"
     assert gate.report.beep_at_s == pytest.approx(beep_frame * TICK, abs=0.04)
 
