@@ -78,12 +78,10 @@ def classify_with_words(case: Case, heard: Heard, *, words_config: WordsConfig |
     for start in range(0, pcm.size - FRAME + 1, FRAME):
         frame = pcm[start : start + FRAME]
         t += FRAME / RATE
-        decided_before = detector.decision is not None
         for event in detector.feed(frame):
             if isinstance(event, AmdDecided):
                 combiner.timing(event)
-        if decided_before:
-            combiner.audio(voiced=frame_voiced(frame, detector.config.speech_dbfs), dt=FRAME / RATE)
+        combiner.audio(voiced=frame_voiced(frame, detector.config.speech_dbfs), dt=FRAME / RATE)
         while pending and pending[0][0] <= t:
             combiner.words(pending.pop(0)[1], at_s=t)
         if combiner.verdict is not None:

@@ -166,9 +166,9 @@ class AmdVerdict:
 
 
 class AmdCombiner:
-    """One call's combination. Feed it in audio-clock order: :meth:`timing` once, :meth:`words` whenever text
-    comes, :meth:`audio` for every frame after the timing verdict; each returns the verdict once it is final
-    (and None before and after)."""
+    """One call's combination. Feed it in audio-clock order: :meth:`audio` for every frame from the answer on,
+    :meth:`timing` once, :meth:`words` whenever text comes; each returns the verdict once it is final (and None
+    before and after)."""
 
     def __init__(self, config: WordsConfig | None = None) -> None:
         self.config = config or WordsConfig()
@@ -178,6 +178,7 @@ class AmdCombiner:
         self._now = 0.0
         self._speech_after = 0.0  # voiced seconds after the timing verdict
         self._human_words = False
+        self._speech_since_words = 0.0  # voiced seconds after the person's words came
 
     @property
     def heard(self) -> str:
@@ -206,21 +207,27 @@ class AmdCombiner:
         went_on = self._speech_after >= self.config.resumed_speech_s
         if judged.result is AmdResult.HUMAN and not self._texts[:-1] and not went_on:
             self._human_words = True  # only the first thing said, and then silence: a recording's "hi" goes on
+            self._speech_since_words = 0.0
         timing = self._timing
         if timing is not None and timing.result is not AmdResult.HUMAN and self._human_words:
             return self._final(AmdResult.HUMAN, "words_human")
         return self.tick(at_s)
 
     def audio(self, *, voiced: bool, dt: float) -> AmdVerdict | None:
-        """One frame after the timing verdict: the clock advances; speech that goes on counts against a person."""
-        if self.verdict is not None or self._timing is None:
+        """Every frame, from the answer on: the clock advances; speech that goes on after a person's words, or
+        after a human verdict, counts against a person."""
+        if self.verdict is not None:
             return None
         self._now += dt
         if voiced:
-            self._speech_after += dt
-            self._human_words = False  # the words heard so far were not the whole greeting
-            if self._timing.result is not AmdResult.MACHINE and self._speech_after >= self.config.resumed_speech_s:
-                return self._final(AmdResult.MACHINE, "speech_went_on")
+            if self._human_words:
+                self._speech_since_words += dt
+                if self._speech_since_words >= self.config.resumed_speech_s:
+                    self._human_words = False  # the words heard so far were not the whole greeting
+            if self._timing is not None:
+                self._speech_after += dt
+                if self._timing.result is not AmdResult.MACHINE and self._speech_after >= self.config.resumed_speech_s:
+                    return self._final(AmdResult.MACHINE, "speech_went_on")
         return self.tick(self._now)
 
     def tick(self, now_s: float) -> AmdVerdict | None:

@@ -89,7 +89,6 @@ class AmdGate:
             return None
         dt = pcm.size / self.detector.sample_rate
         self._t += dt
-        timing_before = self.detector.decision
         action: AmdAction | None = None
         for event in self.detector.feed(pcm):
             if isinstance(event, AmdDecided) and self.decided is None:
@@ -101,7 +100,7 @@ class AmdGate:
             if action is not None:
                 return self._close(action)
         combiner = self.combiner
-        if combiner is not None and self.decided is None and timing_before is not None:
+        if combiner is not None and self.decided is None:
             verdict = combiner.audio(voiced=frame_voiced(pcm, self.detector.config.speech_dbfs), dt=dt)
             if verdict is not None:
                 action = self._decide(verdict)

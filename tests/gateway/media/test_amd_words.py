@@ -134,3 +134,18 @@ def test_bad_configs_are_refused() -> None:
         WordsConfig(words_wait_s=0)
     with pytest.raises(ValueError):
         WordsConfig(human_hold_s=11)
+
+
+def test_hi_then_a_recording_before_the_timing_verdict_stays_a_machine() -> None:
+    """ "Hi!" is recognised first, then the recording talks on and the timing rules say many_words: the "hi"
+    was not the whole greeting, so it overturns nothing."""
+    combiner = AmdCombiner()
+    for _ in range(60):
+        combiner.audio(voiced=False, dt=DT)
+    assert combiner.words("Hi!", at_s=1.2) is None
+    for _ in range(40):
+        assert combiner.audio(voiced=True, dt=DT) is None
+    assert combiner.timing(timing(AmdResult.MACHINE, "many_words", at_s=2.0)) is None
+    while combiner.verdict is None:
+        combiner.audio(voiced=True, dt=DT)
+    assert (combiner.verdict.result, combiner.verdict.reason) == (AmdResult.MACHINE, "many_words")
