@@ -47,6 +47,7 @@ MACHINE_PHRASES: Final[Mapping[str, tuple[str, ...]]] = {
         "leave a message",
         "leave your message",
         "leave me a message",
+        "leave my message",  # a small STT's usual hearing of "leave a message" (Whisper tiny.en, 8 kHz)
         "leave your name",
         "leave a brief message",
         "leave a detailed message",
@@ -65,6 +66,7 @@ MACHINE_PHRASES: Final[Mapping[str, tuple[str, ...]]] = {
         "voicemail",
         "voice mail",
         "mailbox",
+        "mail box",
         "you have reached",
         "youve reached",
         "get back to you",

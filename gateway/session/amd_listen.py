@@ -28,6 +28,8 @@ _BACKLOG_FRAMES = 250  # 5 s of 20 ms frames kept while the recogniser opens
 
 
 class GreetingTranscriber(Protocol):
+    failure: str  # why texts() ended early ("" while it runs)
+
     def feed(self, pcm: npt.NDArray[np.int16]) -> None: ...
 
     def texts(self) -> AsyncIterator[str]: ...
@@ -69,7 +71,7 @@ class AmdListener:
         if self._stt is not None:
             self._stt.feed(pcm)
         elif self._backlog is not None:
-            self._backlog.append(pcm)
+            self._backlog.append(pcm.copy())  # the tick may reuse the frame's buffer
 
     async def run(self) -> None:
         """Open the recogniser, hand on its texts until cancelled (the gate closed) or it ends; then close it."""
@@ -77,12 +79,14 @@ class AmdListener:
         try:
             stt = await asyncio.wait_for(self._model.greeting_transcriber(self._profile), timeout=self._open_deadline_s)
             backlog, self._backlog = self._backlog or deque(), None
+            log.info("call %s: AMD greeting recogniser open, %d frames held meanwhile", self._call_id, len(backlog))
             for pcm in backlog:
                 stt.feed(pcm)
             self._stt = stt
             async for text in stt.texts():
                 self.texts += 1
                 self._on_text(text)
+            log.warning("call %s: AMD greeting recogniser ended: %s", self._call_id, stt.failure or "no reason given")
         except (TimeoutError, OSError, ValueError, ProviderError) as exc:
             log.warning("call %s: AMD without words: the greeting recogniser failed: %s", self._call_id, exc)
         finally:

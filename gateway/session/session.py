@@ -362,9 +362,9 @@ class CallSession:
             self._tasks.spawn(self._pipe.sender_loop(), name="inbound-sender", critical=True)
             self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
             self._provider_profile = self._for_provider(self._profile)
+            if self._amd is not None and self._amd.combiner is not None:
+                self._amd_listen(model=self._model)  # opens while the agent connects: the greeting starts now
             link = self._install(await self._connect_at_start())
-            if self._amd is not None and self._amd.combiner is not None and self._amd.open:
-                self._amd_listen(model=self._model)
             if self._profile.greeting and self._amd is None:  # with AMD on, the greeting waits for a human
                 self._turns.want_response(None)
                 greeting = self._config.greeting_template.format(greeting=self._profile.greeting)

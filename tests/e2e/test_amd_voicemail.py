@@ -95,3 +95,55 @@ async def test_the_message_is_left_after_the_beep(peer_procs: ProcessGroup, tmp_
     )
     assert message_start <= beep_end + 1.5, f"the message began {message_start - beep_end:.2f} s after the beep"
     assert message_end - message_start == pytest.approx(REPLY_MS / 1000, abs=0.25), "the whole message, once"
+
+
+def _local_pipeline_config(path: Path) -> Path:
+    lines = [
+        "[[routes]]",
+        'name = "all"',
+        'did = "*"',
+        'profile = "local"',
+        "",
+        "[profiles.local]",
+        'provider = "pipeline"',
+        'instructions = "You are the local test agent."',
+        "",
+        "[profiles.local.pipeline]",
+        'stt = { name = "whisper" }',
+        'llm = { name = "rules" }',
+        'tts = { name = "espeak" }',
+        'vad = { name = "silero" }',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    """A greeting as short as a person's ("Please leave a message.", then silence): the timing rules alone say human;
+    the local pipeline's side recogniser hears the phrase and the gateway hangs up ``machine_detected``."""
+    from tests.e2e.gateway_proc import start_gateway
+    from tests.gateway.providers.pipeline.local.conftest import require_local_extra
+
+    require_local_extra()
+    require_binary("espeak-ng", package="espeak-ng")
+    require_binary("sox", package="sox")
+    require_module("pjsua2", package="pjsua2-python")
+    speech = read_wav(speech_wav("Please leave a message.", tmp_path / "short.wav", RATE)).samples[:, 0]
+    wav = write_wav(
+        tmp_path / "short-machine.wav",
+        np.concatenate([np.zeros(RATE // 2, dtype=np.int16), speech, np.zeros(15 * RATE, dtype=np.int16)]),
+        RATE,
+    )
+    config = _local_pipeline_config(tmp_path / "gateway.toml")
+    gateway = await start_gateway(peer_procs, env={"GATEWAY_CONFIG": str(config), "HF_HUB_OFFLINE": "1"})
+    phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
+    async with gateway.client() as api, phone:
+        body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}
+        response = await api.post("/v1/calls", json=body)
+        assert response.status_code == 201, response.text
+        call_id: str = response.json()["id"]
+        await phone.wait_state("CONFIRMED", within=20)
+        await phone.wait_state("DISCONNECTED", within=20)
+        ended = await poll(lambda: _ended(api, call_id), within=10, what="the short machine call ended")
+    assert ended["end_reason"] == "machine_detected", ended
+    assert (ended["amd"]["result"], ended["amd"]["reason"]) == ("machine", "words_machine"), ended

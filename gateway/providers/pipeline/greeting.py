@@ -3,7 +3,7 @@
 While AMD listens (gateway/session/amd_gate.py) the callee's audio does not reach the pipeline, so its STT hears
 nothing. :class:`GreetingTranscriber` is a second recogniser built from the same profile's STT component (local
 Whisper or a cloud one): it is fed the greeting, finalises each utterance after ``endpoint_ms`` of silence (by
-frame energy: a recording's pauses are clean) and yields the final texts. Partial texts are not used: a
+frame energy, below -50 dBFS: a recording's pauses are clean) and yields the final texts. Partial texts are not used: a
 greeting's first partial ("Hi, ...") would read as a person. The session closes it when AMD has decided.
 """
 
@@ -18,11 +18,11 @@ from gateway.media.amd import frame_voiced
 from gateway.providers.pipeline._aio import Resampler
 from gateway.providers.pipeline.ports import SpeechToText, SttFailed, SttFinal
 
-_SPEECH_DBFS = -42.0  # gateway/media/amd.py's AmdConfig.speech_dbfs
+_SPEECH_DBFS = -50.0  # below the timing rules' -42: a greeting's soft last syllable must not end the utterance
 
 
 class GreetingTranscriber:
-    def __init__(self, stt: SpeechToText, *, endpoint_ms: int = 300) -> None:
+    def __init__(self, stt: SpeechToText, *, endpoint_ms: int = 500) -> None:
         self._stt = stt
         self._rate = Resampler(stt.input_rate)
         self._endpoint_s = endpoint_ms / 1000

@@ -121,7 +121,7 @@ class PipelineModel:
             stt = await components.build("stt", spec.stt, self.context)
         except ProviderError as exc:
             raise ProviderConnectError(f"pipeline greeting stt: {exc}", retryable=exc.retryable) from exc
-        return GreetingTranscriber(stt, endpoint_ms=min(spec.endpoint_ms, 300))
+        return GreetingTranscriber(stt, endpoint_ms=min(spec.endpoint_ms, 500))
 
 
 async def _close_all(built: list[Any]) -> None:
