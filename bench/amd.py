@@ -272,7 +272,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="also run timing + the greeting's words: the local Whisper, or the spoken text (an upper bound)",
     )
-    parser.add_argument("--endpoint-ms", type=int, default=300, help="--words: silence before an utterance ends")
+    parser.add_argument("--endpoint-ms", type=int, default=500, help="--words: silence before an utterance ends")
     parser.add_argument("--latency-ms", type=int, default=200, help="--words oracle: the STT's delay")
 
 
