@@ -58,6 +58,14 @@ class Case:
     label: str  # human, machine, fax
     path: Path
     beep_at_s: float | None = None  # where the machine's beep starts (machines with one)
+    spoken: tuple[Spoken, ...] = ()  # what is said, where: the oracle STT's text and the utterances' bounds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spoken:
+    text: str
+    start_s: float
+    end_s: float
 
 
 def _espeak(text: str, voice: str, speed: int, directory: Path) -> npt.NDArray[np.int16]:
@@ -109,15 +117,28 @@ def build(directory: Path | None = None, *, per_label: int = 40, seed: int = 202
     rng = np.random.default_rng(seed)
     cases: list[Case] = []
 
+    texts: dict[int, str] = {}  # id() of a speech part -> its text, for the case's `spoken`
+
     def speech(text: str) -> npt.NDArray[np.float64]:
         voice = VOICES[int(rng.integers(len(VOICES)))]
         pcm = _espeak(text, voice, int(rng.integers(140, 190)), directory)
-        return _level(pcm.astype(np.float64), float(rng.uniform(-26, -14)))
+        part = _level(pcm.astype(np.float64), float(rng.uniform(-26, -14)))
+        texts[id(part)] = text
+        return part
 
-    def save(name: str, label: str, audio: npt.NDArray[np.int16], beep_at: float | None = None) -> None:
+    def save(
+        name: str, label: str, parts: list[npt.NDArray[np.float64]], noise: float, beep_at: float | None = None
+    ) -> None:
         path = directory / f"{name}.wav"
-        write_wav(path, audio, RATE)
-        cases.append(Case(name=name, label=label, path=path, beep_at_s=beep_at))
+        spoken: list[Spoken] = []
+        at = 0
+        for part in parts:
+            if id(part) in texts:
+                spoken.append(Spoken(text=texts[id(part)], start_s=at / RATE, end_s=(at + part.size) / RATE))
+            at += part.size
+        write_wav(path, _finish(parts, rng, noise), RATE)
+        cases.append(Case(name=name, label=label, path=path, beep_at_s=beep_at, spoken=tuple(spoken)))
+        texts.clear()
 
     for i in range(per_label):
         noise = float(rng.uniform(-70, -50))
@@ -126,7 +147,7 @@ def build(directory: Path | None = None, *, per_label: int = 40, seed: int = 202
         if i % 5 == 4:  # "Hello?" ... "Hello, anyone there?"
             parts += [_silence(float(rng.uniform(1.2, 2.0))), speech("Hello, anyone there?")]
         parts.append(_silence(3.0))
-        save(f"human-{i:03d}", "human", _finish(parts, rng, noise))
+        save(f"human-{i:03d}", "human", parts, noise)
 
     for i in range(per_label):
         noise = float(rng.uniform(-70, -50))
@@ -142,12 +163,12 @@ def build(directory: Path | None = None, *, per_label: int = 40, seed: int = 202
                 _sine(float(rng.uniform(400, 1400)), float(rng.uniform(0.2, 0.8)), float(rng.uniform(-20, -10)))
             )
         parts.append(_silence(3.0))
-        save(f"machine-{i:03d}", "machine", _finish(parts, rng, noise), beep_at)
+        save(f"machine-{i:03d}", "machine", parts, noise, beep_at)
 
     for i in range(per_label // 4):
         noise = float(rng.uniform(-70, -50))
         parts = [_silence(float(rng.uniform(0.0, 1.5)))]
         for _ in range(2):
             parts += [_sine(1100.0, 0.5, float(rng.uniform(-24, -12))), _silence(3.0)]
-        save(f"fax-{i:03d}", "fax", _finish(parts, rng, noise))
+        save(f"fax-{i:03d}", "fax", parts, noise)
     return cases

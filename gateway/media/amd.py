@@ -16,7 +16,8 @@ frame energy:
     time out          no rule decided within `total_s`                                 -> unknown
 
 A pure tone is never counted as speech, so a beep or CNG does not make words. After a machine decision the
-detector keeps listening for the beep (`BeepHeard`) so that a message starts after it; `beep_wait_s` bounds
+detector keeps listening for the beep (`BeepHeard`, reported when the beep has ended) so that a message starts
+after it; `beep_wait_s` bounds
 the wait (then `BeepHeard` comes with `frequency_hz=None`, once the greeting has been silent for
 `after_greeting_silence_s`). The words a pipeline's STT hears can refine a decision; this module is the
 audio-only baseline.
@@ -30,7 +31,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["AmdConfig", "AmdDecided", "AmdEvent", "AmdResult", "AnsweringMachineDetector", "BeepHeard"]
+__all__ = [
+    "AmdConfig",
+    "AmdDecided",
+    "AmdEvent",
+    "AmdResult",
+    "AnsweringMachineDetector",
+    "BeepHeard",
+    "frame_voiced",
+]
 
 
 class AmdResult(enum.StrEnum):
@@ -72,8 +81,12 @@ class AmdDecided:
 
 @dataclass(frozen=True, kw_only=True)
 class BeepHeard:
+    """The moment to leave a message: reported when the beep has ended (a message spoken over the beep's tail is
+    not recorded by the machine), ``at_s`` being where it started."""
+
     at_s: float
     frequency_hz: float | None  # None: no beep came; the greeting ended in silence (or the wait ran out)
+    ended_at_s: float | None = None  # where the beep ended (None: no beep)
 
 
 AmdEvent = AmdDecided | BeepHeard
@@ -82,6 +95,16 @@ _BEEP_BAND = (400.0, 2100.0)
 _CNG_HZ = 1100.0
 _TONE_PURITY = 0.75  # share of a frame's energy in its strongest bin and its neighbours
 _TONE_STEADY_HZ = 40.0
+_BEEP_MAX_S = 3.0  # a tone that goes on longer is taken as ended there (the wait stays bounded)
+
+
+def frame_voiced(frame: npt.NDArray[np.int16], speech_dbfs: float) -> bool:
+    """Louder than ``speech_dbfs`` (energy only: what follows a decision, for amd_words.AmdCombiner)."""
+    if frame.size == 0:
+        return False
+    samples = frame.astype(np.float64)
+    power = float(np.dot(samples, samples)) / samples.size
+    return bool(10.0 * np.log10(power / (32768.0**2) + 1e-12) > speech_dbfs)
 
 
 class AnsweringMachineDetector:
@@ -105,6 +128,7 @@ class AnsweringMachineDetector:
         self._tone_hz: float | None = None
         self._tone_run = 0.0
         self._tone_started = 0.0
+        self._beep_on: tuple[float, float] | None = None  # a beep long enough, still sounding: (start, Hz)
         self._window: npt.NDArray[np.float64] = np.hanning(sample_rate // 50)
 
     def feed(self, frame: npt.NDArray[np.int16]) -> list[AmdEvent]:
@@ -120,6 +144,8 @@ class AnsweringMachineDetector:
         tone_event = self._track_tone(tone, duration)
         if tone_event is not None:
             events.append(tone_event)
+        elif self._beep_on is not None:
+            pass  # the beep still sounds: its end is the moment
         elif self.decision is None:
             decided = self._words_and_silences(voiced=dbfs > self.config.speech_dbfs and tone is None, dt=duration)
             if decided is not None:
@@ -148,24 +174,31 @@ class AnsweringMachineDetector:
     def _track_tone(self, hz: float | None, dt: float) -> AmdEvent | None:
         if hz is None or not (_BEEP_BAND[0] <= hz <= _BEEP_BAND[1]):
             self._tone_hz, self._tone_run = None, 0.0
-            return None
+            return self._beep_ended(self._t - dt)
         if self._tone_hz is None or abs(hz - self._tone_hz) > _TONE_STEADY_HZ:
+            ended = self._beep_ended(self._t - dt)
             self._tone_hz, self._tone_run, self._tone_started = hz, 0.0, self._t - dt
+            if ended is not None:
+                return ended
         self._tone_run += dt
         is_cng = abs(self._tone_hz - _CNG_HZ) <= _TONE_STEADY_HZ
-        if self.decision is None:
-            if is_cng and self._tone_run >= self.config.cng_min_s:
-                return self._decide(AmdResult.FAX, "fax_tone")
-            if not is_cng and self._tone_run >= self.config.beep_min_s:
-                self.beep = BeepHeard(at_s=round(self._tone_started, 3), frequency_hz=round(self._tone_hz, 1))
-                self._done = True
-                return self._decide(AmdResult.MACHINE, "beep")
-            return None
-        if self._tone_run >= self.config.beep_min_s:
-            self.beep = BeepHeard(at_s=round(self._tone_started, 3), frequency_hz=round(self._tone_hz, 1))
-            self._done = True
-            return self.beep
+        if self.decision is None and is_cng and self._tone_run >= self.config.cng_min_s:
+            return self._decide(AmdResult.FAX, "fax_tone")
+        if self._beep_on is None and self._tone_run >= self.config.beep_min_s and (self.decision or not is_cng):
+            self._beep_on = (self._tone_started, self._tone_hz)
+            if self.decision is None:
+                return self._decide(AmdResult.MACHINE, "beep")  # decided now; the moment comes when it ends
+        if self._beep_on is not None and self._tone_run >= _BEEP_MAX_S:
+            return self._beep_ended(self._t)
         return None
+
+    def _beep_ended(self, at_s: float) -> BeepHeard | None:
+        if self._beep_on is None or self._done:
+            return None
+        started, hz = self._beep_on
+        self.beep = BeepHeard(at_s=round(started, 3), frequency_hz=round(hz, 1), ended_at_s=round(at_s, 3))
+        self._done = True
+        return self.beep
 
     # --- speech -------------------------------------------------------------------------------------------
 
@@ -206,6 +239,21 @@ class AnsweringMachineDetector:
             events.append(self.beep)
         if voiced:
             self._heard_speech = True
+
+    def listen_for_beep(self) -> None:
+        """Something else (the greeting's words) judged it a machine: listen for its beep from now on, as after a
+        machine decision of the detector's own (bounded the same way)."""
+        if self.beep is not None:
+            return
+        if self.decision is None or self.decision.result is not AmdResult.MACHINE:
+            self.decision = AmdDecided(
+                result=AmdResult.MACHINE,
+                reason="words",
+                at_s=round(self._t, 3),
+                words=self._words,
+                speech_s=round(self._speech_s, 3),
+            )
+        self._done = False
 
     def _decide(self, result: AmdResult, reason: str) -> AmdDecided:
         self.decision = AmdDecided(

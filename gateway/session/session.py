@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from types import TracebackType
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from gateway.compiled import caused
+from gateway.media.amd_words import WordsConfig
 from gateway.media.tick import G711Frame
 from gateway.providers.base import (
     AgentProfile,
@@ -53,7 +54,8 @@ from gateway.providers.base import (
     TranscriptReceived,
 )
 from gateway.providers.errors import ProviderError
-from gateway.session.amd_gate import VOICEMAIL_LEFT, AmdGate, AmdPolicy, AmdReport
+from gateway.session.amd_gate import VOICEMAIL_LEFT, AmdAction, AmdGate, AmdPolicy, AmdReport
+from gateway.session.amd_listen import AmdListener, transcribes_greetings
 from gateway.session.calltrace import SessionTrace
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.connections import Connections
@@ -263,7 +265,11 @@ class CallSession:
         self._hold = HoldState(config.hold_audio)
         self._no_input = self._no_input_timer(profile)
         # Outbound answering-machine detection: while open, callee frames go to it, not the provider (amd_gate.py).
-        self._amd: AmdGate | None = AmdGate(amd) if amd is not None else None
+        # With a provider that can transcribe the greeting on the side, its words refine the decision (amd_listen.py).
+        words = WordsConfig() if amd is not None and transcribes_greetings(model) else None
+        self._amd: AmdGate | None = AmdGate(amd, words=words) if amd is not None else None
+        self._amd_listener: AmdListener | None = None
+        self._amd_listening: asyncio.Task[Any] | None = None
         self._on_amd = on_amd
         self._amd_told = False
         self._counts = dict.fromkeys(
@@ -356,6 +362,8 @@ class CallSession:
             self._tasks.spawn(self._pipe.sender_loop(), name="inbound-sender", critical=True)
             self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
             self._provider_profile = self._for_provider(self._profile)
+            if self._amd is not None and self._amd.combiner is not None:
+                self._amd_listen(model=self._model)  # opens while the agent connects: the greeting starts now
             link = self._install(await self._connect_at_start())
             if self._profile.greeting and self._amd is None:  # with AMD on, the greeting waits for a human
                 self._turns.want_response(None)
@@ -823,12 +831,41 @@ class CallSession:
         """Answering-machine detection's decision (None: off, or not decided yet)."""
         return self._amd.report if self._amd is not None else None
 
+    def _amd_listen(self, *, model: object) -> None:
+        self._amd_listener = AmdListener(
+            model,  # type: ignore[arg-type]  # transcribes_greetings(model) said so
+            self._provider_profile,
+            on_text=self._amd_heard,
+            call_id=self.call_id,
+        )
+        self._amd_listening = self._tasks.spawn(self._amd_listener.run(), name="amd:words")
+
+    def _amd_heard(self, text: str) -> None:
+        amd = self._amd
+        if amd is not None and amd.open and self._state is CallState.ACTIVE:
+            self._amd_act(amd, amd.words(text))
+
     def _amd_feed(self, amd: AmdGate, frame: Frame) -> None:
-        action = amd.feed(frame.pcm)
+        if self._amd_listener is not None:
+            self._amd_listener.feed(frame.pcm)
+        self._amd_act(amd, amd.feed(frame.pcm))
+
+    def _amd_act(self, amd: AmdGate, action: AmdAction | None) -> None:
+        if (not amd.open or amd.decided is not None) and self._amd_listening is not None:
+            self._amd_listening.cancel()  # decided: the greeting's recogniser closes
+            self._amd_listening, self._amd_listener = None, None
         decided = amd.decided
         if decided is not None and not self._amd_told:
             self._amd_told = True
             self._record(AmdDetected(result=decided.result.value, reason=decided.reason, at_s=decided.at_s))
+            log.info(
+                "call %s: AMD %s (%s) at %.2f s; words heard: %r",
+                self.call_id,
+                decided.result.value,
+                decided.reason,
+                decided.at_s,
+                amd.heard,
+            )
             self._tell_amd(amd)
         if action == "greet":
             if self._profile.greeting:

@@ -44,3 +44,23 @@ def test_the_bench_prints_its_report(cases: list, capsys: pytest.CaptureFixture[
     report = json.loads(capsys.readouterr().out)
     assert report["cases"] == 27 and report["cpu"]["amd_us"] > 0
     assert set(report["scores"]) == {"human", "machine", "fax"}
+
+
+def test_the_oracle_words_raise_precision_and_recall(cases: list, capsys: pytest.CaptureFixture[str]) -> None:
+    """--words oracle (the spoken text, an upper bound): no label loses, the 'Hi!' machines are caught."""
+    directory = Path(cases[0].path).parent
+    args = argparse.Namespace(per_label=12, repeats=1, dir=directory, json=True, words="oracle")
+    assert main(argparse.Namespace(**vars(args), endpoint_ms=300, latency_ms=200)) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    timing, words = lines[0]["scores"], lines[1]["scores"]
+    assert lines[1]["mode"] == "timing+oracle"
+    for label in ("human", "machine"):
+        assert words[label]["recall"] >= timing[label]["recall"], (label, timing, words)
+        assert words[label]["precision"] >= timing[label]["precision"], (label, timing, words)
+    assert words["machine"]["recall"] == 1.0, lines[1]
+
+
+def test_every_case_knows_what_it_says(cases: list) -> None:
+    for case in cases:
+        assert bool(case.spoken) == (case.label != "fax"), case
+        assert all(0 <= p.start_s < p.end_s for p in case.spoken)

@@ -18,6 +18,7 @@ from gateway.providers.base import AgentProfile, Capabilities, HistoryItem, Pipe
 from gateway.providers.errors import ProviderConfigError, ProviderConnectError, ProviderError
 from gateway.providers.pipeline import components
 from gateway.providers.pipeline.components import ComponentContext
+from gateway.providers.pipeline.greeting import GreetingTranscriber
 from gateway.providers.pipeline.session import PipelineSession, SessionOptions
 from gateway.providers.pipeline.turns import TurnOptions
 
@@ -112,6 +113,15 @@ class PipelineModel:
         session.start()
         self.sessions = [s for s in self.sessions if not s.closed] + [session]
         return session
+
+    async def greeting_transcriber(self, profile: AgentProfile) -> GreetingTranscriber:
+        """A recogniser of the profile's STT for the callee's greeting (answering-machine detection's words)."""
+        spec = profile.pipeline or self.default_spec
+        try:
+            stt = await components.build("stt", spec.stt, self.context)
+        except ProviderError as exc:
+            raise ProviderConnectError(f"pipeline greeting stt: {exc}", retryable=exc.retryable) from exc
+        return GreetingTranscriber(stt, endpoint_ms=min(spec.endpoint_ms, 500))
 
 
 async def _close_all(built: list[Any]) -> None:
