@@ -1,4 +1,4 @@
-"""Two SIP legs' audio joined through the media tick, the agent out of the path (warm transfer, ADR 0038).
+"""Two SIP legs' audio joined through the media tick, the agent out of the path (warm transfer, ADR 0041).
 
 Each leg's decoded 24 kHz inbound frame is handed, one tick later, to the other leg's encoder: the tick's inbound
 half stores it (:meth:`Bridge.heard`), the next tick's outbound half takes it (:meth:`Bridge.frame_for`). A frame

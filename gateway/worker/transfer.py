@@ -1,4 +1,4 @@
-"""A warm transfer's state: the table of its steps and the record of one transfer (ADR 0038).
+"""A warm transfer's state: the table of its steps and the record of one transfer (ADR 0041).
 
 The orchestration is gateway/worker/warm.py; this is what the legs hold (``CallLeg.warm``) and the snapshot
 shows (``transfer``), so it sits low in the worker: it knows no route, session or SIP.

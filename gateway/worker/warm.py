@@ -1,4 +1,4 @@
-"""Warm (attended) transfer to a human: dial them, brief them, join them with the caller, leave (ADR 0038).
+"""Warm (attended) transfer to a human: dial them, brief them, join them with the caller, leave (ADR 0041).
 
 ``POST /v1/calls/{id}/warm_transfer`` and the agent's ``warm_transfer`` tool come here. A transfer:
 
