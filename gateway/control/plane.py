@@ -237,6 +237,7 @@ class ControlPlane:
             metadata=hooked.metadata if hooked is not None else {},
             early_media=route.early_media_model(),
             refer=route.refer_policy(),
+            trunk=route.trunk,
         )
 
     async def _ask_application(self, request: AdmissionRequest, route: RouteConfig, call_id: str) -> HookOutcome | None:

@@ -884,6 +884,12 @@ class AdmissionDecision(_Model):
     refer: ReferPolicyModel = Field(
         default_factory=ReferPolicyModel, description="The route's policy for the peer's REFERs (default: declined)"
     )
+    trunk: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The route's trunk, for the numbers this call goes on to dial (a warm transfer's human, a "
+        "REFER's tel: target); None: default",
+    )
 
 
 # ---------------------------------------------------------------------------------------- commands

@@ -80,7 +80,7 @@ class ReferralOwner(Protocol):
 
     def end(self, leg: CallLeg, reason: str) -> None: ...
 
-    def dial_target(self, uri: str) -> Dial:
+    def dial_target(self, leg: CallLeg, uri: str) -> Dial:
         """How the new call to a REFER's target goes out (ValueError when it cannot)."""
         ...
 
@@ -213,7 +213,7 @@ class Referrals:
         sdp = attempt.sdp = self._owner.new_offer_answer()
         sdp.bind(address=self._owner.media_address(rtp), port=rtp.port)
         try:
-            route = self._owner.dial_target(event.refer_to)
+            route = self._owner.dial_target(leg, event.refer_to)
             attempt.sip = self._signalling.invite(
                 route.uri,
                 from_uri=_local_uri(leg),

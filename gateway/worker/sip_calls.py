@@ -343,6 +343,7 @@ class SipCalls:
                 return
             leg.route = decision.route
             leg.refer_policy = decision.refer
+            leg.trunk = decision.trunk
             leg.profile = decision.profile or self._host.default_profile
             leg.context = _inbound_context(leg, event, leg.profile)
             if decision.metadata:  # the call-time application's
@@ -870,10 +871,13 @@ class SipCalls:
     def media_moved(self, leg: CallLeg) -> None:
         self.midcall.media_moved(leg)
 
-    def dial_target(self, uri: str) -> Dial:
-        """A tel: target goes through the default trunk, as a bare number does for originate (ValueError: none)."""
-        to = uri[4:].split(";")[0] if uri.startswith("tel:") else uri
-        return dial(self._trunks, to, trunk_name=None, legacy_credentials=self._trunk_credentials)
+    def dial_target(self, leg: CallLeg, uri: str) -> Dial:
+        """A tel: target goes through the call's route's trunk (else default), as a bare number does for originate
+        (ValueError: none)."""
+        if not uri.startswith("tel:"):
+            return dial(self._trunks, uri, trunk_name=None, legacy_credentials=self._trunk_credentials)
+        to = uri[4:].split(";")[0]
+        return dial(self._trunks, to, trunk_name=leg.trunk, legacy_credentials=self._trunk_credentials)
 
     def _handoff_reported(self, leg: CallLeg, event: HandoffEvent) -> None:
         kind, data = handoff_report(event)
@@ -910,6 +914,7 @@ class SipCalls:
             to_uri=request.to,
             route=admission.route,
             refer_policy=admission.refer,
+            trunk=route.trunk.name if route.trunk is not None else admission.trunk,
             profile=admission.profile or self._host.default_profile,
             owner=self,
             cost=self._costs.offer_cost(media),  # until the answer names the codec

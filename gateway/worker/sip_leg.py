@@ -116,6 +116,7 @@ class CallLeg:
     early_dialogs: EarlyDialogs | None = None
     early_heard: int = 0
     early_sent: int = 0
+    trunk: str | None = None  # the route's trunk, for numbers this call dials on (warm transfer, a REFER's tel:)
     refer_policy: ReferPolicyModel | None = None  # what a peer's REFER may do (the route's; None: declined)
     referrals: list[ReferralLine] = field(default_factory=list)  # the peer's REFERs (gateway/worker/referred.py)
     warm: WarmTransfer | None = (

@@ -170,7 +170,11 @@ class WarmTransfers:
         )
         ring_s = request.ring_timeout_s or self._settings.warm_transfer_ring_timeout_s
         caller_number = user_part(caller.from_uri) or "gateway"
-        origin = OriginateRequest(to=target, caller_id=caller_number, route=caller.route, ring_timeout_s=ring_s)
+        # A number goes through the trunk of the caller's route (the same carrier), a SIP URI as it is.
+        trunk = caller.trunk if not target.startswith(("sip:", "sips:", "tel:")) else None
+        origin = OriginateRequest(
+            to=target, caller_id=caller_number, route=caller.route, trunk=trunk, ring_timeout_s=ring_s
+        )
         admission = AdmissionDecision(
             accepted=True, call_id=human_id, route=caller.route, profile=briefing_profile(profile, summary)
         )

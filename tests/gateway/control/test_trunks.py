@@ -84,6 +84,7 @@ async def test_an_originate_goes_through_the_routes_trunk_or_the_one_it_names(
     neither = await client.post("/v1/calls", headers=AUTH, json={"to": "+15550123", "route": "sales"})
     assert neither.status_code == 201
     assert [request.trunk for request, _ in worker.originated] == ["a", "b", None]
+    assert [admission.trunk for _, admission in worker.originated] == ["a", "a", None]  # the route's, for its dialling
 
     unknown = await client.post("/v1/calls", headers=AUTH, json={"to": "+15550123", "route": "sales", "trunk": "zz"})
     assert unknown.status_code == 422

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,3 +173,28 @@ async def test_a_tel_target_is_called_through_the_trunk() -> None:
             trunk.transport.pump()
             failed = await a.wait_for(TransferFailed, call=call_a.handle)
             assert failed.status == 404 and leg.live  # type: ignore[attr-defined]
+
+
+async def test_a_tel_target_takes_the_trunk_of_the_calls_route(tmp_path: Path) -> None:
+    """Two trunks in the routes file; the call's route names b (AdmissionDecision.trunk): the target goes to b."""
+    async with SipPeer() as carrier_a, SipPeer() as carrier_b:
+        config = tmp_path / "gateway.toml"
+        config.write_text(
+            f'[trunks.a]\naddress = "127.0.0.1:{carrier_a.port}"\n\n'
+            f'[trunks.b]\naddress = "127.0.0.1:{carrier_b.port}"\n'
+        )
+        async with (
+            echo_worker(worker_id="w-referred", rtp_timeout_s=10.0, srtp="off", config=str(config)) as worker,
+            SipPeer() as a,
+        ):
+            call_a, leg = await _call(worker, a)
+            leg.refer_policy, leg.trunk = ReferPolicyModel(mode="accept"), "b"
+            a.endpoint.refer(call_a.handle, a.transport.now(), target_uri="tel:+15550111")
+            a.transport.pump()
+            offered = await carrier_b.wait_for(CallOffered)
+            assert offered.request_uri == f"sip:+15550111@127.0.0.1:{carrier_b.port}"  # type: ignore[attr-defined]
+            assert not carrier_a.requests
+            carrier_b.endpoint.reject(offered.call, carrier_b.transport.now(), status=486)  # type: ignore[attr-defined]
+            carrier_b.transport.pump()
+            failed = await a.wait_for(TransferFailed, call=call_a.handle)
+            assert failed.status == 486 and leg.live  # type: ignore[attr-defined]

@@ -170,6 +170,19 @@ async def test_a_busy_human_brings_the_caller_back_and_the_agent_is_told() -> No
     assert again.state is WarmState.DIALLING
 
 
+async def test_a_number_is_dialled_through_the_trunk_of_the_callers_route_a_uri_as_it_is() -> None:
+    calls, warm, caller, _ = _setup(warm_transfer_queues=("sales=+15550142",))
+    caller.trunk = "b"
+    await warm.start(caller, REQUEST, initiator="api")
+    ((request, _),) = calls.originated
+    assert (request.to, request.trunk) == ("+15550142", "b")
+    calls, warm, caller, _ = _setup()
+    caller.trunk = "b"
+    await warm.start(caller, WarmTransferRequest(target="sip:h@pbx"), initiator="api")
+    ((request, _),) = calls.originated
+    assert (request.to, request.trunk) == ("sip:h@pbx", None)
+
+
 async def test_the_caller_may_stay_with_the_agent_while_the_human_rings() -> None:
     calls, warm, caller, session = _setup()
     request = WarmTransferRequest(target="sip:h@pbx", caller_hears="agent")
