@@ -652,7 +652,8 @@ class WarmTransferSettings(_Slice):
     warm_transfer_queues: Csv = Field(
         default=(),
         description="Queue names a warm transfer may be given as its target, each `name=target` (a number, "
-        "dialled through the trunk of the caller's route, else default, or a SIP URI), comma-separated; empty: targets are numbers or URIs only.",
+        "dialled through the trunk of the caller's route, else default, or a SIP URI), comma-separated; empty: "
+        "targets are numbers or URIs only.",
     )
     warm_transfer_ring_timeout_s: float = Field(
         default=30.0,
