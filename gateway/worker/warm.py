@@ -321,9 +321,10 @@ class WarmTransfers:
                 # The human's phone BYEs the replaced dialog, often before the caller's NOTIFY reaches us.
                 await _first(referral, transfer.caller_gone, within_s=HANDOFF_GRACE_S)
         finally:
-            if not referral.done():
-                referral.cancel()
-        if referral.cancelled():
+            pending = not referral.done()
+            if pending:
+                referral.cancel()  # a Task is cancelled at its next step, not here
+        if pending or referral.cancelled():
             transfer.handoff_detail = "REFER: a leg ended before its outcome"
             return
         outcome = referral.result()
