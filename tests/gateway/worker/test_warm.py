@@ -13,6 +13,7 @@ import pytest
 
 from gateway.fleet.errors import CommandRejectedError
 from gateway.fleet.models import AdmissionDecision, OriginateRequest, ProfileModel, WarmTransferRequest
+from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.session.state import CallState
 from gateway.worker.legs import LegState, begin_end
@@ -72,6 +73,7 @@ class FakeCalls:
         self.routes: dict[str, FakeRoute] = {}
         self.reports: list[tuple[str, str, dict[str, Any]]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
+        self.referral: asyncio.Future[TransferOutcome] | None = None
 
     def leg(self, call_id: str, *, direction: str = "inbound", media: bool = True) -> CallLeg:
         leg = CallLeg(
@@ -123,6 +125,11 @@ class FakeCalls:
 
     def spawn_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(coro, name=name)
+
+    async def refer_replacing(self, caller: CallLeg, human: CallLeg) -> TransferOutcome:
+        """The REFER's outcome is what the test sets on ``referral`` (made here)."""
+        self.referral = asyncio.get_running_loop().create_future()
+        return await self.referral
 
 
 async def _until(predicate: Any) -> None:
@@ -253,6 +260,67 @@ async def test_what_cannot_be_transferred_is_refused() -> None:
     caller.session = None
     with pytest.raises(CommandRejectedError, match="agent is not up"):
         await warm.start(caller, REQUEST, initiator="api")
+
+
+async def _bridged(calls: FakeCalls, warm: WarmTransfers, caller: CallLeg, request: WarmTransferRequest) -> Any:
+    transfer = await warm.start(caller, request, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    human.session = cast(CallSession, FakeSession(frames_out=40, agent_idle=True))
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
+    return transfer, human
+
+
+async def test_auto_refers_only_a_caller_whose_invite_offered_replaces() -> None:
+    calls, warm, caller, _ = _setup(warm_transfer_refer="auto")
+    transfer, _ = await _bridged(calls, warm, caller, REQUEST)
+    assert not transfer.refer and transfer.handoff_detail == "the caller's INVITE did not offer REFER and Replaces"
+    calls, warm, caller, _ = _setup(warm_transfer_refer="auto")
+    caller.refer_replaces = True
+    transfer, _ = await _bridged(calls, warm, caller, REQUEST)
+    await _until(lambda: calls.referral is not None)
+    assert transfer.refer and transfer.handoff_detail == ""
+
+
+async def test_a_refer_refused_keeps_the_bridge_and_says_why() -> None:
+    calls, warm, caller, _ = _setup()
+    transfer, human = await _bridged(calls, warm, caller, REQUEST.model_copy(update={"handoff": "refer"}))
+    await _until(lambda: calls.referral is not None)
+    assert calls.referral is not None
+    calls.referral.set_result(TransferOutcome(status="refused", sip_status=501, detail="Not Implemented"))
+    await _until(lambda: transfer.handoff_detail != "")
+    assert transfer.handoff_detail == "REFER refused 501: Not Implemented" and transfer.state is WarmState.BRIDGED
+    assert caller.live and human.live and transfer.handoff == "bridge"
+    calls.end(human, "peer_hangup")  # the bridge goes on until a side hangs up, as without a REFER
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert caller.end_reason == "human_hangup" and transfer.outcome == "human_hangup"
+
+
+async def test_a_human_gone_while_the_refer_is_pending_counts_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gateway.worker.warm as warm_module
+
+    monkeypatch.setattr(warm_module, "HANDOFF_GRACE_S", 0.05)
+    calls, warm, caller, _ = _setup()
+    transfer, human = await _bridged(calls, warm, caller, REQUEST.model_copy(update={"handoff": "refer"}))
+    await _until(lambda: calls.referral is not None)
+    calls.end(human, "peer_hangup")  # and no NOTIFY ever comes
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert caller.end_reason == "human_hangup" and transfer.handoff == "bridge"
+    assert transfer.handoff_detail == "REFER: a leg ended before its outcome"
+
+
+async def test_a_refer_accepted_ends_both_legs_as_transferred() -> None:
+    calls, warm, caller, _ = _setup()
+    transfer, human = await _bridged(calls, warm, caller, REQUEST.model_copy(update={"handoff": "refer"}))
+    await _until(lambda: calls.referral is not None)
+    assert calls.referral is not None
+    calls.referral.set_result(TransferOutcome(status="accepted", sip_status=200))
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert (caller.end_reason, human.end_reason) == ("transferred", "transferred")
+    assert (transfer.handoff, transfer.outcome) == ("refer", "transferred") and transfer.over.is_set()
+    assert [kind for kind, _, _ in calls.reports] == ["call.transfer_started", "call.transferred"]
 
 
 # ------------------------------------------------------------------------------ a real worker, in one loop
