@@ -358,6 +358,14 @@ class TransferLine(_Model):
         default="", max_length=64, description="Why it failed (no_answer, sip_486, ...) or how the bridge ended"
     )
     briefed: bool = Field(default=False, description="The human heard the summary before the legs were joined")
+    handoff: Literal["bridge", "refer"] = Field(
+        default="bridge",
+        description="How the joined call went on: bridged by the gateway, or handed off with a REFER (Replaces) "
+        "so that caller and human talk directly",
+    )
+    handoff_detail: str = Field(
+        default="", max_length=200, description="Why a REFER handoff was not tried or did not go through"
+    )
     started: float
     answered: float | None = None
     bridged: float | None = None
@@ -965,6 +973,12 @@ class WarmTransferRequest(_Model):
     )
     caller_hears: Literal["hold", "agent"] = Field(
         default="hold", description="hold: the hold audio while the human is dialled and briefed; agent: the agent"
+    )
+    handoff: Literal["bridge", "refer"] | None = Field(
+        default=None,
+        description="Once joined: bridge (the gateway carries the media until a side hangs up) or refer (REFER the "
+        "caller to the human with Replaces, the gateway leaves; a refusal keeps the bridge); default: "
+        "GATEWAY_WARM_TRANSFER_REFER",
     )
 
 

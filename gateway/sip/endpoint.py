@@ -41,6 +41,7 @@ from .message import SipRequest, SipResponse, can_answer, parse_message, validat
 from .policy import InboundPolicy, Verdict
 from .refer_sub import ReferAction, ReferSubscription
 from .registrations import Registrations
+from .replaces import refer_to_replacing
 from .session_timer import offer_headers, refresh_headers
 from .transaction import Transaction
 from .uac import OptionsPing, on_response, on_transport_error, send_bye, send_cancel, send_in_dialog, start_invite
@@ -287,6 +288,15 @@ class SipEndpoint:
         assert c.dialog is not None
         refer_to = (("Refer-To", f"<{target}>"), ("Referred-By", f"<{c.dialog.local_uri.uri}>"))
         send_in_dialog(self._core, c, "REFER", now, headers=refer_to)
+
+    def replaces_target(self, call: CallHandle) -> str | None:
+        """The Refer-To URI that sends another peer to this call's far end, replacing this dialog (RFC 3891,
+        gateway/sip/replaces.py); None once it ended, LocalProtocolError before it is established."""
+        c = self._confirmed(call)
+        if c is None or c.dialog is None:
+            return None
+        d = c.dialog
+        return refer_to_replacing(str(d.remote_target), d.call_id, local_tag=d.local_tag, remote_tag=d.remote_tag)
 
     def accept_refer(self, call: CallHandle, now: float) -> None:
         """Take the pending ReferReceived: 202 Accepted and NOTIFY "100 Trying" (gateway/sip/refer_sub.py)."""

@@ -125,6 +125,10 @@ class SipSignalling:
         self.endpoint.refer(call, self.now(), target_uri=target_uri)
         self.transport.pump()
 
+    def replaces_target(self, call: CallHandle) -> str | None:
+        """The Refer-To that sends another peer to this call's far end, replacing its dialog (RFC 3891)."""
+        return self.endpoint.replaces_target(call)
+
     def accept_refer(self, call: CallHandle) -> None:
         """202 to the peer's REFER and NOTIFY 100 Trying (gateway/sip/refer_sub.py)."""
         try:

@@ -50,6 +50,7 @@ from gateway.observability import (
 )
 from gateway.session.amd_gate import AmdPolicy
 from gateway.session.config import WebhookToolConfig
+from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.session.state import CallState as SessionState
 from gateway.session.transcript import DtmfMethod
@@ -77,6 +78,7 @@ from gateway.sip.events import (
 )
 from gateway.sip.headers import reason_value
 from gateway.sip.offer_answer import Answered, MediaPolicy, OfferAnswer, OfferAnswerState, Refused
+from gateway.sip.replaces import offers_replaces
 from gateway.sip.sdes import SrtpNegotiated
 from gateway.tracing import CallTrace, traceparent_of
 from gateway.transport.errors import PortsExhaustedError
@@ -197,13 +199,9 @@ class SipCalls:
             elif isinstance(event, TransferProgressed):
                 leg.transfer_seen_progress = True
                 if event.final and leg.referral is not None and not leg.referral.done():
-                    from gateway.session.control import TransferOutcome
-
                     leg.referral.set_result(TransferOutcome(status="accepted", sip_status=event.status))
             elif isinstance(event, TransferFailed):
                 if leg.referral is not None and not leg.referral.done():
-                    from gateway.session.control import TransferOutcome
-
                     status = "failed" if leg.transfer_seen_progress else "refused"
                     leg.referral.set_result(
                         TransferOutcome(status=status, sip_status=event.status, detail=event.reason)  # type: ignore[arg-type]
@@ -234,6 +232,7 @@ class SipCalls:
             source=f"{event.source[0]}:{event.source[1]}",
             transport=event.transport,
             owner=self,
+            refer_replaces=offers_replaces(event.headers),
         )
         SIP_CALLS_TOTAL.labels(self._host.id, event.transport, "inbound").inc()
         leg.trace = _call_trace(leg)
@@ -566,7 +565,7 @@ class SipCalls:
             return
         reason = await session.wait_ended()
         if leg.warm is not None and leg.bridge is not None:  # bridged to a human: lives on without its agent
-            await leg.warm.bridged_until_over()
+            await leg.warm.bridged_until_over(leg.id)
             reason = "peer_hangup"
         if leg.live and leg.sip is not None:
             self.end(leg, leg.end_reason or reason or "agent_ended")
@@ -778,6 +777,18 @@ class SipCalls:
     def sip_leg(self, call_id: str) -> CallLeg | None:
         leg = self._legs.get(call_id)
         return leg if isinstance(leg, CallLeg) else None
+
+    async def refer_replacing(self, caller: CallLeg, human: CallLeg) -> TransferOutcome:
+        """REFER the caller to the human, replacing the human's dialog with us (gateway/sip/replaces.py)."""
+        try:
+            target = self._signalling.replaces_target(human.sip) if human.sip is not None else None
+        except LocalProtocolError as exc:
+            target, why = None, str(exc)
+        else:
+            why = "the human's call has ended"
+        if target is None:
+            return TransferOutcome(status="refused", detail=why)
+        return await SipCallControl(caller).transfer(target)
 
     def route_of(self, call_id: str) -> TickRoute | None:
         return self._plant.routes.get(call_id)

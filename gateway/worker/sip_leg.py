@@ -119,6 +119,7 @@ class CallLeg:
     trunk: str | None = None  # the route's trunk, for numbers this call dials on (warm transfer, a REFER's tel:)
     refer_policy: ReferPolicyModel | None = None  # what a peer's REFER may do (the route's; None: declined)
     referrals: list[ReferralLine] = field(default_factory=list)  # the peer's REFERs (gateway/worker/referred.py)
+    refer_replaces: bool = False  # its INVITE offered REFER (Allow) and Replaces (Supported): warm transfer's auto
     warm: WarmTransfer | None = (
         None  # the warm transfer this leg is the caller or the human of (gateway/worker/warm.py)
     )

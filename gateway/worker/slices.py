@@ -670,6 +670,14 @@ class WarmTransferSettings(_Slice):
         "summary); past it the caller and the human are joined all the same.",
     )
 
+    warm_transfer_refer: Literal["off", "auto"] = Field(
+        default="off",
+        description="Once caller and human are joined, hand the call off with a REFER to the caller carrying a "
+        "Replaces of the human's dialog (RFC 3891), so the gateway leaves signalling and media: off: never "
+        "(the gateway bridges); auto: when the caller's INVITE listed REFER in Allow and `replaces` in "
+        "Supported. A request's `handoff` overrides it; a refused REFER keeps the bridge.",
+    )
+
     @field_validator("warm_transfer_queues")
     @classmethod
     def _queues(cls, value: tuple[str, ...]) -> tuple[str, ...]:

@@ -26,7 +26,8 @@ class WarmState(StrEnum):
     ENDED = "ended"
 
 
-WarmInput = Literal["answered", "unanswered", "briefed", "human_gone", "caller_gone"]
+WarmInput = Literal["answered", "unanswered", "briefed", "human_gone", "caller_gone", "handed_off"]
+Handoff = Literal["bridge", "refer"]
 
 #: (state, what happened) -> the next state. Anything else is a bug in this module (WarmTransferError).
 TRANSITIONS: dict[tuple[WarmState, WarmInput], WarmState] = {
@@ -38,12 +39,21 @@ TRANSITIONS: dict[tuple[WarmState, WarmInput], WarmState] = {
     (WarmState.BRIEFING, "caller_gone"): WarmState.ENDED,  # the human's leg is hung up
     (WarmState.BRIDGED, "human_gone"): WarmState.ENDED,  # the caller gets a BYE
     (WarmState.BRIDGED, "caller_gone"): WarmState.ENDED,  # the human gets a BYE
+    (WarmState.BRIDGED, "handed_off"): WarmState.ENDED,  # the caller's REFER reached the human: both legs end
 }
 LIVE_STATES = frozenset({WarmState.DIALLING, WarmState.BRIEFING, WarmState.BRIDGED})
 
 
 class WarmTransferError(RuntimeError):
     """A transition the table does not have: a bug here, never the peer's."""
+
+
+def wants_refer(requested: Handoff | None, setting: Literal["off", "auto"], *, caller_offers: bool) -> bool:
+    """Whether a joined transfer is handed off with a REFER: the request's ``handoff`` if it gave one, else the
+    worker's setting (auto: when the caller's INVITE offered REFER and Replaces, ``CallLeg.refer_replaces``)."""
+    if requested is not None:
+        return requested == "refer"
+    return setting == "auto" and caller_offers
 
 
 def step(state: WarmState, happened: WarmInput) -> WarmState:
@@ -69,12 +79,16 @@ class WarmTransfer:
     state: WarmState = WarmState.DIALLING
     outcome: str = ""
     briefed: bool = False
+    handoff: Handoff = "bridge"  # "refer" once the caller's REFER reached the human
+    handoff_detail: str = ""  # why a REFER handoff was not tried, or failed
+    refer: bool = False  # a REFER handoff is to be tried once joined
     started: float = field(default_factory=time.time)
     answered: float | None = None
     bridged: float | None = None
     ended: float | None = None
     caller_gone: asyncio.Event = field(default_factory=asyncio.Event)
     human_gone: asyncio.Event = field(default_factory=asyncio.Event)
+    over: asyncio.Event = field(default_factory=asyncio.Event)  # the transfer's task decided how the bridge ended
     task: asyncio.Task[None] | None = None
 
     def fire(self, happened: WarmInput) -> WarmState:
@@ -94,11 +108,13 @@ class WarmTransfer:
     def live(self) -> bool:
         return self.state in LIVE_STATES
 
-    async def bridged_until_over(self) -> None:
-        """While bridged, until one of the legs ends (the legs' tasks wait here instead of ending the call)."""
+    async def bridged_until_over(self, call_id: str) -> None:
+        """While bridged, until this leg ends or the transfer's task has dealt with the other one ending (the legs'
+        tasks wait here instead of ending the call; a REFER handoff may outlive the human's BYE of its dialog)."""
         if self.state is not WarmState.BRIDGED:
             return
-        waits = [asyncio.ensure_future(self.caller_gone.wait()), asyncio.ensure_future(self.human_gone.wait())]
+        gone = self.caller_gone if call_id == self.caller_id else self.human_gone
+        waits = [asyncio.ensure_future(gone.wait()), asyncio.ensure_future(self.over.wait())]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -115,6 +131,8 @@ class WarmTransfer:
             initiator=self.initiator,
             outcome=self.outcome,
             briefed=self.briefed,
+            handoff=self.handoff,
+            handoff_detail=self.handoff_detail,
             started=self.started,
             answered=self.answered,
             bridged=self.bridged,

@@ -13,6 +13,11 @@
    (gateway/worker/bridge.py: each leg's frames to the other's encoder in the tick) and both sessions close:
    the agent leaves the media path and its provider connection;
 4. either side hanging up ends the other with a BYE. The caller's recording, if any, goes on across the bridge.
+5. when the handoff is ``refer`` (the request's ``handoff``, else ``warm_transfer_refer``: auto when the caller's
+   INVITE offered REFER and Replaces), the caller is REFERred to the human's Contact with a Replaces of the
+   gateway-human dialog (gateway/sip/replaces.py) while the bridge goes on; on the 2xx NOTIFY the caller has
+   reached the human directly and both of the gateway's legs end (``handoff: refer``); a refused or failed REFER
+   keeps the bridge (``handoff_detail`` says why).
 
 When the human does not answer in time, is busy or declines, or hangs up during the briefing, their leg is
 cleaned up by the originate path, the caller comes off hold and the agent is told with a system note that asks
@@ -45,9 +50,10 @@ from gateway.session.transcript import TranscriptEntry
 from gateway.worker.bridge import Bridge
 from gateway.worker.legs import LegState
 from gateway.worker.reporting import user_part
-from gateway.worker.transfer import Initiator, WarmState, WarmTransfer
+from gateway.worker.transfer import Initiator, WarmState, WarmTransfer, wants_refer
 
 if TYPE_CHECKING:
+    from gateway.session.control import TransferOutcome
     from gateway.worker.routes import TickRoute
     from gateway.worker.sip_leg import CallLeg
     from gateway.worker.slices import WarmTransferSettings
@@ -55,6 +61,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.02  # one tick: how often the briefing is looked at while it plays
+#: After the human's phone ended its dialog with us during a REFER handoff (it does once the caller's INVITE with
+#: Replaces took it over), how long the caller's NOTIFY may take before the human counts as having hung up.
+HANDOFF_GRACE_S = 5.0
+NO_REPLACES = "the caller's INVITE did not offer REFER and Replaces"
 
 
 BRIEF_INSTRUCTIONS = (
@@ -127,6 +137,8 @@ class WarmHost(Protocol):
 
     def spawn_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
 
+    async def refer_replacing(self, caller: CallLeg, human: CallLeg) -> TransferOutcome: ...
+
 
 class WarmTransfers:
     """The warm transfers of one worker's SIP calls."""
@@ -168,6 +180,10 @@ class WarmTransfers:
             caller_hears=request.caller_hears,
             bridge=Bridge(caller.id, human_id),
         )
+        setting = self._settings.warm_transfer_refer
+        transfer.refer = wants_refer(request.handoff, setting, caller_offers=caller.refer_replaces)
+        if request.handoff is None and setting == "auto" and not transfer.refer:
+            transfer.handoff_detail = NO_REPLACES
         ring_s = request.ring_timeout_s or self._settings.warm_transfer_ring_timeout_s
         caller_number = user_part(caller.from_uri) or "gateway"
         # A number goes through the trunk of the caller's route (the same carrier), a SIP URI as it is.
@@ -206,6 +222,8 @@ class WarmTransfers:
             await self._dial(transfer, caller, human)
             if transfer.state is WarmState.BRIEFING:
                 await self._brief(transfer, caller, human)
+            if transfer.state is WarmState.BRIDGED and transfer.refer:
+                await self._hand_off(transfer, caller, human)
             if transfer.state is WarmState.BRIDGED:
                 await self._bridged(transfer, caller, human)
         except asyncio.CancelledError:
@@ -214,9 +232,12 @@ class WarmTransfers:
             log.exception("call %s: warm transfer %s failed", caller.id, transfer.id)
             if transfer.state is WarmState.BRIDGED:
                 self._host.end(caller, "internal_error")
+                self._host.end(human, "internal_error")
             elif transfer.live:
                 self._host.end(human, "internal_error")
                 self._failed(transfer, caller, "internal_error")
+        finally:
+            transfer.over.set()  # the legs' tasks waiting on the bridge go on
 
     async def _dial(self, transfer: WarmTransfer, caller: CallLeg, human: CallLeg) -> None:
         answered = human.answered
@@ -291,8 +312,42 @@ class WarmTransfers:
         self._count("transferred")
         self._report("call.transferred", caller, transfer)
 
+    async def _hand_off(self, transfer: WarmTransfer, caller: CallLeg, human: CallLeg) -> None:
+        """REFER the caller to the human with Replaces while the bridge goes on; on success both legs end."""
+        referral = asyncio.ensure_future(self._host.refer_replacing(caller, human))
+        try:
+            await _first(referral, transfer.caller_gone, transfer.human_gone)
+            if transfer.human_gone.is_set() and not transfer.caller_gone.is_set():
+                # The human's phone BYEs the replaced dialog, often before the caller's NOTIFY reaches us.
+                await _first(referral, transfer.caller_gone, within_s=HANDOFF_GRACE_S)
+        finally:
+            pending = not referral.done()
+            if pending:
+                referral.cancel()  # a Task is cancelled at its next step, not here
+        if pending or referral.cancelled():
+            transfer.handoff_detail = "REFER: a leg ended before its outcome"
+            return
+        outcome = referral.result()
+        if outcome.status != "accepted":
+            sip = f" {outcome.sip_status}" if outcome.sip_status else ""
+            transfer.handoff_detail = f"REFER {outcome.status}{sip}: {outcome.detail}".strip()[:200]
+            log.info("call %s: warm transfer %s: %s; still bridged", caller.id, transfer.id, transfer.handoff_detail)
+            return
+        transfer.handoff = "refer"
+        transfer.outcome = "transferred"
+        transfer.fire("handed_off")
+        for leg in (caller, human):  # a BYE for whichever dialog its peer has not ended already
+            self._host.end(leg, "transferred")
+        log.info(
+            "call %s: warm transfer %s: handed off to %s with REFER/Replaces after %d bridged frames",
+            caller.id,
+            transfer.id,
+            human.id,
+            transfer.bridge.frames,
+        )
+
     async def _bridged(self, transfer: WarmTransfer, caller: CallLeg, human: CallLeg) -> None:
-        await transfer.bridged_until_over()
+        await _first(transfer.caller_gone, transfer.human_gone)
         if transfer.caller_gone.is_set():
             transfer.fire("caller_gone")
             transfer.outcome = "caller_hangup"
@@ -332,7 +387,7 @@ class WarmTransfers:
         self._host.report_transfer(kind, caller, transfer.line().model_dump(mode="json"))
 
 
-async def _first(*signals: asyncio.Future[bool] | asyncio.Event, within_s: float | None = None) -> None:
+async def _first(*signals: asyncio.Future[Any] | asyncio.Event, within_s: float | None = None) -> None:
     """Until the first of ``signals`` is done or set (or ``within_s`` seconds)."""
     waits: list[asyncio.Future[object]] = []
     for signal in signals:

@@ -253,3 +253,84 @@ async def test_the_agents_tool_transfers_the_caller(peer_procs: ProcessGroup, tm
     briefing = await fake.record(records[1]["id"])
     assert any(SUMMARY in str(e) for e in briefing["event_list"] if e.get("type") == "response.create")
     assert heard_at(read_wav(human.recording), AGENT_HZ), "the human heard no briefing"  # type: ignore[arg-type]
+
+
+async def test_a_joined_call_is_handed_off_with_refer_and_the_phones_talk_directly(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """GATEWAY_WARM_TRANSFER_REFER=auto and a caller whose INVITE offers REFER and Replaces (pjsua2 does): once
+    joined, the gateway REFERs the caller to the human with a Replaces of its dialog with the human. The caller's
+    phone calls the human directly, the human's phone takes that call in place of the gateway's, and the gateway
+    ends both its legs: no live call is left on it while the two phones go on hearing each other's tone."""
+    require_module("pjsua2", package="pjsua2 (the test extra)")
+    fake = await start_fake_provider(peer_procs, "--mode", "tone", "--reply-ms", "800")
+    gateway = await start_gateway_on_fake(
+        peer_procs, tmp_path, fake, env={"GATEWAY_WARM_TRANSFER_REFER": "auto"}, profile_lines=('greeting = "Hi."',)
+    )
+    human = PjsuaPhone(
+        peer_procs,
+        tmp_path,
+        mode="callee",
+        name="human",
+        user="human",
+        play=write_wav(tmp_path / "human.wav", tone(HUMAN_HZ, 40.0, 8000, amplitude=0.4), 8000),
+        hangup_after=16.0,
+        max_seconds=60,
+        codecs=("PCMU",),
+        follow_transfer=True,
+    )
+    caller = PjsuaPhone(
+        peer_procs,
+        tmp_path,
+        mode="caller",
+        name="caller",
+        uri=gateway.sip_uri,
+        play=write_wav(tmp_path / "caller.wav", tone(CALLER_HZ, 40.0, 8000, amplitude=0.4), 8000),
+        max_seconds=60,
+        codecs=("PCMU",),
+        follow_transfer=True,
+    )
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.wait_state("CONFIRMED", within=15)
+        call = await _live_call(gateway)
+        await _greeted(fake)
+        started = await gateway.api(
+            "POST", f"/v1/calls/{call['id']}/warm_transfer", json={"target": human.sip_uri, "summary": SUMMARY}
+        )
+        done = await stream.wait_for(
+            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+        )
+        assert done.type == "call.transferred", done.subject.get("transfer")
+        xfer = await caller.wait_event("xfer_request", within=10)
+        assert f"@127.0.0.1:{human.sip_port}" in str(xfer.get("to")) and "Replaces=" in str(xfer.get("to")), xfer
+        replaced = await human.wait_event("replaced", within=10)
+
+        async def legs_gone() -> dict[str, Any] | None:
+            calls = await gateway.api("GET", "/v1/calls")
+            items = calls["items"] if isinstance(calls, dict) else calls
+            return None if [c for c in items if c["state"] != "ended"] else {"items": items}
+
+        await poll(legs_gone, within=10, what="both of the gateway's legs ended")
+        assert human.process is not None and human.process.running, "the human's phone is still in a call"
+        assert caller.process is not None and caller.process.running, "the caller's phone is still in a call"
+        assert await human.wait_done(within=30) == 0  # the human hangs up the direct call ...
+        assert await caller.wait_done(within=15) == 0  # ... and the caller's phone sees it end
+
+    record = await gateway.api("GET", f"/v1/calls/{call['id']}")
+    transfer = record["transfer"]
+    assert (transfer["handoff"], transfer["outcome"], transfer["state"]) == ("refer", "transferred", "ended"), transfer
+    assert record["end_reason"] == "transferred" and started["caller_leg"] == call["id"], record["end_reason"]
+    other = await gateway.api("GET", f"/v1/calls/{transfer['human_leg']}")
+    assert other["state"] == "ended", other
+
+    # Each phone heard the other's tone after the handoff, when the gateway carried no media any more: a
+    # recording's time 0 is its phone's first media, so the handoff is at (its event's t - that media's t).
+    def after_handoff(phone: PjsuaPhone, handoff_t: float, hz: float) -> list[float]:
+        media_t = next(e.t for e in phone.events if e.name == "media_active")
+        at = handoff_t - media_t + 1.0  # a second for the new call's media to start
+        return [t for t in heard_at(read_wav(phone.recording), hz) if t >= at]  # type: ignore[arg-type]
+
+    by_human = after_handoff(human, replaced.t, CALLER_HZ)
+    by_caller = after_handoff(caller, xfer.t, HUMAN_HZ)
+    assert len(by_human) >= 50 and len(by_caller) >= 50, (len(by_human), len(by_caller))  # >= 5 s each way
+    assert f"warm transfer {transfer['id']}: handed off" in gateway.process.output

@@ -80,6 +80,7 @@ class PjsuaPhone:
         auth: tuple[str, str] | None = None,
         early_media_s: float = 0.0,
         answer_code: int = 200,
+        follow_transfer: bool = False,
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
         (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
@@ -91,7 +92,8 @@ class PjsuaPhone:
 
         ``headers``: (name, value) pairs a caller adds to its INVITE; ``display_name``: the name in its From.
         ``host``: the loopback address it binds (another source than 127.0.0.1); ``auth``: (user, password)
-        answering a digest challenge. ``early_media_s``: a callee answers 183 with SDP (early media, its player
+        answering a digest challenge. ``follow_transfer``: go on with the new call of a REFER it takes, or of an
+        INVITE with Replaces of its call. ``early_media_s``: a callee answers 183 with SDP (early media, its player
         running) and sends the 200 that much later."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
@@ -158,6 +160,8 @@ class PjsuaPhone:
             self._argv.append("--hangup-on-eof")
         if early_media_s:
             self._argv.append(f"--early-media-s={early_media_s}")
+        if follow_transfer:
+            self._argv.append("--follow-transfer")
         if xfer_to is not None:  # a blind transfer (REFER) of the far end, ``xfer_at`` s after the call is up
             self._argv += [f"--xfer-to={xfer_to}", f"--xfer-at={xfer_at or 0.0}"]
 

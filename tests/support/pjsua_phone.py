@@ -11,6 +11,10 @@ the given times after the call is confirmed (`--dtmf 1@0.5,2@0.8`), puts the cal
 first (`--early-media-s`: the 200 follows that much later; the player and recorder run from the 183), transfers
 the far end with REFER (`--xfer-to` at `--xfer-at`; it hangs up once a NOTIFY reports the transfer's 2xx), hangs
 up after `--hangup-after` seconds, when the played WAV ends (`--hangup-on-eof`), or at `--max-seconds` at the latest.
+With `--follow-transfer` the phone goes on with a new call that takes its call over: a REFER's (it accepts it, as
+pjsua does, and calls the Refer-To, Replaces included) or an INVITE with Replaces of its call (pjsua answers it and
+ends the replaced one); the player, recorder and timers carry on with the new call, and the old call ending does not
+end the run. Reports `xfer_request`, `replaced`.
 
 It reports JSON objects on stdout, one per line, each prefixed with `@@pjsua `:
 ready, call_state, media_active, media_state (every media update: status, the direction we were offered),
@@ -76,6 +80,8 @@ class Phone:
         self.eof_reported = False
         self.answer_at: float | None = None  # callee with early media: when the 200 follows the 183
         self.transferred = False  # a NOTIFY reported the transfer's 2xx
+        self.account: pj.Account | None = None
+        self.calls: list[PhoneCall] = []  # the calls a transfer took over
 
 
 class PhoneCall(pj.Call):  # type: ignore[misc]
@@ -95,8 +101,19 @@ class PhoneCall(pj.Call):  # type: ignore[misc]
         )
         if info.state == pj.PJSIP_INV_STATE_CONFIRMED and self.phone.confirmed_at is None:
             self.phone.confirmed_at = time.monotonic()
-        if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
-            self.phone.disconnected = True
+        if info.state == pj.PJSIP_INV_STATE_DISCONNECTED and self is self.phone.call:
+            self.phone.disconnected = True  # a call taken over by a transfer's new one ends without ending the run
+
+    def onCallTransferRequest(self, prm: pj.OnCallTransferRequestParam) -> None:
+        emit("xfer_request", to=prm.dstUri, following=self.phone.args.follow_transfer)
+        if self.phone.args.follow_transfer:
+            self.phone.calls.append(self)  # kept: tearing a pjsua2 Call object down may abort the process
+            self.phone.call = prm.newCall = PhoneCall(self.phone, self.phone.account)
+
+    def onCallReplaced(self, prm: pj.OnCallReplacedParam) -> None:
+        emit("replaced", new_call=int(prm.newCallId))
+        self.phone.calls.append(self)
+        self.phone.call = prm.newCall = PhoneCall(self.phone, self.phone.account, prm.newCallId)
 
     def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:
         info = self.getInfo()
@@ -252,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         account_cfg.mediaConfig.srtpSecureSignaling = args.srtp_secure_signaling
     account = PhoneAccount(phone)
     account.create(account_cfg)
+    phone.account = account
     emit("ready", sip_port=args.port, uri=account_cfg.idUri, mode=args.mode)
 
     if args.mode == "caller":
@@ -359,6 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--unhold-at", type=float, help="take it off hold this many seconds after it is confirmed")
     parser.add_argument("--xfer-to", help="transfer the call there with REFER (RFC 3515)")
     parser.add_argument("--xfer-at", type=float, help="this many seconds after the call is confirmed")
+    parser.add_argument(
+        "--follow-transfer", action="store_true", help="take a REFER's new call, or an INVITE with Replaces"
+    )
     parser.add_argument("--hangup-on-eof", action="store_true", help="hang up when the played WAV ends")
     parser.add_argument("--max-seconds", type=float, default=30.0)
     parser.add_argument(

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Literal
+
 import pytest
 
 from gateway.fleet.models import ProfileModel, ToolModel
 from gateway.session.transcript import TranscriptEntry
 from gateway.worker.bridge import Bridge
-from gateway.worker.transfer import TRANSITIONS, WarmInput, WarmState, WarmTransfer, WarmTransferError, step
+from gateway.worker.transfer import (
+    TRANSITIONS,
+    Handoff,
+    WarmInput,
+    WarmState,
+    WarmTransfer,
+    WarmTransferError,
+    step,
+    wants_refer,
+)
 from gateway.worker.warm import briefing_profile, summary_of, why
 
 D, B, J, F, E = WarmState.DIALLING, WarmState.BRIEFING, WarmState.BRIDGED, WarmState.FAILED, WarmState.ENDED
@@ -26,6 +38,8 @@ TABLE: list[tuple[WarmState, WarmInput, WarmState | None]] = [
     (J, "human_gone", E),
     (J, "caller_gone", E),
     (J, "briefed", None),
+    (J, "handed_off", E),
+    (B, "handed_off", None),  # only a joined call is handed off
     (F, "answered", None),
     (E, "caller_gone", None),
 ]
@@ -72,11 +86,43 @@ def test_a_transfer_records_its_steps_and_its_legs() -> None:
 
 async def test_the_legs_wait_only_while_bridged() -> None:
     transfer = _transfer()
-    await transfer.bridged_until_over()  # not bridged: at once
+    await transfer.bridged_until_over("c-caller")  # not bridged: at once
     transfer.fire("answered")
     transfer.fire("briefed")
     transfer.leg_ended("c-caller")
-    await transfer.bridged_until_over()  # bridged, and a leg has ended: at once
+    await transfer.bridged_until_over("c-caller")  # bridged, and its own leg has ended: at once
+    waiting = asyncio.ensure_future(transfer.bridged_until_over("c-human"))
+    await asyncio.sleep(0)
+    assert not waiting.done(), "the other leg waits for the transfer's task to decide (a handoff may be pending)"
+    transfer.over.set()
+    await asyncio.wait_for(waiting, timeout=1.0)
+
+
+def test_a_handoff_ends_the_transfer_and_the_line_says_refer() -> None:
+    transfer = _transfer()
+    transfer.fire("answered")
+    transfer.fire("briefed")
+    transfer.handoff, transfer.outcome = "refer", "transferred"
+    assert transfer.fire("handed_off") is WarmState.ENDED
+    line = transfer.line()
+    assert (line.handoff, line.outcome, line.state) == ("refer", "transferred", "ended")
+    assert _transfer().line().handoff == "bridge"
+
+
+@pytest.mark.parametrize(
+    ("requested", "setting", "offers", "refer"),
+    [
+        (None, "off", True, False),
+        (None, "auto", True, True),
+        (None, "auto", False, False),
+        ("refer", "off", False, True),  # asked for: tried (a refusal keeps the bridge)
+        ("bridge", "auto", True, False),
+    ],
+)
+def test_the_handoff_is_the_requests_else_the_setting(
+    requested: Handoff | None, setting: Literal["off", "auto"], offers: bool, refer: bool
+) -> None:
+    assert wants_refer(requested, setting, caller_offers=offers) is refer
 
 
 def test_the_agent_is_told_why_in_words() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.fleet.errors import CommandRejectedError
 from gateway.fleet.models import AdmissionDecision, OriginateRequest, ProfileModel, WarmTransferRequest
+from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.session.state import CallState
 from gateway.worker.legs import LegState, begin_end
@@ -72,6 +73,7 @@ class FakeCalls:
         self.routes: dict[str, FakeRoute] = {}
         self.reports: list[tuple[str, str, dict[str, Any]]] = []
         self.originated: list[tuple[OriginateRequest, AdmissionDecision]] = []
+        self.referral: asyncio.Future[TransferOutcome] | None = None
 
     def leg(self, call_id: str, *, direction: str = "inbound", media: bool = True) -> CallLeg:
         leg = CallLeg(
@@ -123,6 +125,11 @@ class FakeCalls:
 
     def spawn_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(coro, name=name)
+
+    async def refer_replacing(self, caller: CallLeg, human: CallLeg) -> TransferOutcome:
+        """The REFER's outcome is what the test sets on ``referral`` (made here)."""
+        self.referral = asyncio.get_running_loop().create_future()
+        return await self.referral
 
 
 async def _until(predicate: Any) -> None:
@@ -255,6 +262,67 @@ async def test_what_cannot_be_transferred_is_refused() -> None:
         await warm.start(caller, REQUEST, initiator="api")
 
 
+async def _bridged(calls: FakeCalls, warm: WarmTransfers, caller: CallLeg, request: WarmTransferRequest) -> Any:
+    transfer = await warm.start(caller, request, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    human.session = cast(CallSession, FakeSession(frames_out=40, agent_idle=True))
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
+    return transfer, human
+
+
+async def test_auto_refers_only_a_caller_whose_invite_offered_replaces() -> None:
+    calls, warm, caller, _ = _setup(warm_transfer_refer="auto")
+    transfer, _ = await _bridged(calls, warm, caller, REQUEST)
+    assert not transfer.refer and transfer.handoff_detail == "the caller's INVITE did not offer REFER and Replaces"
+    calls, warm, caller, _ = _setup(warm_transfer_refer="auto")
+    caller.refer_replaces = True
+    transfer, _ = await _bridged(calls, warm, caller, REQUEST)
+    await _until(lambda: calls.referral is not None)
+    assert transfer.refer and transfer.handoff_detail == ""
+
+
+async def test_a_refer_refused_keeps_the_bridge_and_says_why() -> None:
+    calls, warm, caller, _ = _setup()
+    transfer, human = await _bridged(calls, warm, caller, REQUEST.model_copy(update={"handoff": "refer"}))
+    await _until(lambda: calls.referral is not None)
+    assert calls.referral is not None
+    calls.referral.set_result(TransferOutcome(status="refused", sip_status=501, detail="Not Implemented"))
+    await _until(lambda: transfer.handoff_detail != "")
+    assert transfer.handoff_detail == "REFER refused 501: Not Implemented" and transfer.state is WarmState.BRIDGED
+    assert caller.live and human.live and transfer.handoff == "bridge"
+    calls.end(human, "peer_hangup")  # the bridge goes on until a side hangs up, as without a REFER
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert caller.end_reason == "human_hangup" and transfer.outcome == "human_hangup"
+
+
+async def test_a_human_gone_while_the_refer_is_pending_counts_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gateway.worker.warm as warm_module
+
+    monkeypatch.setattr(warm_module, "HANDOFF_GRACE_S", 0.05)
+    calls, warm, caller, _ = _setup()
+    transfer, human = await _bridged(calls, warm, caller, REQUEST.model_copy(update={"handoff": "refer"}))
+    await _until(lambda: calls.referral is not None)
+    calls.end(human, "peer_hangup")  # and no NOTIFY ever comes
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert caller.end_reason == "human_hangup" and transfer.handoff == "bridge"
+    assert transfer.handoff_detail == "REFER: a leg ended before its outcome"
+
+
+async def test_a_refer_accepted_ends_both_legs_as_transferred() -> None:
+    calls, warm, caller, _ = _setup()
+    transfer, human = await _bridged(calls, warm, caller, REQUEST.model_copy(update={"handoff": "refer"}))
+    await _until(lambda: calls.referral is not None)
+    assert calls.referral is not None
+    calls.referral.set_result(TransferOutcome(status="accepted", sip_status=200))
+    await _until(lambda: transfer.state is WarmState.ENDED)
+    assert (caller.end_reason, human.end_reason) == ("transferred", "transferred")
+    assert (transfer.handoff, transfer.outcome) == ("refer", "transferred") and transfer.over.is_set()
+    assert [kind for kind, _, _ in calls.reports] == ["call.transfer_started", "call.transferred"]
+
+
 # ------------------------------------------------------------------------------ a real worker, in one loop
 
 
@@ -294,3 +362,84 @@ async def test_a_worker_bridges_caller_and_human_and_each_hears_the_other() -> N
         await _until(lambda: not worker.legs)
         assert caller.end_reason == "human_hangup" and transfer.state is WarmState.ENDED
         assert line.human_leg == transfer.human_id and worker.routes == {}
+
+
+async def _joined_with_refer(worker: Any, caller_phone: Any, human_phone: Any) -> tuple[Any, Any, CallLeg, Any]:
+    """A caller's call, warm transferred with ``handoff="refer"`` to the human phone, who answers: until joined."""
+    from gateway.sip.events import CallOffered
+    from tests.gateway.worker.test_worker import _answered
+
+    call = caller_phone.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",))
+    await _answered(caller_phone, call)
+    (caller,) = worker.legs.values()
+    request = WarmTransferRequest(target=f"sip:human@127.0.0.1:{human_phone.port}", summary="A test.", handoff="refer")
+    await worker.warm_transfer(caller.id, request)
+    offered = await human_phone.wait_for(CallOffered)
+    human_call = human_phone.answer(offered)
+    assert isinstance(caller, CallLeg) and caller.warm is not None
+    await _until(lambda: caller.warm is not None and caller.warm.state is WarmState.BRIDGED)
+    return call, human_call, caller, caller.warm
+
+
+async def test_a_referred_caller_reaches_the_human_and_the_gateway_leaves() -> None:
+    """The caller's phone takes the REFER (its Refer-To replaces the human's dialog with the gateway) and NOTIFYs
+    200: both of the gateway's legs end, the human's phone having BYEd the replaced dialog as a phone does."""
+    from gateway.sip.events import CallEnded, ReferReceived
+    from tests.gateway.worker.sip_peer import SipPeer, echo_worker
+
+    async with (
+        echo_worker(worker_id="w-warm-refer", rtp_timeout_s=5.0, warm_transfer_brief_timeout_s=0.3) as worker,
+        SipPeer() as caller_phone,
+        SipPeer() as human_phone,
+    ):
+        call, human_call, caller, transfer = await _joined_with_refer(worker, caller_phone, human_phone)
+        refer = await caller_phone.wait_for(ReferReceived, call=call.handle)
+        assert isinstance(refer, ReferReceived)
+        dialog = human_phone.endpoint._core.calls[human_call.handle].dialog  # the human's side of its dialog
+        # RFC 3891 §3: to-tag is the tag of the phone that gets the INVITE with Replaces, from-tag the gateway's.
+        assert refer.replaces == f"{dialog.call_id};to-tag={dialog.local_tag};from-tag={dialog.remote_tag}"
+        assert refer.refer_to.endswith(f"@127.0.0.1:{human_phone.port}"), "the human phone's Contact"
+        assert refer.referred_by is not None and transfer.state is WarmState.BRIDGED, "bridged meanwhile"
+        now = caller_phone.transport.now
+        caller_phone.endpoint.accept_refer(call.handle, now())
+        caller_phone.transport.pump()
+        human_phone.hang_up(human_call)  # the INVITE with Replaces took the dialog over
+        caller_phone.endpoint.notify_refer(call.handle, now(), status=200, reason="OK")
+        caller_phone.transport.pump()
+        await caller_phone.wait_for(CallEnded, call=call.handle)
+        await _until(lambda: not worker.legs)
+        assert (transfer.handoff, transfer.outcome, transfer.state) == ("refer", "transferred", WarmState.ENDED)
+        assert caller.end_reason == "transferred" and worker.routes == {}
+        assert transfer.line().handoff == "refer" and transfer.handoff_detail == ""
+
+
+async def test_a_refused_refer_keeps_the_bridge() -> None:
+    """The caller's phone declines the REFER: caller and human go on hearing each other through the gateway."""
+    from gateway.sip.events import CallEnded, ReferReceived
+    from tests.gateway.worker.sip_peer import SipPeer, echo_worker
+    from tests.gateway.worker.test_worker import best_correlation, speechlike
+
+    async with (
+        echo_worker(worker_id="w-warm-refused", rtp_timeout_s=5.0, warm_transfer_brief_timeout_s=0.3) as worker,
+        SipPeer() as caller_phone,
+        SipPeer() as human_phone,
+    ):
+        call, human_call, caller, transfer = await _joined_with_refer(worker, caller_phone, human_phone)
+        await caller_phone.wait_for(ReferReceived, call=call.handle)
+        caller_phone.endpoint.decline_refer(call.handle, caller_phone.transport.now(), status=603, reason="Decline")
+        caller_phone.transport.pump()
+        await _until(lambda: transfer.handoff_detail != "")
+        assert transfer.handoff_detail == "REFER refused 603: Decline" and transfer.handoff == "bridge"
+        assert transfer.state is WarmState.BRIDGED and caller.live
+        from_caller, from_human = speechlike(1.0, seed=5), speechlike(1.0, seed=6)
+        await asyncio.gather(caller_phone.stream(call, from_caller), human_phone.stream(human_call, from_human))
+        await asyncio.gather(
+            caller_phone.stream(call, np.zeros(8000, np.int16), frames=10),
+            human_phone.stream(human_call, np.zeros(8000, np.int16), frames=10),
+        )
+        assert best_correlation(from_caller, human_phone.heard(human_call)) > 0.95
+        assert best_correlation(from_human, caller_phone.heard(call)) > 0.95
+        caller_phone.hang_up(call)
+        await human_phone.wait_for(CallEnded, call=human_call.handle)
+        await _until(lambda: not worker.legs)
+        assert transfer.outcome == "caller_hangup" and transfer.line().handoff_detail.startswith("REFER refused")
