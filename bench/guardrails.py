@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from bench._control import NullControl
 from gateway.providers.base import AgentProfile
 from gateway.providers.openai import OpenAIConfig, OpenAIRealtimeModel
 from gateway.session.config import GuardrailConfig, SessionConfig
-from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from telcodecs.frames import FRAME_SAMPLES, Frame
 
@@ -54,17 +54,6 @@ BLOCKED = GuardrailConfig(
 PII = GuardrailConfig(name="pii", kind="pii")
 
 
-class _Control:
-    async def hang_up(self, reason: str) -> None:
-        pass
-
-    async def transfer(self, target: str) -> TransferOutcome:
-        return TransferOutcome(status="failed", sip_status=0)
-
-    async def send_dtmf(self, digits: str) -> None:
-        pass
-
-
 def transcript(seconds: float) -> str:
     """Agent talk at about fifteen characters a second."""
     text = ""
@@ -80,7 +69,7 @@ async def measure(kind: str, *, url: str, calls: int, seconds: float, warmup_s: 
     model = OpenAIRealtimeModel(OpenAIConfig(url=url))
     profile = AgentProfile(name="bench", provider="openai")
     sessions = [
-        CallSession(call_id=f"bench-{i}", profile=profile, model=model, control=_Control(), config=config)
+        CallSession(call_id=f"bench-{i}", profile=profile, model=model, control=NullControl(), config=config)
         for i in range(calls)
     ]
     await asyncio.gather(*(s.start() for s in sessions))

@@ -15,47 +15,18 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from gateway.media.call import MediaCallConfig
+from bench._control import PEER, pcmu_engine, speech_like
 from gateway.media.inband import InbandDtmf
 from gateway.media.rtp import build_rtp
-from gateway.media.tick import TickEngine
 from telcodecs import g711
-
-PEER = ("127.0.0.1", 40000)
-
-
-def _speech_like(seconds: float) -> npt.NDArray[np.int16]:
-    """A voiced, syllable-paced signal at 8 kHz (harmonics of a wandering 140 Hz pitch)."""
-    t = np.arange(int(8000 * seconds)) / 8000
-    phase = 2 * np.pi * np.cumsum(140 * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))) / 8000
-    harmonics = sum(np.sin(k * phase) / k for k in range(1, 20))
-    x = harmonics * (0.3 + 0.7 * np.sin(2 * np.pi * 2 * t) ** 2)
-    return np.rint(x / np.abs(x).max() * 10000).astype(np.int16)
 
 
 def _run(calls: int, ticks: int, *, detect: bool) -> float:
     """CPU µs per call-frame over ``ticks`` ticks of ``calls`` calls."""
-    engine = TickEngine()
     ids = [f"c{i}" for i in range(calls)]
-    for i, call_id in enumerate(ids):
-        engine.add_call(
-            MediaCallConfig(
-                call_id=call_id,
-                codec="PCMU",
-                payload_type=0,
-                remote_rtp=PEER,
-                ssrc=1000 + i,
-                initial_sequence=0,
-                initial_timestamp=0,
-                latch_any_source=True,
-            ),
-            now=0.0,
-        )
+    engine = pcmu_engine(ids)
     inband = {call_id: InbandDtmf(detect=True) for call_id in ids} if detect else {}
-    speech = _speech_like(ticks * 0.02 + 0.02)
+    speech = speech_like(ticks * 0.02 + 0.02)
     payloads = [g711.ulaw_encode(speech[i * 160 : (i + 1) * 160]) for i in range(ticks)]
     packets = [
         build_rtp(payload_type=0, sequence_number=i, timestamp=i * 160, ssrc=7, payload=payloads[i], marker=i == 0)

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import httpx
 import numpy as np
 
+from bench._control import NullControl
 from gateway.providers.base import (
     AgentProfile,
     ComponentSpec,
@@ -44,7 +45,7 @@ from gateway.providers.pipeline.components import ComponentContext
 from gateway.providers.pipeline.model import PipelineModel
 from gateway.providers.pipeline.ports import LlmEvent
 from gateway.providers.pipeline.synthetic import SyntheticStream, SyntheticTts, voice
-from gateway.session import CallSession, SessionConfig, TransferOutcome
+from gateway.session import CallSession, SessionConfig
 from gateway.session.events import BargedIn
 from telcodecs.frames import Frame
 
@@ -145,17 +146,6 @@ components.register("tts", "bench-synthetic", _timed_tts, options=("ms_per_char"
 components.register("llm", "bench-chat", _timed_chat)
 
 
-class _Control:
-    async def hang_up(self, reason: str) -> None:
-        return None
-
-    async def transfer(self, target: str) -> TransferOutcome:
-        return TransferOutcome(status="refused")
-
-    async def send_dtmf(self, digits: str) -> None:
-        return None
-
-
 def _model(url: str, *, stt_ms: int, tts_ms: int, texts: str, llm: str = "openai-compatible") -> PipelineModel:
     spec = PipelineSpec(
         stt=ComponentSpec(name="scripted", options={"texts": texts, "final_delay_ms": stt_ms}),
@@ -178,7 +168,7 @@ class Caller:
             call_id=f"bench-{index}",
             profile=AgentProfile(name="bench", provider="pipeline", instructions="Be brief."),
             model=model,  # type: ignore[arg-type]
-            control=_Control(),
+            control=NullControl(),
             config=SessionConfig(),
         )
         speech = np.frombuffer(voice(talk_ms, seed=index), dtype="<i2")

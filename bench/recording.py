@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from bench._control import NullControl
 from gateway.fleet.models import ProfileModel
 from gateway.providers.base import AgentProfile
 from gateway.providers.echo import EchoModel
 from gateway.session.config import SessionConfig
-from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.worker.recorder import Recordings
 from telcodecs.frames import FRAME_SAMPLES, Frame
@@ -44,17 +44,6 @@ from telcodecs.frames import FRAME_SAMPLES, Frame
 KINDS = ("off", "wav", "ogg")
 TICK_S = 0.02
 HOUR_TICKS = 3600 * 50
-
-
-class _Control:
-    async def hang_up(self, reason: str) -> None:
-        pass
-
-    async def transfer(self, target: str) -> TransferOutcome:
-        return TransferOutcome(status="failed", sip_status=0)
-
-    async def send_dtmf(self, digits: str) -> None:
-        pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +77,7 @@ async def measure(kind: str, *, calls: int, seconds: float, warmup_s: float, rat
             call_id=f"bench-{i}",
             profile=AgentProfile(name="echo", provider="echo"),
             model=model,
-            control=_Control(),
+            control=NullControl(),
             config=config,
         )
         for i in range(calls)

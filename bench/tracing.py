@@ -29,26 +29,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
+from bench._control import NullControl
 from gateway.providers.base import AgentProfile
 from gateway.providers.echo import EchoModel
 from gateway.session.config import SessionConfig
-from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.tracing import CallTrace, gateway_tracer
 from telcodecs.frames import FRAME_SAMPLES, Frame
 
 KINDS = ("none", "off", "on")
-
-
-class _Control:
-    async def hang_up(self, reason: str) -> None:
-        pass
-
-    async def transfer(self, target: str) -> TransferOutcome:
-        return TransferOutcome(status="failed", sip_status=0)
-
-    async def send_dtmf(self, digits: str) -> None:
-        pass
 
 
 def _frames(count: int) -> list[Frame]:
@@ -65,7 +54,7 @@ async def _run(kind: str, *, calls: int, frames: list[Frame], tracer: Tracer | N
     began = time.process_time()
     traces = [CallTrace(f"b-{i}", "call", tracer=tracer) if kind != "none" else None for i in range(calls)]
     sessions = [
-        CallSession(call_id=f"b-{i}", profile=profile, model=model, control=_Control(), config=config, trace=trace)
+        CallSession(call_id=f"b-{i}", profile=profile, model=model, control=NullControl(), config=config, trace=trace)
         for i, trace in enumerate(traces)
     ]
     await asyncio.gather(*(s.start() for s in sessions))

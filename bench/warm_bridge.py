@@ -26,53 +26,22 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from gateway.media.call import MediaCallConfig
+from bench._control import PEER, NullControl, pcmu_engine, speech_like
 from gateway.media.rtp import build_rtp
-from gateway.media.tick import OutboundFrame, TickEngine
+from gateway.media.tick import OutboundFrame
 from gateway.providers.base import AgentProfile
 from gateway.providers.echo import EchoModel
 from gateway.session.config import SessionConfig
-from gateway.session.control import TransferOutcome, WarmTransferStart
 from gateway.session.session import CallSession
 from gateway.worker.bridge import Bridge
 from telcodecs import g711
 
-PEER = ("127.0.0.1", 40000)
 TICK_S = 0.02
 KINDS = ("agent", "bridged")
 
 
-class _Control:
-    async def hang_up(self, reason: str) -> None:
-        pass
-
-    async def transfer(self, target: str) -> TransferOutcome:
-        return TransferOutcome(status="failed", sip_status=0)
-
-    async def send_dtmf(self, digits: str) -> None:
-        pass
-
-    async def hold(self, held: bool) -> None:
-        pass
-
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
-        return WarmTransferStart(status="refused")
-
-
-def _speech_like(seconds: float) -> npt.NDArray[np.int16]:
-    """A voiced, syllable-paced signal at 8 kHz (harmonics of a wandering 140 Hz pitch)."""
-    t = np.arange(int(8000 * seconds)) / 8000
-    phase = 2 * np.pi * np.cumsum(140 * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))) / 8000
-    harmonics = sum(np.sin(k * phase) / k for k in range(1, 20))
-    x = harmonics * (0.3 + 0.7 * np.sin(2 * np.pi * 2 * t) ** 2)
-    return np.rint(x / np.abs(x).max() * 10000).astype(np.int16)
-
-
 def _packets(ticks: int) -> list[bytes]:
-    speech = _speech_like(ticks * TICK_S + TICK_S)
+    speech = speech_like(ticks * TICK_S + TICK_S)
     return [
         build_rtp(
             payload_type=0,
@@ -88,22 +57,8 @@ def _packets(ticks: int) -> list[bytes]:
 
 async def measure(kind: str, *, legs: int, ticks: int, warmup: int, packets: list[bytes]) -> float:
     """CPU µs per leg-frame of ``kind`` over ``ticks`` ticks (after ``warmup``)."""
-    engine = TickEngine()
     ids = [f"c{i}" for i in range(legs)]
-    for i, call_id in enumerate(ids):
-        engine.add_call(
-            MediaCallConfig(
-                call_id=call_id,
-                codec="PCMU",
-                payload_type=0,
-                remote_rtp=PEER,
-                ssrc=1000 + i,
-                initial_sequence=0,
-                initial_timestamp=0,
-                latch_any_source=True,
-            ),
-            now=0.0,
-        )
+    engine = pcmu_engine(ids)
     sessions: dict[str, CallSession] = {}
     bridges: dict[str, Bridge] = {}
     if kind == "agent":
@@ -113,7 +68,7 @@ async def measure(kind: str, *, legs: int, ticks: int, warmup: int, packets: lis
                 call_id=call_id,
                 profile=AgentProfile(name="echo", provider="echo"),
                 model=model,
-                control=_Control(),
+                control=NullControl(),
                 config=SessionConfig(),
             )
             for call_id in ids

@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import psutil
 
+from bench._control import NullControl
 from gateway.providers.base import AgentProfile, BotSpec, RealtimeModel
 from gateway.providers.echo import EchoModel
 from gateway.providers.media_stream.session import BotConfig, WebsocketBotModel
 from gateway.session.config import SessionConfig
-from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from telcodecs.frames import FRAME_SAMPLES, Frame
 from telcodecs.g711 import ulaw_decode
@@ -48,19 +48,6 @@ from telcodecs.g711 import ulaw_decode
 KINDS = ("echo", "websocket pcmu", "websocket pcm24k")
 ROOT = Path(__file__).resolve().parents[1]  # the repository: where ``-m bench.websocket_bot`` is found
 TICK_S = 0.02
-
-
-class _Control:
-    """The call leg a benchmark session hangs up: nothing to do."""
-
-    async def hang_up(self, reason: str) -> None:
-        pass
-
-    async def transfer(self, target: str) -> TransferOutcome:
-        return TransferOutcome(status="failed", sip_status=0)
-
-    async def send_dtmf(self, digits: str) -> None:
-        pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,7 +89,7 @@ async def measure(kind: str, *, calls: int, seconds: float, warmup_s: float, bot
             call_id=f"bench-{i}",
             profile=profile,
             model=model,
-            control=_Control(),
+            control=NullControl(),
             config=config,
         )
         for i in range(calls)
