@@ -244,10 +244,7 @@ class WarmTransfers:
         assert answered is not None
         await _first(answered, transfer.caller_gone, transfer.human_gone)
         if transfer.caller_gone.is_set():
-            transfer.fire("caller_gone")
-            transfer.outcome = "caller_hangup"
-            self._host.end(human, "caller_hangup")
-            self._count("ended")
+            self._caller_left(transfer, human)
             return
         if not answered.done() or not answered.result() or transfer.human_gone.is_set():
             transfer.fire("unanswered")
@@ -256,6 +253,13 @@ class WarmTransfers:
         transfer.fire("answered")
         transfer.answered = time.time()
         log.info("call %s: warm transfer %s: %s answered; briefing", caller.id, transfer.id, transfer.target)
+
+    def _caller_left(self, transfer: WarmTransfer, human: CallLeg) -> None:
+        """The caller hung up before the join: the human's leg has nobody to meet, and ends."""
+        transfer.fire("caller_gone")
+        transfer.outcome = "caller_hangup"
+        self._host.end(human, "caller_hangup")
+        self._count("ended")
 
     async def _brief(self, transfer: WarmTransfer, caller: CallLeg, human: CallLeg) -> None:
         loop = asyncio.get_running_loop()
@@ -273,10 +277,7 @@ class WarmTransfers:
             # Woken at once by a leg ending; else the briefing is looked at again next tick.
             await _first(transfer.caller_gone, transfer.human_gone, within_s=_POLL_S)
         if transfer.caller_gone.is_set():
-            transfer.fire("caller_gone")
-            transfer.outcome = "caller_hangup"
-            self._host.end(human, "caller_hangup")
-            self._count("ended")
+            self._caller_left(transfer, human)
             return
         if transfer.human_gone.is_set():
             transfer.fire("human_gone")
