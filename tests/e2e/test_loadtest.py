@@ -107,7 +107,9 @@ async def test_opus_callers_over_a_lossy_network_come_back_right(tmp_path: Path,
     async with ProcessGroup(tmp_path / "logs") as procs:
         gateway = await start_gateway(procs, env=env, lifetime=120)
         options = ("--codec", "opus", "--calls", "10", "--cps", "10", "--duration", "16", "--impair-loss", "3")
+        watch = MachineWatch.start()
         await run_loadtest(procs, gateway, report, *options)
+        machine = watch.stop()
         async with gateway.client() as client:
             metrics = (await client.get("/metrics")).text
     if ahead_ms == "0":
@@ -127,8 +129,10 @@ async def test_opus_callers_over_a_lossy_network_come_back_right(tmp_path: Path,
     assert summary["correlation_min"]["p50"] >= 0.75, summary["correlation_min"]
     # Nothing moved: the gateway conceals each lost frame in its place, also a loss met when its jitter buffer
     # was a frame deep (that one used to re-buffer: 3-4 slips in some runs, two of them in CI). A stall of a
-    # busy machine may make a jitter buffer drop or insert a frame or two.
-    assert summary["slips"] <= 2, summary["slips"]
+    # busy machine may make a jitter buffer drop or insert a frame or two, so this bar is the machine's too
+    # (ADR 0023): a CI run whose serial tier ran 10 % slower than the one before read 10 slips here, while
+    # stopping the gateway or the load tester for 120 ms seven times in a run here reads 0-1.
+    assert_quality(summary["slips"] <= 2, f"slips {summary['slips']}; {quality(summary)}", machine)
 
 
 def _counter(metrics: str, name: str, label: str) -> float:

@@ -4,12 +4,15 @@ and its message models."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from pathlib import Path
 
+import elevenlabs.realtime_tts
 import orjson
 import pybase64
 import pytest
+import websockets.sync.client
 from elevenlabs.client import ElevenLabs
 from elevenlabs.types.audio_output import AudioOutput
 from elevenlabs.types.audio_output_multi import AudioOutputMulti
@@ -28,11 +31,16 @@ pytestmark = pytest.mark.timeout(30)
 
 # The SDK reads ConnectionClosed.code, which websockets 17 deprecates.
 @pytest.mark.filterwarnings("ignore:ConnectionClosed.code is deprecated:DeprecationWarning")
+@pytest.mark.timeout(60)
 async def test_sdk_convert_realtime_streams_pcm_from_the_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pair = ensure_self_signed(tmp_path, ("127.0.0.1",))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(pair.cert_file, pair.key_file)
     monkeypatch.setenv("SSL_CERT_FILE", str(pair.cert_file))  # the SDK's client trusts the fake's certificate
+    # The SDK opens with websockets' default 10 s handshake timeout, which a CI run's parallel tier outlasted
+    # (TLS in a thread, both cores busy); the deadline below still bounds the whole exchange.
+    slow_open = functools.partial(websockets.sync.client.connect, open_timeout=20)
+    monkeypatch.setattr(elevenlabs.realtime_tts, "connect", slow_open)
     chunks = ["Hello there, ", "this is the fake ", "speaking."]
     async with FakeElevenLabsServer(ElevenLabsOptions(pace=0), api_key="xi-test", ssl_context=context) as fake:
         client = ElevenLabs(api_key="xi-test", base_url=f"https://127.0.0.1:{fake.server.port}")
@@ -43,7 +51,7 @@ async def test_sdk_convert_realtime_streams_pcm_from_the_fake(tmp_path: Path, mo
             )
             return b"".join(stream)
 
-        audio = await asyncio.wait_for(asyncio.to_thread(speak), 20)
+        audio = await asyncio.wait_for(asyncio.to_thread(speak), 40)
     record = fake.record(1)
     assert record.path.startswith("/v1/text-to-speech/voice-1/stream-input?")
     assert record.query == {"model_id": "eleven_flash_v2_5", "output_format": "pcm_24000"}
