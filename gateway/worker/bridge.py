@@ -8,6 +8,9 @@ law table when the laws differ) and only other codecs are resampled and encoded:
 Each frame is handed on once: a leg that stops sending gives the other silence, not its last frame again (the
 sending leg's jitter buffer conceals its own short losses before the frame gets here).
 
+Digits cross too: an out-of-band digit (RFC 4733 or SIP INFO) from one leg is sent to the other the way that leg
+takes digits (the worker counts them in ``digits``); an in-band tone is audio and crosses as audio.
+
 Compiled with the tick (gateway/compiled): plain slots, no I/O, no clock.
 """
 
@@ -24,7 +27,7 @@ class Bridge:
     taken (and dropped) but neither leg is sent the other's yet; the caller hears the hold audio, the human the
     briefing."""
 
-    __slots__ = ("_from_a", "_from_b", "a", "b", "frames", "joined")
+    __slots__ = ("_from_a", "_from_b", "a", "b", "digits", "frames", "joined")
 
     def __init__(self, a: str, b: str) -> None:
         if a == b:
@@ -33,6 +36,7 @@ class Bridge:
         self.b = b
         self.joined = False
         self.frames = 0  # frames handed from one leg to the other
+        self.digits = 0  # out-of-band digits sent on from one leg to the other
         self._from_a: Frame | None = None
         self._from_b: Frame | None = None
 

@@ -108,6 +108,7 @@ RING_AFTER_S = 0.1
 if TYPE_CHECKING:
     from gateway.sip.auth import ClientCredentials
     from gateway.transport.rtp_socket import RtpEndpoint
+    from gateway.worker.bridge import Bridge
     from gateway.worker.settings import CapacitySettings, MediaSettings, SipListenSettings, TrunkSettings
 
 
@@ -186,7 +187,9 @@ class SipCalls:
             elif isinstance(event, CallCancelled):
                 self.end(leg, "caller_cancelled")
             elif isinstance(event, DtmfInfoReceived):
-                if leg.session is not None:
+                if (bridge := leg.bridge) is not None and bridge.joined:
+                    self.bridged_dtmf(bridge, leg.id, event.digit)
+                elif leg.session is not None:
                     leg.session.dtmf_received(event.digit, duration_ms=event.duration_ms)
             elif isinstance(event, ReinviteReceived):
                 self.midcall.reinvite_received(leg, event)
@@ -691,6 +694,19 @@ class SipCalls:
             method = "inband"
         if leg.session is not None:
             leg.session.dtmf_sent(digits, method=method)
+
+    def bridged_dtmf(self, bridge: Bridge, call_id: str, digit: str) -> None:
+        """A digit from one leg of a joined warm-transfer bridge, sent to the other leg the way it takes digits
+        (a human's IVR, a caller's PIN): the agent that would have taken it has left the call."""
+        other = self._legs.get(bridge.other(call_id))
+        if not isinstance(other, CallLeg) or not other.live:
+            return  # the other leg is ending: the bridge ends with it
+        try:
+            self.send_dtmf_leg(other, digit)
+        except (LocalMediaError, LocalProtocolError) as exc:
+            log.warning("call %s: digit %r not sent on across the bridge to %s: %s", call_id, digit, other.id, exc)
+            return
+        bridge.digits += 1
 
     def refer_leg(self, leg: CallLeg, target: str) -> None:
         assert leg.sip is not None

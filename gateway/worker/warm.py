@@ -358,10 +358,11 @@ class WarmTransfers:
             transfer.outcome = "human_hangup"
             self._host.end(caller, "human_hangup")
         log.info(
-            "call %s: warm transfer %s: bridge over after %d frames (%s)",
+            "call %s: warm transfer %s: bridge over after %d frames and %d digits (%s)",
             caller.id,
             transfer.id,
             transfer.bridge.frames,
+            transfer.bridge.digits,
             transfer.outcome,
         )
 

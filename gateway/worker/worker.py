@@ -395,6 +395,8 @@ class MediaWorker:
             if route is not None and (bridge := route.bridge) is not None and bridge.joined:
                 # Bridged (warm transfer): the other leg's audio, the agent out of the path (gateway/worker/bridge.py).
                 frame = bridge.frame_for(call_id)
+                if (inband := route.inband) is not None and inband.sending:
+                    frame = inband.next_frame()  # a digit from the other leg, as tones: this leg has no RFC 4733
                 if recorders and (recorder := recorders.get(call_id)) is not None:
                     recorder.agent = frame
                 outbound[call_id] = frame
@@ -457,7 +459,11 @@ class MediaWorker:
             recordings.tick(self._tick_no)  # this tick's frames of every recorded call, to the writer thread
         for dtmf in inbound.events:
             route = routes.get(dtmf.call_id)
-            if route is not None and route.session is not None:
+            if route is None:
+                continue
+            if (bridge := route.bridge) is not None and bridge.joined:
+                self.sip_calls.bridged_dtmf(bridge, dtmf.call_id, dtmf.digit)
+            elif route.session is not None:
                 route.session.dtmf_received(dtmf.digit)
         for call_id, destination, data in engine.rtcp_due(now):
             route = routes.get(call_id)

@@ -6,7 +6,8 @@ answers with 440 Hz, the gateway's hold audio is 660 Hz, the caller sends 1500 H
 - Transferred: ``POST /v1/calls/{id}/warm_transfer`` with a summary. The human hears the briefing (the second
   provider connection, whose response was asked with the summary) and no hold audio; then caller and human hear
   each other's tone; the caller hears no agent audio after the human's; both provider connections are closed; the
-  human hangs up and the caller gets a BYE; events and both call records tell it.
+  human hangs up and the caller gets a BYE; events and both call records tell it. Digits cross the bridge both
+  ways as RFC 4733 events (a human's IVR asking the caller for a PIN).
 - Busy: the human's phone answers 486. The caller comes off hold and the agent, told why, speaks again: its
   audio reaches the caller after the hold audio.
 """
@@ -101,7 +102,14 @@ async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
         8000,
     )
     human = PjsuaPhone(
-        peer_procs, tmp_path, mode="callee", name="human", play=human_says, hangup_after=8.0, codecs=("PCMU",)
+        peer_procs,
+        tmp_path,
+        mode="callee",
+        name="human",
+        play=human_says,
+        hangup_after=8.0,
+        codecs=("PCMU",),
+        dtmf=[(6.5, "9")],  # after the join (the caller hears >= 2 s of the human's tone, which ends at 6.5 s)
     )
     caller_says = write_wav(
         tmp_path / "caller.wav",
@@ -132,9 +140,12 @@ async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
         )
         assert done.type == "call.transferred", done
         await human.wait_state("CONFIRMED", within=5)
+        await caller.send_dtmf("42")  # joined: the agent that took digits has left, the human's phone gets them
+        assert await caller.wait_dtmf("9", within=10) == "9"
         assert await human.wait_done(within=30) == 0  # the human hangs up ...
         await caller.wait_closed(within=15)  # ... and the caller gets a BYE
 
+    assert human.received_dtmf() == "42"
     # The briefing: the second provider connection was asked to speak the summary, and the human heard it.
     records = await fake.wait_for(lambda s: len(s) == 2 and all(r["ended_at"] for r in s), within=15, what="ends")
     briefing = await fake.record(records[1]["id"])
@@ -171,6 +182,7 @@ async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
     assert heard_at(sides[1], HUMAN_HZ) and heard_at(sides[1], AGENT_HZ), "what the caller heard: agent, human"
     output = gateway.process.output
     assert f"warm transfer {transfer['id']}: bridged with {transfer['human_leg']} (briefed=True)" in output
+    assert "frames and 3 digits (human_hangup)" in output
 
 
 async def test_a_busy_human_brings_the_caller_back_to_the_agent(peer_procs: ProcessGroup, tmp_path: Path) -> None:

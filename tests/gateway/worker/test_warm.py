@@ -364,6 +364,75 @@ async def test_a_worker_bridges_caller_and_human_and_each_hears_the_other() -> N
         assert line.human_leg == transfer.human_id and worker.routes == {}
 
 
+async def _bridged_phones(worker: Any, caller_phone: Any, human_phone: Any, **invite: Any) -> tuple[Any, Any, Any]:
+    """A caller's call warm transferred to the human phone, who answers: the two calls and the transfer, joined."""
+    from gateway.sip.events import CallOffered
+    from tests.gateway.worker.test_worker import _answered
+
+    call = caller_phone.invite(f"sip:agent@127.0.0.1:{worker.settings.sip.sip_port}", codecs=("PCMU",), **invite)
+    await _answered(caller_phone, call)
+    (caller,) = worker.legs.values()
+    target = f"sip:human@127.0.0.1:{human_phone.port}"
+    await worker.warm_transfer(caller.id, WarmTransferRequest(target=target, summary="A test call."))
+    human_call = human_phone.answer(await human_phone.wait_for(CallOffered))
+    assert isinstance(caller, CallLeg) and caller.warm is not None
+    transfer = caller.warm
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
+    return call, human_call, transfer
+
+
+def _press(phone: Any, call: Any, digit: str) -> None:
+    phone.endpoint.send_dtmf_info(call.handle, phone.transport.now(), digit=digit)
+    phone.transport.pump()
+
+
+def _events(call: Any) -> list[int]:
+    """The RFC 4733 events (0-9 digits, 10 star, 11 pound) the phone received, one per event."""
+    codes = [payload[0] for pt, payload in zip(call.received_pts, call.received, strict=True) if pt == 101]
+    return [code for i, code in enumerate(codes) if i == 0 or codes[i - 1] != code]
+
+
+async def test_digits_cross_the_bridge_each_way_as_the_other_leg_takes_them() -> None:
+    """Once joined, a digit the caller sends as SIP INFO reaches the human as RFC 4733 events (their answer took
+    telephone-event), and the human's the caller: the agent that took digits has left the call."""
+    from tests.gateway.worker.sip_peer import SipPeer, echo_worker
+
+    async with (
+        echo_worker(worker_id="w-warm-dtmf", rtp_timeout_s=5.0, warm_transfer_brief_timeout_s=0.3) as worker,
+        SipPeer() as caller_phone,
+        SipPeer() as human_phone,
+    ):
+        call, human_call, transfer = await _bridged_phones(worker, caller_phone, human_phone)
+        _press(caller_phone, call, "5")
+        _press(human_phone, human_call, "#")
+        await _until(lambda: _events(human_call) == [5] and _events(call) == [11])
+        assert transfer.bridge.digits == 2
+
+
+async def test_a_digit_reaches_a_leg_without_telephone_event_or_info_as_tones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The caller negotiated no telephone-event and allows no INFO: the human's digit is played to them as
+    tones in place of the human's audio for its length (and no RFC 4733 packet is sent)."""
+    from gateway.sip import core
+    from telcodecs.dtmf import GoertzelDetector
+    from tests.gateway.worker.sip_peer import SipPeer, echo_worker
+
+    async with (
+        echo_worker(worker_id="w-warm-tones", rtp_timeout_s=5.0, warm_transfer_brief_timeout_s=0.3) as worker,
+        SipPeer() as caller_phone,
+        SipPeer() as human_phone,
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(core, "ALLOWED_METHODS", tuple(x for x in core.ALLOWED_METHODS if x != "INFO"))
+            call, human_call, transfer = await _bridged_phones(worker, caller_phone, human_phone, telephone_event=False)
+        _press(human_phone, human_call, "7")
+        await _until(lambda: transfer.bridge.digits == 1)
+        await caller_phone.stream(call, np.zeros(8000, np.int16), frames=25)  # half a second of ticks to hear them
+        assert [press.digit for press in GoertzelDetector(8000).feed(caller_phone.heard(call))] == ["7"]
+        assert 101 not in call.received_pts
+
+
 async def _joined_with_refer(worker: Any, caller_phone: Any, human_phone: Any) -> tuple[Any, Any, CallLeg, Any]:
     """A caller's call, warm transferred with ``handoff="refer"`` to the human phone, who answers: until joined."""
     from gateway.sip.events import CallOffered
