@@ -56,23 +56,36 @@ def _confirmed(phone: PjsuaPhone) -> PjsuaEvent:
     return next(e for e in phone.events if e.name == "call_state" and e.get("state") == "CONFIRMED")
 
 
-async def test_a_tone_route_rings_in_early_media_then_answers(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+async def _ring_and_answer(
+    procs: ProcessGroup,
+    tmp_path: Path,
+    *,
+    reply_ms: str,
+    greeting: str,
+    route_lines: tuple[str, ...],
+    hangup_after: float,
+) -> tuple[Any, PjsuaPhone]:
+    """A pjsua2 caller (quiet, PCMU) on a route with early media, through to its hang-up: the gateway and phone."""
     require_module("pjsua2", package="pjsua2 (the test extra)")
-    fake = await start_fake_provider(peer_procs, "--mode", "tone", "--reply-ms", "400")
+    fake = await start_fake_provider(procs, "--mode", "tone", "--reply-ms", reply_ms)
     gateway = await start_gateway_on_fake(
-        peer_procs,
-        tmp_path,
-        fake,
-        profile_lines=('greeting = "Hello."',),
-        route_lines=('early_media = "tone"', "early_media_s = 2.0"),
+        procs, tmp_path, fake, profile_lines=(f'greeting = "{greeting}"',), route_lines=route_lines
     )
     quiet = write_wav(tmp_path / "quiet.wav", silence(8.0, 8000), 8000)
     phone = PjsuaPhone(
-        peer_procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=2.0, codecs=("PCMU",)
+        procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=hangup_after, codecs=("PCMU",)
     )
     async with phone:
         await phone.wait_state("CONFIRMED", within=15)
         assert await phone.wait_done(within=20) == 0
+    return gateway, phone
+
+
+async def test_a_tone_route_rings_in_early_media_then_answers(peer_procs: ProcessGroup, tmp_path: Path) -> None:
+    route = ('early_media = "tone"', "early_media_s = 2.0")
+    gateway, phone = await _ring_and_answer(
+        peer_procs, tmp_path, reply_ms="400", greeting="Hello.", route_lines=route, hangup_after=2.0
+    )
     early, confirmed = _state(phone, 183), _confirmed(phone)
     assert 1.8 <= confirmed.t - early.t <= 2.6, (early, confirmed)
     # 2 s of early media at 20 ms a packet reached the phone before its 200 (its stream counts from the 183).
@@ -94,22 +107,10 @@ async def test_a_tone_route_rings_in_early_media_then_answers(peer_procs: Proces
 
 
 async def test_a_greeting_route_plays_the_greeting_in_early_media(peer_procs: ProcessGroup, tmp_path: Path) -> None:
-    require_module("pjsua2", package="pjsua2 (the test extra)")
-    fake = await start_fake_provider(peer_procs, "--mode", "tone", "--reply-ms", "1500")
-    gateway = await start_gateway_on_fake(
-        peer_procs,
-        tmp_path,
-        fake,
-        profile_lines=('greeting = "Welcome to the clinic."',),
-        route_lines=('early_media = "greeting"', "early_media_s = 8.0"),
+    route = ('early_media = "greeting"', "early_media_s = 8.0")
+    _gateway, phone = await _ring_and_answer(
+        peer_procs, tmp_path, reply_ms="1500", greeting="Welcome to the clinic.", route_lines=route, hangup_after=1.0
     )
-    quiet = write_wav(tmp_path / "quiet.wav", silence(8.0, 8000), 8000)
-    phone = PjsuaPhone(
-        peer_procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=1.0, codecs=("PCMU",)
-    )
-    async with phone:
-        await phone.wait_state("CONFIRMED", within=15)
-        assert await phone.wait_done(within=20) == 0
     early, confirmed = _state(phone, 183), _confirmed(phone)
     waited = confirmed.t - early.t
     assert 1.5 <= waited < 4.0, f"answered {waited:.2f} s after the 183: on the greeting's end, not the 8 s cap"
