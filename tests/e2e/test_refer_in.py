@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.gateway_proc import GatewayProcess, start_gateway
 from tests.e2e.ops_support import EventStream, poll
-from tests.support.audio import align_and_correlate, read_wav, silence, with_silence, write_wav
+from tests.support.audio import Wav, align_and_correlate, read_wav, silence, with_silence, write_wav
 from tests.support.baresip import BaresipPhone
 from tests.support.peers import require_binary, require_module
 from tests.support.pjsua import PjsuaPhone
@@ -70,15 +70,19 @@ def _refer_data(event: Any) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else {}
 
 
-async def test_an_accepted_refer_takes_the_agent_to_the_second_phone(
-    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
-) -> None:
+def _target_phone(procs: ProcessGroup, tmp_path: Path, speech_8k: Path) -> tuple[Wav, PjsuaPhone]:
+    """The transfer target: a pjsua2 callee that answers with the speech (after 0.5 s) and hangs up at its end."""
     require_module("pjsua2", package="pjsua2-python")
     speech = read_wav(speech_8k)
     played = write_wav(tmp_path / "target_speech.wav", with_silence(speech, lead=0.5, tail=1.5).samples, speech.rate)
-    target = PjsuaPhone(
-        peer_procs, tmp_path, mode="callee", name="target", user="human", play=played, hangup_on_eof=True
-    )
+    target = PjsuaPhone(procs, tmp_path, mode="callee", name="target", user="human", play=played, hangup_on_eof=True)
+    return speech, target
+
+
+async def test_an_accepted_refer_takes_the_agent_to_the_second_phone(
+    peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
+) -> None:
+    speech, target = _target_phone(peer_procs, tmp_path, speech_8k)
     gateway = await _gateway(peer_procs, tmp_path, f"sip:*@127.0.0.1:{target.sip_port}")
     caller = PjsuaPhone(
         peer_procs,
@@ -157,12 +161,7 @@ async def test_baresip_transfers_the_agent_to_a_pjsua2_phone(
     peer_procs: ProcessGroup, tmp_path: Path, speech_8k: Path
 ) -> None:
     require_binary("baresip", package="baresip baresip-core")
-    require_module("pjsua2", package="pjsua2-python")
-    speech = read_wav(speech_8k)
-    played = write_wav(tmp_path / "target_speech.wav", with_silence(speech, lead=0.5, tail=1.5).samples, speech.rate)
-    target = PjsuaPhone(
-        peer_procs, tmp_path, mode="callee", name="target", user="human", play=played, hangup_on_eof=True
-    )
+    speech, target = _target_phone(peer_procs, tmp_path, speech_8k)
     gateway = await _gateway(peer_procs, tmp_path, f"sip:*@127.0.0.1:{target.sip_port}")
     quiet = write_wav(tmp_path / "quiet.wav", silence(20.0, 8000), 8000)
     referrer = BaresipPhone(peer_procs, tmp_path, source_wav=quiet, codecs=("pcmu",))
