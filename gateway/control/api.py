@@ -135,6 +135,9 @@ class HistoryFilters:
         profile: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
         worker: Annotated[str | None, Query(max_length=128)] = None,
         route: Annotated[str | None, Query(max_length=128)] = None,
+        trunk: Annotated[
+            str | None, Query(min_length=1, max_length=64, description="Calls that came in on or left by this trunk")
+        ] = None,
         text: Annotated[
             str | None, Query(min_length=1, max_length=256, description="A transcript item contains this (any case)")
         ] = None,
@@ -151,6 +154,7 @@ class HistoryFilters:
             profile=profile,
             worker=worker,
             route=route,
+            trunk=trunk,
             text=text,
             sort=sort,
         )

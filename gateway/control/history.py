@@ -57,6 +57,7 @@ EXPORT_COLUMNS = (
     "resumes",
     "tool_calls",
     "dtmf",
+    "trunk",
 )
 
 
@@ -182,6 +183,7 @@ def matches(call: CallRecord, query: HistoryQuery) -> bool:
         (query.profile, call.profile),
         (query.route, call.route),
         (query.worker, call.worker),
+        (query.trunk, call.trunk),
     )
     if any(wanted is not None and wanted != actual for wanted, actual in checks):
         return False
@@ -221,6 +223,7 @@ def _csv_values(record: CallRecord) -> list[Any]:
         stats.resumes,
         stats.tool_calls,
         record.dtmf,
+        record.trunk,
     ]
 
 

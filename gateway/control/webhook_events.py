@@ -63,6 +63,7 @@ _SUMMARY_FIELDS = (
     "kind",
     "from",
     "to",
+    "trunk",
     "route",
     "provider",
     "state",

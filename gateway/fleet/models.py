@@ -251,6 +251,9 @@ class ReferralLine(_Model):
     outcome: Literal["declined", "referred", "failed"]
     status: int = Field(ge=100, le=699, description="603 when declined; the new call's final SIP status otherwise")
     detail: str = Field(default="", max_length=200)
+    trunk: str | None = Field(
+        default=None, max_length=64, description="The trunk the new call to the target was dialled through (null: none)"
+    )
 
 
 class CallStats(_Model):
@@ -394,6 +397,7 @@ class CallSnapshot(_Model):
                     "codec": "PCMU",
                     "srtp": "AES_CM_128_HMAC_SHA1_80",
                     "transport": "tls",
+                    "trunk": "carrier_a",
                     "started": 1767225600.0,
                     "answered": 1767225600.4,
                     "ended": None,
@@ -425,6 +429,12 @@ class CallSnapshot(_Model):
     transport: Literal["", "udp", "tcp", "tls"] = Field(
         default="",
         description="The SIP transport the call's INVITE took (tls: signalling encrypted); empty for browser calls",
+    )
+    trunk: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The trunk the call's INVITE came in on (by its source address) or was dialled through; "
+        "null: none (a caller from no trunk's sources, a SIP URI dialled without a trunk, a browser call)",
     )
     cost: float = Field(
         default=1.0, ge=1.0, le=1000.0, description="Capacity the call takes on its worker (1 = a G.711 call)"

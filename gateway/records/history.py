@@ -42,6 +42,7 @@ class HistoryQuery:
     profile: str | None = None
     route: str | None = None
     worker: str | None = None
+    trunk: str | None = None  # came in on or went out through this trunk
     text: str | None = None  # a transcript item contains this (case-insensitive)
     sort: SortKey = "-started"
     limit: int = 100
@@ -101,6 +102,7 @@ def _filters(query: HistoryQuery) -> list[sa.ColumnElement[bool]]:
         (calls.c.profile, query.profile),
         (calls.c.route, query.route),
         (calls.c.worker, query.worker),
+        (calls.c.trunk, query.trunk),
     ):
         if value is not None:
             where.append(column == value)

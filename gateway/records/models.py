@@ -72,6 +72,7 @@ def call_row(call: CallSnapshot, *, profile: str, written_at: float | None = Non
         "amd": call.amd.model_dump(mode="json") if call.amd is not None else None,
         "referrals": [line.model_dump(mode="json") for line in call.referrals] or None,
         "transfer": call.transfer.model_dump(mode="json") if call.transfer is not None else None,
+        "trunk": call.trunk,
     }
 
 
@@ -163,5 +164,6 @@ def record_from_rows(
             "amd": row.get("amd"),
             "referrals": row.get("referrals") or [],
             "transfer": row.get("transfer"),
+            "trunk": row.get("trunk"),
         }
     )

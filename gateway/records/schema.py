@@ -57,10 +57,12 @@ calls = sa.Table(
     sa.Column("amd", sa.JSON, nullable=True),  # outbound answering-machine detection: {result, reason, at_s, beep_at_s}
     sa.Column("referrals", sa.JSON, nullable=True),  # the peer's REFERs: [{at_s, target, replaces, outcome, status}]
     sa.Column("transfer", sa.JSON, nullable=True),  # warm transfer: {id, caller_leg, human_leg, state, outcome, ...}
+    sa.Column("trunk", sa.String(64), nullable=True),  # the trunk it came in on or went out through (null: none)
     sa.Index("ix_calls_started_at", "started_at", "id"),
     sa.Index("ix_calls_ended_at", "ended_at"),
     sa.Index("ix_calls_from_number", "from_number"),
     sa.Index("ix_calls_to_number", "to_number"),
+    sa.Index("ix_calls_trunk", "trunk", "started_at"),
 )
 
 transcript_items = sa.Table(

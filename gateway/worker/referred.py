@@ -107,6 +107,7 @@ class _Attempt:
     done: bool = False
     progress: list[int] = field(default_factory=list)
     referrer_gone: bool = False  # it hung up after our 202 (a blind transfer): the call waits for the target
+    trunk: str | None = None  # the trunk the new call was dialled through (None: none)
 
 
 class Referrals:
@@ -214,6 +215,7 @@ class Referrals:
         sdp.bind(address=self._owner.media_address(rtp), port=rtp.port)
         try:
             route = self._owner.dial_target(leg, event.refer_to)
+            attempt.trunk = route.trunk.name if route.trunk is not None else None
             attempt.sip = self._signalling.invite(
                 route.uri,
                 from_uri=_local_uri(leg),
@@ -290,7 +292,7 @@ class Referrals:
                 leg.session.inject(TRANSFERRED_NOTE.format(target=attempt.target), role="system", respond=True)
         self._done(attempt)
         self._notify(attempt, 200, "OK")
-        self._record(leg, attempt.target, attempt.replaces, attempt.at_s, "referred", 200, "")
+        self._record(leg, attempt.target, attempt.replaces, attempt.at_s, "referred", 200, "", trunk=attempt.trunk)
         SIP_REFERS_TOTAL.labels(self._host.id, "referred").inc()
         log.info("call %s: transferred to %s; the agent goes on there", leg.id, attempt.target)
         owner.report_later("call.referred", leg, {"target": attempt.target, "status": 200})
@@ -315,7 +317,7 @@ class Referrals:
             self._plant.ports.release(attempt.rtp)
             attempt.rtp = None
         self._notify(attempt, status, reason)
-        self._record(leg, attempt.target, attempt.replaces, attempt.at_s, "failed", status, reason)
+        self._record(leg, attempt.target, attempt.replaces, attempt.at_s, "failed", status, reason, trunk=attempt.trunk)
         SIP_REFERS_TOTAL.labels(self._host.id, "failed").inc()
         log.info("call %s: transfer to %s failed: %d %s", leg.id, attempt.target, status, reason)
         if leg.live:
@@ -342,11 +344,25 @@ class Referrals:
 
     @staticmethod
     def _record(
-        leg: CallLeg, target: str, replaces: bool, at_s: float, outcome: Outcome, status: int, detail: str
+        leg: CallLeg,
+        target: str,
+        replaces: bool,
+        at_s: float,
+        outcome: Outcome,
+        status: int,
+        detail: str,
+        *,
+        trunk: str | None = None,
     ) -> None:
         if len(leg.referrals) < 32:
             line = ReferralLine(
-                at_s=at_s, target=target[:512], replaces=replaces, outcome=outcome, status=status, detail=detail[:200]
+                at_s=at_s,
+                target=target[:512],
+                replaces=replaces,
+                outcome=outcome,
+                status=status,
+                detail=detail[:200],
+                trunk=trunk,
             )
             leg.referrals.append(line)
 

@@ -229,6 +229,7 @@ def build_snapshot(
     recording: RecordingModel | None = None,
     amd: AmdReport | None = None,
     transfer: TransferLine | None = None,
+    trunk: str | None = None,
 ) -> CallSnapshot:
     end = ended or time.time()
     dtmf, dtmf_events = dtmf_of(session) if state == "ended" else ("", [])
@@ -246,6 +247,7 @@ def build_snapshot(
             "codec": codec,
             "srtp": srtp,
             "transport": transport,
+            "trunk": trunk,
             "cost": cost,
             "started": started,
             "answered": answered,

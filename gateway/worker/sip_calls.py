@@ -403,6 +403,7 @@ class SipCalls:
         trunk = self._inbound_trunks.of(leg.source.rpartition(":")[0].strip("[]"))
         media = trunk_media(self._media_settings, trunk)
         if trunk is not None:
+            leg.via_trunk = trunk.name
             log.info("call %s: from the trunk %s", leg.id, trunk.name)
             TRUNK_CALLS_TOTAL.labels(self._host.id, trunk.name, "inbound").inc()
         leg.sdp = _offer_answer(media)
@@ -873,6 +874,7 @@ class SipCalls:
             recording=leg.recording,
             amd=leg.session.amd if leg.session is not None else None,
             transfer=leg.warm.line() if leg.warm is not None else None,
+            trunk=leg.via_trunk,
         )
         if leg.referrals:
             snapshot = snapshot.model_copy(update={"referrals": list(leg.referrals)})
@@ -942,6 +944,7 @@ class SipCalls:
             route=admission.route,
             refer_policy=admission.refer,
             trunk=route.trunk.name if route.trunk is not None else admission.trunk,
+            via_trunk=route.trunk.name if route.trunk is not None else None,
             profile=admission.profile or self._host.default_profile,
             owner=self,
             cost=self._costs.offer_cost(media),  # until the answer names the codec

@@ -117,6 +117,7 @@ class CallLeg:
     early_heard: int = 0
     early_sent: int = 0
     trunk: str | None = None  # the route's trunk, for numbers this call dials on (warm transfer, a REFER's tel:)
+    via_trunk: str | None = None  # the trunk its INVITE came in on (by source) or went out through; on its record
     refer_policy: ReferPolicyModel | None = None  # what a peer's REFER may do (the route's; None: declined)
     referrals: list[ReferralLine] = field(default_factory=list)  # the peer's REFERs (gateway/worker/referred.py)
     refer_replaces: bool = False  # its INVITE offered REFER (Allow) and Replaces (Supported): warm transfer's auto

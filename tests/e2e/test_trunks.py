@@ -6,9 +6,10 @@ loopback addresses as each trunk's callers:
    gateway's contact, and GET /v1/workers lists both registrations by trunk, each ``registered``;
 2. a call from trunk A's address (127.0.0.2) answering A's inbound credentials is taken: the caller hears its
    own speech back from the echo agent; the same address answering with B's credentials is refused (401 again,
-   never established), and so is a source of no trunk (403, ``GATEWAY_TRUNK_UNMATCHED_CALLS=reject``);
+   never established), and so is a source of no trunk (403, ``GATEWAY_TRUNK_UNMATCHED_CALLS=reject``); the taken
+   call's record names trunk ``a``, and ``GET /v1/calls?trunk=`` finds it by that name only;
 3. a call placed through trunk B (the route's ``trunk = "b"``) reaches B: B's registrar relays it to the phone
-   registered there, which answers; trunk A's registrar never sees an INVITE;
+   registered there, which answers; trunk A's registrar never sees an INVITE; its record names trunk ``b``;
 4. no password of any trunk appears in the gateway's output.
 """
 
@@ -163,7 +164,9 @@ async def test_two_trunks_register_take_their_callers_and_carry_calls_out(
     assert not [e for e in stranger.events if e.type == "CALL_ESTABLISHED"]
     assert "403" in refused.param or "Forbidden" in refused.param, refused
     calls = (await gateway.api("GET", "/v1/calls", params={"state": "ended"}))["items"]
-    assert [c["from"] for c in calls] == ["+15550111"]  # only A's caller became a call
+    assert [(c["from"], c["trunk"]) for c in calls] == [("+15550111", "a")]  # only A's caller became a call
+    assert [c["id"] for c in await _by_trunk(gateway, "a")] == [calls[0]["id"]]
+    assert await _by_trunk(gateway, "b") == []
 
     # 3. Out through trunk B (the route's trunk): B's registrar relays it to the phone registered there (only
     #    there: A has no binding for it and would answer 404), which answers and hears its own speech back.
@@ -186,10 +189,17 @@ async def test_two_trunks_register_take_their_callers_and_carry_calls_out(
         lambda: _ended_call(gateway, created["id"]), within=10, what="the placed call ended in the history"
     )
     assert (placed["direction"], placed["to"], placed["route"]) == ("outbound", "+15550142", "via-b")
+    assert placed["trunk"] == "b"
+    assert [c["id"] for c in await _by_trunk(gateway, "b")] == [created["id"]]
 
     # 4. No password of any trunk in the gateway's output.
     for secret in SECRETS:
         assert secret not in gateway.process.output
+
+
+async def _by_trunk(gateway: GatewayProcess, trunk: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (await gateway.api("GET", "/v1/calls", params={"trunk": trunk}))["items"]
+    return items
 
 
 async def _ended_call(gateway: GatewayProcess, call_id: str) -> dict[str, Any] | None:

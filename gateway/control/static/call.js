@@ -73,6 +73,7 @@
     const facts = [
       ["Call id", call.id],
       ["Direction", `${call.direction} ${call.kind}${call.transport ? `/${call.transport}` : ""}`],
+      ["Trunk", call.trunk],
       ["Route", call.route], ["Profile", call.profile], ["Provider", call.provider], ["Worker", call.worker],
       ["Codec", call.srtp ? `${call.codec} · SRTP ${call.srtp}` : call.codec],
       ["Started", call.started ? new Date(call.started * 1000).toLocaleString() : ""],

@@ -100,6 +100,7 @@ async def _ended_call(
         transcript=transcript,
         dtmf_events=[{"digit": "4", "direction": "received", "at_s": 2.0}] if said else [],
         trace_id="0af7651916cd43dd8448eb211c80319c" if said else "",
+        trunk="carrier_a" if said else None,
         handoffs=[
             {
                 "at_s": 3.0,
@@ -258,6 +259,7 @@ async def test_history_lists_filters_pages_and_plays_a_call(live: Live) -> None:
             handoff = page.locator("#timeline li[data-kind=handoff]")
             await expect(handoff).to_contain_text("support → sales · by the agent · asks about an invoice")
             await expect(page.locator("#call-head")).to_contain_text("0af7651916cd43dd8448eb211c80319c")
+            await expect(page.locator("#call-head")).to_contain_text("Trunkcarrier_a")
             transcript = page.locator("#transcript li")
             await expect(transcript).to_have_count(4)
             await expect(transcript.nth(1)).to_contain_text("cut off")

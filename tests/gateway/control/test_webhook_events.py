@@ -33,6 +33,9 @@ def test_call_started_then_answered_once_from_the_plane_stream() -> None:
     started = _stream("call.started", CALL)
     assert [(e.type, e.call_id, e.dedupe_key) for e in started] == [("call.started", "c-1", "call.started")]
     assert started[0].data["call_id"] == "c-1" and started[0].data["from"] == "+1555"
+    assert started[0].data["trunk"] is None  # a call of no trunk (or an older worker's, which does not say)
+    (via,) = _stream("call.started", {**CALL, "trunk": "carrier_a"})
+    assert via.data["trunk"] == "carrier_a"
     assert _stream("call.updated", CALL) == []  # not answered yet
     answered = {**CALL, "state": "active", "answered": 1_767_225_601.0}
     (event,) = _stream("call.updated", answered)
@@ -86,6 +89,7 @@ def test_an_ended_record_gives_transcript_tools_end_in_order() -> None:
     assert tool.dedupe_key == "tool.called:0"
     assert ended.data["end_reason"] == "agent_hangup" and ended.data["profile"] == "support"
     assert ended.data["duration_s"] == 30.0 and ended.data["stats"]["mos"] == 4.31
+    assert (ended.data["direction"], ended.data["trunk"]) == ("inbound", "carrier_a")
     assert ended.data["transcript_items"] == 3 and ended.data["tool_calls"] == 1 and ended.data["recording"] is None
     envelope = orjson.loads(body_of(ended))
     assert envelope["type"] == "call.ended" and envelope["timestamp"].endswith("Z") and envelope["data"]["call_id"]

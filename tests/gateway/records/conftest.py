@@ -46,6 +46,7 @@ def ended_call(
     direction: str = "inbound",
     end_reason: str = "caller_hangup",
     said: str = "Hello, I would like to check my order status",
+    trunk: str | None = "carrier_a",
 ) -> CallSnapshot:
     """An ended call with every field the record keeps filled in."""
     return CallSnapshot.model_validate(
@@ -62,6 +63,7 @@ def ended_call(
             "codec": "PCMU",
             "srtp": "AES_CM_128_HMAC_SHA1_80",
             "transport": "tls",
+            "trunk": trunk,
             "cost": 1.0,
             "started": started,
             "answered": started + 0.5,

@@ -41,10 +41,12 @@ class History:
 
 
 def _calls() -> list[tuple[CallSnapshot, str]]:
-    """Twelve ended calls a minute apart; every third outbound, every fourth to sales, varied lengths and ends."""
+    """Twelve ended calls a minute apart; every third outbound, every fourth to sales, varied lengths and ends;
+    the outbound through carrier_b, the odd inbound from carrier_a, the rest from no trunk."""
     calls = []
     for n in range(12):
         sales = n % 4 == 0
+        trunk = "carrier_b" if n % 3 == 0 else ("carrier_a" if n % 2 else None)
         calls.append(
             (
                 ended_call(
@@ -58,6 +60,7 @@ def _calls() -> list[tuple[CallSnapshot, str]]:
                     direction="outbound" if n % 3 == 0 else "inbound",
                     end_reason="agent_hangup" if n % 5 == 0 else "caller_hangup",
                     said=f"My parcel number {n} never came" if n in (3, 7) else "Just checking my balance",
+                    trunk=trunk,
                 ),
                 "sales" if sales else "support",
             )
@@ -88,6 +91,10 @@ async def test_filters_pick_the_calls_they_name(history: History) -> None:
     assert await history.ids(worker="worker-b", direction="inbound", sort="started") == ["c-01", "c-05", "c-07", "c-11"]
     assert await history.ids(text="PARCEL NUMBER", sort="started") == ["c-03", "c-07"]
     assert await history.ids(text="100%") == []  # LIKE's wildcards are matched as text
+    assert await history.ids(trunk="carrier_b", sort="started") == ["c-00", "c-03", "c-06", "c-09"]
+    assert await history.ids(trunk="carrier_a", direction="inbound", sort="started") == ["c-01", "c-05", "c-07", "c-11"]
+    assert await history.ids(trunk="carrier_c") == []
+    assert (await history.get("/v1/calls/c-02"))["trunk"] is None
     page = await history.get("/v1/calls", profile="support", state="ended")
     assert page["total"] == 9 and all(item["transcript"] == [] for item in page["items"])
 
@@ -119,20 +126,23 @@ async def test_pages_follow_the_cursor_in_each_sort(history: History) -> None:
 async def test_a_live_call_and_the_history_share_one_list(history: History) -> None:
     live = CallSnapshot.model_validate(
         {"id": "c-live", "from": "+15550142", "to": "+15550199", "route": "support", "state": "active",
-         "started": T0 + 7200, "worker": "worker-a"}
+         "started": T0 + 7200, "worker": "worker-a", "trunk": "carrier_a"}
     )  # fmt: skip
     await history.plane.report([WorkerEvent(type="call.started", worker="worker-a", time=T0 + 7200, call=live)])
     assert (await history.ids(limit=2)) == ["c-live", "c-11"]
     assert await history.ids(live=True) == ["c-live"]
     assert "c-live" not in await history.ids(live=False, limit=500)
+    assert await history.ids(trunk="carrier_a", limit=2) == ["c-live", "c-11"]
+    assert await history.ids(trunk="carrier_b", live=True) == []
     one = await history.get("/v1/calls/c-live")
-    assert one["state"] == "active" and one["profile"] == "support"
+    assert one["state"] == "active" and one["profile"] == "support" and one["trunk"] == "carrier_a"
     ended = live.model_copy(update={"state": "ended", "ended": T0 + 7260, "end_reason": "caller_hangup"})
     await history.plane.report([WorkerEvent(type="call.ended", worker="worker-a", time=T0 + 7260, call=ended)])
     assert await history.app.state.history.writer.flush(10)
     page = await history.get("/v1/calls", number="0142")
     assert [item["id"] for item in page["items"]] == ["c-live"] and page["total"] == 1
     assert page["items"][0]["state"] == "ended"
+    assert await history.ids(trunk="carrier_a", limit=2) == ["c-live", "c-11"]  # now a record: the SQL filter
 
 
 async def test_one_call_comes_whole_with_its_transcript(history: History) -> None:
@@ -153,6 +163,7 @@ async def test_exports_stream_every_matching_call(history: History) -> None:
     rows = list(csv.DictReader(io.StringIO(response.text)))
     assert [row["id"] for row in rows] == [f"c-{n:02d}" for n in range(12)]
     assert rows[7]["from"] == "+15550107" and rows[7]["mos"] == "4.31" and rows[7]["dtmf"] == "12#"
+    assert [row["trunk"] for row in rows[:3]] == ["carrier_b", "carrier_a", ""]
     response = await history.client.get("/v1/calls/export", params={"format": "jsonl", "text": "parcel"})
     assert response.headers["content-type"] == "application/x-ndjson"
     lines = [orjson.loads(line) for line in response.content.splitlines()]
@@ -169,6 +180,7 @@ async def test_exports_stream_every_matching_call(history: History) -> None:
         ({"cursor": "not-a-cursor"}, "invalid_cursor", "not one this API returned"),
         ({"limit": 0}, "validation_error", "limit"),
         ({"text": ""}, "validation_error", "text"),
+        ({"trunk": ""}, "validation_error", "trunk"),
     ],
 )
 async def test_bad_query_parameters_get_a_422_with_a_reason(

@@ -17,7 +17,7 @@ from gateway.records.database import create_engine, known_revisions
 from gateway.records.schema import metadata
 from tests.support.procs import free_ports
 
-HEAD = "0009_referin_call_referrals"
+HEAD = "0010_trunkrec_call_trunk"
 
 
 def _columns(connection: sa.Connection) -> dict[str, set[str]]:
@@ -67,6 +67,41 @@ async def test_a_database_at_the_previous_revision_is_migrated_keeping_its_rows(
             ids = (await connection.execute(sa.text("SELECT id FROM calls"))).scalars().all()
             assert "transcript_items" in await connection.run_sync(_columns)
         assert ids == ["c-old"]
+    finally:
+        await database.aclose()
+
+
+def _trunk_schema(connection: sa.Connection) -> tuple[dict[str, object], list[str]]:
+    inspector = sa.inspect(connection)
+    column = next(c for c in inspector.get_columns("calls") if c["name"] == "trunk")
+    indexes = [i for i in inspector.get_indexes("calls") if i["name"] == "ix_calls_trunk"]
+    return column, [str(name) for index in indexes for name in index["column_names"]]
+
+
+async def test_a_database_before_trunks_gains_the_nullable_indexed_column_its_calls_null(database_url: str) -> None:
+    old = await open_database(database_url, target="0009_referin_call_referrals")
+    try:
+        async with old.engine.begin() as connection:
+            assert "trunk" not in (await connection.run_sync(_columns))["calls"]
+            await connection.execute(
+                sa.text(
+                    "INSERT INTO calls (id, direction, kind, from_number, to_number, route, profile, provider, worker,"
+                    " started_at, ended_at, duration_s, end_reason, codec, transport, srtp, cost, jitter_ms, loss_pct,"
+                    " concealed, barge_ins, resumes, tool_call_count, stats, dtmf, written_at) VALUES ('c-before',"
+                    " 'inbound', 'sip', '+15550100', '+15550199', 'support', 'support', 'echo', 'w', 1.0, 2.0, 1.0,"
+                    " 'caller_hangup', 'PCMU', 'udp', '', 1.0, 0.0, 0.0, 0, 0, 0, 0, '{}', '', 2.0)"
+                )
+            )
+    finally:
+        await old.aclose()
+    database = await open_database(database_url)
+    try:
+        assert await database.revision() == HEAD
+        async with database.engine.connect() as connection:
+            column, indexed = await connection.run_sync(_trunk_schema)
+            rows = (await connection.execute(sa.text("SELECT id, trunk FROM calls"))).all()
+        assert column["nullable"] is True and indexed == ["trunk", "started_at"]
+        assert [tuple(row) for row in rows] == [("c-before", None)]
     finally:
         await database.aclose()
 

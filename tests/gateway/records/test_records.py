@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from gateway.fleet.models import ReferralLine
 from gateway.records import RetentionJob, open_database
 from gateway.records.history import get_record, write_records
 from tests.gateway.records.conftest import ended_call
@@ -32,7 +33,21 @@ async def test_a_record_is_read_back_with_every_field(database_url: str) -> None
         ]
         assert record.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736" and record.stats.handoffs == 1
         assert record.amd is not None and (record.amd.result, record.amd.beep_at_s) == ("machine", 7.5)
+        assert record.trunk == "carrier_a"
         assert await get_record(database, "c-none") is None
+    finally:
+        await database.aclose()
+
+
+async def test_a_call_of_no_trunk_and_its_referrals_trunks_are_read_back(database_url: str) -> None:
+    database = await open_database(database_url)
+    try:
+        referral = ReferralLine(at_s=3.0, target="tel:+15550111", outcome="failed", status=486, trunk="carrier_b")
+        call = ended_call("c-untrunked", trunk=None).model_copy(update={"referrals": [referral]})
+        await write_records(database, [(call, "support")], now=call.ended or 0.0)
+        record = await get_record(database, "c-untrunked")
+        assert record is not None and record.trunk is None
+        assert [(r.target, r.trunk) for r in record.referrals] == [("tel:+15550111", "carrier_b")]
     finally:
         await database.aclose()
 

@@ -94,7 +94,7 @@ async def test_accepted_refer_moves_the_agent_to_the_target(worker: MediaWorker)
         # The agent (the echo) now talks to B: B's own voice comes back on B's call, under the same call id.
         assert await _echo_correlation(b, call_b, 11) > 0.9
         assert leg.live and leg.sip != first_dialog and leg.state is LegState.ACTIVE
-        assert [(r.outcome, r.status, r.replaces) for r in leg.referrals] == [("referred", 200, True)]
+        assert [(r.outcome, r.status, r.replaces, r.trunk) for r in leg.referrals] == [("referred", 200, True, None)]
         assert leg.session is not None  # the agent was told, in its conversation, that the call moved
         notes = [e.text for e in leg.session.transcript if e.role == "system" and "transferred this call" in e.text]
         assert notes == [TRANSFERRED_NOTE.format(target=f"sip:human@127.0.0.1:{b.port}")]
@@ -173,6 +173,7 @@ async def test_a_tel_target_is_called_through_the_trunk() -> None:
             trunk.transport.pump()
             failed = await a.wait_for(TransferFailed, call=call_a.handle)
             assert failed.status == 404 and leg.live  # type: ignore[attr-defined]
+            assert [(r.outcome, r.trunk) for r in leg.referrals] == [("failed", "default")]  # GATEWAY_TRUNK's
 
 
 async def test_a_tel_target_takes_the_trunk_of_the_calls_route(tmp_path: Path) -> None:
@@ -198,3 +199,6 @@ async def test_a_tel_target_takes_the_trunk_of_the_calls_route(tmp_path: Path) -
             carrier_b.transport.pump()
             failed = await a.wait_for(TransferFailed, call=call_a.handle)
             assert failed.status == 486 and leg.live  # type: ignore[attr-defined]
+            # The REFER's call names the trunk it was dialled through; the call itself came from no trunk's sources.
+            assert [(r.outcome, r.status, r.trunk) for r in leg.referrals] == [("failed", 486, "b")]
+            assert (await leg.snapshot()).trunk is None

@@ -1,7 +1,9 @@
 """A worker with two trunks from its routes file, over real UDP on loopback (scripted SIP peers as the carriers):
 a call placed through trunk B goes to B's address, answers B's challenge with B's credentials and offers B's
 codecs, A sees nothing; a call from A's address is accepted with A's inbound credentials and refused with B's;
-a caller from no trunk's address gets 403 with ``GATEWAY_TRUNK_UNMATCHED_CALLS=reject``."""
+a caller from no trunk's address gets 403 with ``GATEWAY_TRUNK_UNMATCHED_CALLS=reject``. Each call's snapshot
+names its trunk: the one its INVITE came from (by source address; none for a caller of no trunk's), or the one it
+was placed through."""
 
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ async def test_a_call_placed_through_trunk_b_reaches_b_with_bs_credentials_and_c
             carrier_b.answer(offered)
             leg = worker.legs["c-via-b"]
             assert leg.answered is not None and await leg.answered
+            assert (await leg.snapshot()).trunk == "b"
             await worker.hang_up("c-via-b", "test")
 
 
@@ -109,3 +112,32 @@ async def test_a_call_from_no_trunks_address_is_refused_when_unmatched_calls_are
         call = stranger.invite(f"sip:+15550199@127.0.0.1:{worker.settings.sip.sip_port}")
         failed = await stranger.wait_for(OutboundCallFailed, call=call.handle)
         assert isinstance(failed, OutboundCallFailed) and failed.status == 403
+
+
+async def test_each_inbound_call_is_named_by_the_trunk_its_source_address_picked(tmp_path: Path) -> None:
+    async with (
+        SipPeer(host="127.0.0.2") as from_a,
+        SipPeer(host="127.0.0.3") as from_b,
+        SipPeer(host="127.0.0.4") as stranger,
+        echo_worker(worker_id="w-named", rtp_timeout_s=30.0, config=_routes_file(tmp_path, 5, 6)) as worker,
+    ):
+        target = f"sip:+15550199@127.0.0.1:{worker.settings.sip.sip_port}"
+        callers = {
+            "+15550102": (from_a, DigestClientCredentials(username="carrier-a", password="in-a"), "PCMU"),
+            "+15550103": (from_b, DigestClientCredentials(username="carrier-b", password="in-b"), "PCMA"),
+            "+15550104": (stranger, None, "PCMU"),  # from no trunk's sources: allowed (the default), not challenged
+        }
+        calls = {}
+        for number, (peer, credentials, codec) in callers.items():
+            call = peer.invite(target, from_user=number, credentials=credentials, codecs=(codec,))
+            answered = await peer.wait_for(OutboundCallAnswered, call=call.handle, within=10.0)
+            assert isinstance(answered, OutboundCallAnswered)
+            calls[number] = (peer, call)
+        snapshots = [await leg.snapshot() for leg in worker.legs.values()]
+        assert sorted((s.from_, s.direction, s.trunk) for s in snapshots) == [
+            ("+15550102", "inbound", "a"),
+            ("+15550103", "inbound", "b"),
+            ("+15550104", "inbound", None),
+        ]
+        for peer, call in calls.values():
+            peer.hang_up(call)
