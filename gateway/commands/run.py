@@ -45,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
         mode = check_bind(control_settings)
         worker_settings = worker_args.worker_settings(args)
         model_factory = worker_args.model_factory(args.provider)
+        amd_recognisers = worker_args.amd_recognisers()
     except (ConfigError, InsecureBindError) as exc:
         print(f"gateway run: {exc}", file=sys.stderr)
         return 2
@@ -55,7 +56,9 @@ def main(args: argparse.Namespace) -> int:
     from gateway.transport.tls import TlsConfigError
 
     try:
-        worker = MediaWorker(worker_settings, model_factory=model_factory, url="in-process")
+        worker = MediaWorker(
+            worker_settings, model_factory=model_factory, url="in-process", amd_recognisers=amd_recognisers
+        )
     except (TlsConfigError, OSError) as exc:
         print(f"gateway run: SIP over TLS: {exc}", file=sys.stderr)
         return 2

@@ -59,6 +59,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         settings = worker_args.worker_settings(args)
         model_factory = worker_args.model_factory(args.provider)
+        amd_recognisers = worker_args.amd_recognisers()
         control_settings = ControlSettings()
         token = control_settings.token
     except (ValidationError, ProviderError) as exc:
@@ -76,7 +77,12 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         worker = MediaWorker(
-            settings, model_factory=model_factory, link=link, url=url, heartbeat_s=args.heartbeat_interval
+            settings,
+            model_factory=model_factory,
+            link=link,
+            url=url,
+            heartbeat_s=args.heartbeat_interval,
+            amd_recognisers=amd_recognisers,
         )
     except (TlsConfigError, OSError) as exc:
         print(f"gateway worker: SIP over TLS: {exc}", file=sys.stderr)

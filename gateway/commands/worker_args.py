@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.providers.base import RealtimeModel
+from gateway.session.amd_listen import GreetingTranscribing
 from gateway.session.config import SessionConfig
 from gateway.worker.settings import WorkerSettings
 
@@ -114,6 +115,13 @@ def stop_timeout_s(settings: WorkerSettings, session: SessionConfig, reason: str
     if reason != "SIGTERM":
         return 15.0
     return settings.drain.drain_deadline_s + session.goodbye_timeout_s + session.close_timeout_s + 30.0
+
+
+def amd_recognisers() -> GreetingTranscribing:
+    """What builds the recogniser a profile names in ``amd_stt``, with the pipeline's keys and URLs."""
+    from gateway.providers.registry import greeting_recognisers
+
+    return greeting_recognisers()
 
 
 def model_factory(default_provider: str | None = None) -> Callable[[str], RealtimeModel]:

@@ -154,6 +154,8 @@ class ProfileConfig(_Section):
     pipeline: PipelineConfig | None = None
     # provider "websocket": the bot's url, wire audio and customParameters ([profiles.<name>.bot]).
     bot: BotModel | None = None
+    # AMD's greeting words from a recogniser of its own: amd_stt = { name = "whisper" } (ProfileModel.amd_stt).
+    amd_stt: ComponentConfig | None = None
     # Caller no-input: what each means is ProfileModel's description of it (gateway/fleet/models.py).
     no_input_prompt_s: float = Field(default=0.0, ge=0.0, le=3600.0)
     no_input_hangup_s: float = Field(default=0.0, ge=0.0, le=3600.0)
@@ -206,6 +208,7 @@ class ProfileConfig(_Section):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_model() if self.pipeline is not None else None,
             bot=self.bot,
+            amd_stt=self.amd_stt.to_model() if self.amd_stt is not None else None,
             no_input_prompt_s=self.no_input_prompt_s,
             no_input_hangup_s=self.no_input_hangup_s,
             no_input_prompt=self.no_input_prompt,
@@ -457,6 +460,11 @@ def parse_config(data: dict[str, Any], source: str) -> GatewayConfig:
 
             spec = profile.pipeline.to_model().to_spec()
             problems += [f"{source}: profiles.{name}.pipeline.{p}" for p in pipeline_problems(spec)]
+        if profile.amd_stt is not None:
+            from gateway.providers.pipeline.components import component_problems
+
+            stt = profile.amd_stt.to_model().to_spec()
+            problems += [f"{source}: profiles.{name}.amd_stt: {p}" for p in component_problems("stt", stt)]
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return GatewayConfig(parsed, source)

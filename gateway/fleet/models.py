@@ -664,6 +664,11 @@ class ProfileModel(_Model):
     audio_format: Literal["pcm24k", "pcmu", "pcma"] = "pcm24k"
     pipeline: PipelineModel | None = None
     bot: BotModel | None = None
+    amd_stt: ComponentModel | None = Field(
+        default=None,
+        description="A recogniser (a pipeline stt component) for the words of an outbound call's greeting while "
+        "AMD listens, whatever the provider; unset: the pipeline's own STT, none for realtime providers",
+    )
     no_input_prompt_s: float = Field(
         default=0.0,
         ge=0.0,
@@ -717,6 +722,7 @@ class ProfileModel(_Model):
             audio_format=self.audio_format,
             pipeline=self.pipeline.to_spec() if self.pipeline is not None else None,
             bot=self.bot.to_spec() if self.bot is not None else None,
+            amd_stt=self.amd_stt.to_spec() if self.amd_stt is not None else None,
             handoffs=tuple(self.handoffs),
             no_input_prompt_s=self.no_input_prompt_s,
             no_input_hangup_s=self.no_input_hangup_s,

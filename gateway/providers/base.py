@@ -126,6 +126,9 @@ class AgentProfile:
     pipeline: PipelineSpec | None = None
     # The bot of a ``websocket`` profile (None: the worker's settings).
     bot: BotSpec | None = None
+    # A recogniser of its own for answering-machine detection's words, whatever the provider (a pipeline ``stt``
+    # component: gateway/session/amd_listen.py). None: the provider's own, if it offers one (the pipeline's STT).
+    amd_stt: ComponentSpec | None = None
     # Profiles this agent may hand the caller to: each is a tool ``transfer_to_<name>`` (gateway/session/handoff.py).
     handoffs: tuple[str, ...] = ()
     # What the call is, set per call by the worker: from_number, to_number, call_id, direction, route. Adapters

@@ -7,6 +7,8 @@ is generated from it). A key is not required when the URL points at a loopback a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -17,6 +19,10 @@ from gateway.providers.echo import EchoConfig, EchoModel
 from gateway.providers.errors import ProviderConfigError
 from gateway.providers.media_stream.protocol import WireAudio
 from gateway.providers.media_stream.session import BotConfig, WebsocketBotModel
+
+if TYPE_CHECKING:
+    from gateway.providers.pipeline.components import ComponentContext
+    from gateway.providers.pipeline.greeting import GreetingRecognisers
 
 
 def _env(name: str) -> AliasChoices:
@@ -242,9 +248,30 @@ def create_model(name: str | None = None, settings: ProviderSettings | None = No
     raise ProviderConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
 
 
+def greeting_recognisers(settings: ProviderSettings | None = None) -> GreetingRecognisers:
+    """What builds a profile's ``amd_stt`` (answering-machine detection's words) with the pipeline's keys and URLs."""
+    from gateway.providers.pipeline.greeting import GreetingRecognisers
+
+    return GreetingRecognisers(_component_context(settings or ProviderSettings()))
+
+
 def _pipeline(settings: ProviderSettings) -> RealtimeModel:
-    from gateway.providers.pipeline.components import ComponentContext
     from gateway.providers.pipeline.model import PipelineModel
+
+    spec = PipelineSpec(
+        stt=ComponentSpec(name=settings.pipeline_stt),
+        llm=ComponentSpec(name=settings.pipeline_llm),
+        tts=ComponentSpec(name=settings.pipeline_tts),
+        vad=ComponentSpec(name=settings.pipeline_vad),
+        endpoint_ms=settings.pipeline_endpoint_ms,
+        max_endpoint_ms=max(3000, settings.pipeline_endpoint_ms),
+    )
+    context = _component_context(settings)
+    return PipelineModel(spec, context, component_deadline_s=settings.pipeline_component_deadline_s)
+
+
+def _component_context(settings: ProviderSettings) -> ComponentContext:
+    from gateway.providers.pipeline.components import ComponentContext
 
     urls: dict[str, str] = {}
     for pair in filter(None, (p.strip() for p in settings.pipeline_urls.split(","))):
@@ -259,16 +286,7 @@ def _pipeline(settings: ProviderSettings) -> RealtimeModel:
         "elevenlabs": settings.elevenlabs_api_key.get_secret_value(),
         "cartesia": settings.cartesia_api_key.get_secret_value(),
     }
-    spec = PipelineSpec(
-        stt=ComponentSpec(name=settings.pipeline_stt),
-        llm=ComponentSpec(name=settings.pipeline_llm),
-        tts=ComponentSpec(name=settings.pipeline_tts),
-        vad=ComponentSpec(name=settings.pipeline_vad),
-        endpoint_ms=settings.pipeline_endpoint_ms,
-        max_endpoint_ms=max(3000, settings.pipeline_endpoint_ms),
-    )
-    context = ComponentContext(keys=keys, urls=urls, llm_url=settings.llm_url, llm_model=settings.llm_model)
-    return PipelineModel(spec, context, component_deadline_s=settings.pipeline_component_deadline_s)
+    return ComponentContext(keys=keys, urls=urls, llm_url=settings.llm_url, llm_model=settings.llm_model)
 
 
 def _require_key(variable: str, key: str, url: str, provider: str) -> None:

@@ -1,11 +1,13 @@
 """The greeting's words for answering-machine detection: a recogniser on the side while the AMD gate is open.
 
 A provider that can transcribe a greeting without answering it (the cascaded pipeline: a second recogniser of
-its STT, gateway/providers/pipeline/greeting.py) offers ``greeting_transcriber(profile)``. The session then opens
-one when the call starts, feeds it the callee's frames while AMD listens, and hands every text to the gate
+its STT, gateway/providers/pipeline/greeting.py) offers ``greeting_transcriber(profile)``. A profile that names
+an ``amd_stt`` component gets a recogniser of that component whatever its provider, from the side source the
+worker hands the session (:func:`words_source`). The session opens one when the call starts, feeds it the
+callee's frames while AMD listens, and hands every text to the gate
 (:meth:`~gateway.session.amd_gate.AmdGate.words`). The gate's hold bounds the wait: a recogniser that is slow, fails
 or never opens only means the timing verdict stands. Realtime providers' input transcription does not apply:
-it transcribes audio sent to the provider, and AMD sends the provider none.
+it transcribes audio sent to the provider, and AMD sends the provider none (hence ``amd_stt`` for them).
 """
 
 from __future__ import annotations
@@ -44,6 +46,20 @@ class GreetingTranscribing(Protocol):
 def transcribes_greetings(model: object) -> bool:
     """Whether ``model`` (a RealtimeModel) offers a greeting recogniser."""
     return callable(getattr(model, "greeting_transcriber", None))
+
+
+def words_source(
+    model: object, profile: AgentProfile, side: GreetingTranscribing | None, *, call_id: str
+) -> GreetingTranscribing | None:
+    """Where the greeting's words come from: the side source for a profile naming ``amd_stt``, else the provider's
+    own recogniser if it offers one (the pipeline's STT), else none (the timing rules alone)."""
+    if profile.amd_stt is not None:
+        if side is not None:
+            return side
+        log.warning("call %s: amd_stt %r: this worker builds no side recogniser", call_id, profile.amd_stt.name)
+    if transcribes_greetings(model):
+        return model  # type: ignore[return-value]  # it has greeting_transcriber(profile)
+    return None
 
 
 class AmdListener:

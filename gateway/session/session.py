@@ -55,7 +55,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.errors import ProviderError
 from gateway.session.amd_gate import VOICEMAIL_LEFT, AmdAction, AmdGate, AmdPolicy, AmdReport
-from gateway.session.amd_listen import AmdListener, transcribes_greetings
+from gateway.session.amd_listen import AmdListener, GreetingTranscribing, words_source
 from gateway.session.calltrace import SessionTrace
 from gateway.session.config import SessionConfig, WebhookToolConfig
 from gateway.session.connections import Connections
@@ -165,6 +165,7 @@ class CallSession:
         on_guardrail_tripped: Callable[[GuardrailTripped], object] | None = None,
         amd: AmdPolicy | None = None,
         on_amd: Callable[[AmdReport], object] | None = None,
+        amd_recognisers: GreetingTranscribing | None = None,
     ) -> None:
         self.call_id = call_id
         # The call's trace (gateway/tracing.py); None: no instrumentation at all (the bench's baseline).
@@ -265,8 +266,9 @@ class CallSession:
         self._hold = HoldState(config.hold_audio)
         self._no_input = self._no_input_timer(profile)
         # Outbound answering-machine detection: while open, callee frames go to it, not the provider (amd_gate.py).
-        # With a provider that can transcribe the greeting on the side, its words refine the decision (amd_listen.py).
-        words = WordsConfig() if amd is not None and transcribes_greetings(model) else None
+        # With a recogniser on the side (the profile's amd_stt, or the provider's), words refine it (amd_listen.py).
+        self._amd_words = words_source(model, profile, amd_recognisers, call_id=call_id) if amd is not None else None
+        words = WordsConfig() if self._amd_words is not None else None
         self._amd: AmdGate | None = AmdGate(amd, words=words) if amd is not None else None
         self._amd_listener: AmdListener | None = None
         self._amd_listening: asyncio.Task[Any] | None = None
@@ -362,8 +364,8 @@ class CallSession:
             self._tasks.spawn(self._pipe.sender_loop(), name="inbound-sender", critical=True)
             self._tasks.spawn(self._pipe.control_loop(), name="provider-sends", critical=True)
             self._provider_profile = self._for_provider(self._profile)
-            if self._amd is not None and self._amd.combiner is not None:
-                self._amd_listen(model=self._model)  # opens while the agent connects: the greeting starts now
+            if self._amd is not None and self._amd_words is not None:
+                self._amd_listen(self._amd_words)  # opens while the agent connects: the greeting starts now
             link = self._install(await self._connect_at_start())
             if self._profile.greeting and self._amd is None:  # with AMD on, the greeting waits for a human
                 self._turns.want_response(None)
@@ -831,9 +833,9 @@ class CallSession:
         """Answering-machine detection's decision (None: off, or not decided yet)."""
         return self._amd.report if self._amd is not None else None
 
-    def _amd_listen(self, *, model: object) -> None:
+    def _amd_listen(self, source: GreetingTranscribing) -> None:
         self._amd_listener = AmdListener(
-            model,  # type: ignore[arg-type]  # transcribes_greetings(model) said so
+            source,
             self._provider_profile,
             on_text=self._amd_heard,
             call_id=self.call_id,

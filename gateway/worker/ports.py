@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gateway.fleet.protocols import ControlLink
     from gateway.media.tick import TickEngine
     from gateway.providers.base import RealtimeModel
+    from gateway.session.amd_listen import GreetingTranscribing
     from gateway.session.config import SessionConfig
     from gateway.sip.auth import ClientCredentials
     from gateway.sip.endpoint import SipEndpoint
@@ -42,6 +43,7 @@ class CallHost(Protocol):
     session_config: SessionConfig
     default_profile: ProfileModel  # the agent profile of calls admitted without a control plane
     counters: CounterExporter  # a call's last figures, exported when it ends
+    amd_recognisers: GreetingTranscribing | None  # builds a profile's amd_stt (None: only the provider's own)
 
     @property
     def draining(self) -> bool:

@@ -547,6 +547,7 @@ class SipCalls:
             ),
             amd=leg.amd,
             on_amd=None if leg.amd is None else lambda _report: self._report_later("call.amd_detected", leg),
+            amd_recognisers=self._host.amd_recognisers,
         )
         leg.session = session
         route = self._plant.routes.get(leg.id)

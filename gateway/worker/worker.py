@@ -54,6 +54,7 @@ from gateway.observability import (
     TICKS_SKIPPED_TOTAL,
 )
 from gateway.providers.base import RealtimeModel
+from gateway.session.amd_listen import GreetingTranscribing
 from gateway.session.config import SessionConfig
 from gateway.sip.auth import ClientCredentials
 from gateway.sip.config import SipConfig
@@ -104,11 +105,14 @@ class MediaWorker:
         trunk_credentials: ClientCredentials | None = None,
         default_profile: ProfileModel | None = None,
         webrtc_settings: WebRtcSettings | None = None,
+        amd_recognisers: GreetingTranscribing | None = None,
     ) -> None:
         self.settings = settings
         self.id = settings.worker_id
         self.url = url
         self._model_factory = model_factory
+        # Builds the recogniser a profile names in amd_stt (AMD's words); None: the provider's own, if any.
+        self.amd_recognisers = amd_recognisers
         # The agent profile of calls admitted without a control plane (which otherwise picks it per route).
         self.default_profile = default_profile or _DEFAULT_PROFILE
         self._models: dict[str, RealtimeModel] = {}

@@ -5,6 +5,7 @@ ended and nothing of the agent overlaps the greeting; the call ends ``voicemail_
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,16 @@ def _local_pipeline_config(path: Path) -> Path:
     return path
 
 
+def _short_machine_wav(directory: Path) -> Path:
+    """A greeting as short as a person's: 0.5 s of silence, "Please leave a message.", then silence."""
+    speech = read_wav(speech_wav("Please leave a message.", directory / "short.wav", RATE)).samples[:, 0]
+    return write_wav(
+        directory / "short-machine.wav",
+        np.concatenate([np.zeros(RATE // 2, dtype=np.int16), speech, np.zeros(15 * RATE, dtype=np.int16)]),
+        RATE,
+    )
+
+
 async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs: ProcessGroup, tmp_path: Path) -> None:
     """A greeting as short as a person's ("Please leave a message.", then silence): the timing rules alone say human;
     the local pipeline's side recogniser hears the phrase and the gateway hangs up ``machine_detected``."""
@@ -128,12 +139,7 @@ async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs
     require_binary("espeak-ng", package="espeak-ng")
     require_binary("sox", package="sox")
     require_module("pjsua2", package="pjsua2-python")
-    speech = read_wav(speech_wav("Please leave a message.", tmp_path / "short.wav", RATE)).samples[:, 0]
-    wav = write_wav(
-        tmp_path / "short-machine.wav",
-        np.concatenate([np.zeros(RATE // 2, dtype=np.int16), speech, np.zeros(15 * RATE, dtype=np.int16)]),
-        RATE,
-    )
+    wav = _short_machine_wav(tmp_path)
     config = _local_pipeline_config(tmp_path / "gateway.toml")
     gateway = await start_gateway(peer_procs, env={"GATEWAY_CONFIG": str(config), "HF_HUB_OFFLINE": "1"})
     phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
@@ -147,3 +153,41 @@ async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs
         ended = await poll(lambda: _ended(api, call_id), within=10, what="the short machine call ended")
     assert ended["end_reason"] == "machine_detected", ended
     assert (ended["amd"]["result"], ended["amd"]["reason"]) == ("machine", "words_machine"), ended
+
+
+async def test_a_realtime_profiles_amd_stt_catches_a_short_machine_greeting(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """The same short greeting on an ``openai`` profile (the fake Realtime provider) whose ``amd_stt`` names the
+    local Whisper: the side recogniser's words hang up ``machine_detected`` where the timing rules say human, and
+    the provider never heard the greeting nor was asked to speak."""
+    from tests.gateway.providers.pipeline.local.conftest import require_local_extra
+
+    require_local_extra()
+    require_binary("espeak-ng", package="espeak-ng")
+    require_binary("sox", package="sox")
+    require_module("pjsua2", package="pjsua2-python")
+    wav = _short_machine_wav(tmp_path)
+    fake = await start_fake_provider(peer_procs, "--mode", "tone")
+    gateway = await start_gateway_on_fake(
+        peer_procs, tmp_path, fake, profile_lines=('amd_stt = { name = "whisper" }',), env={"HF_HUB_OFFLINE": "1"}
+    )
+    phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
+    async with gateway.client() as api, phone:
+        body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}
+        response = await api.post("/v1/calls", json=body)
+        assert response.status_code == 201, response.text
+        call_id: str = response.json()["id"]
+        await phone.wait_state("CONFIRMED", within=20)
+        await phone.wait_state("DISCONNECTED", within=20)
+        ended = await poll(lambda: _ended(api, call_id), within=10, what="the short machine call ended")
+    assert ended["end_reason"] == "machine_detected", ended
+    assert (ended["amd"]["result"], ended["amd"]["reason"]) == ("machine", "words_machine"), ended
+    words = r"AMD machine \(words_machine\) at [0-9.]+ s; words heard: '[^']*message"
+    assert await gateway.process.wait_for_output(re.compile(words, re.IGNORECASE), within=5)
+
+    (conn,) = [s["id"] for s in await fake.wait_for(lambda s: len(s) >= 1, within=5, what="the connection")]
+    record = await fake.record(conn)
+    assert [e for e in record["event_list"] if e["type"] == "response.create"] == [], "the agent never spoke"
+    heard = np.frombuffer(await fake.audio(conn), dtype="<i2")
+    assert heard.size == 0 or rms_dbfs(heard) < -50, "the machine's greeting never reached the provider"

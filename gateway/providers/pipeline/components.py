@@ -101,19 +101,24 @@ def lookup(kind: Kind, name: str) -> Registration:
     return registration
 
 
+def component_problems(kind: Kind, component: ComponentSpec) -> list[str]:
+    """What is wrong with one component: an unknown name, or options it does not take (empty: valid)."""
+    try:
+        registration = lookup(kind, component.name)
+    except ProviderConfigError as exc:
+        return [str(exc).removeprefix("pipeline: ")]
+    unknown = sorted(set(component.options) - registration.options)
+    if unknown:
+        allowed = ", ".join(sorted(registration.options)) or "none"
+        return [f"{component.name} has no option {', '.join(unknown)} (options: {allowed})"]
+    return []
+
+
 def problems(spec: PipelineSpec) -> list[str]:
     """Every unknown component or option of ``spec``, as ``<kind>: <problem>`` lines (empty: valid)."""
     found: list[str] = []
     for kind, component in _components(spec):
-        try:
-            registration = lookup(kind, component.name)
-        except ProviderConfigError as exc:
-            found.append(f"{kind}: {str(exc).removeprefix('pipeline: ')}")
-            continue
-        unknown = sorted(set(component.options) - registration.options)
-        if unknown:
-            allowed = ", ".join(sorted(registration.options)) or "none"
-            found.append(f"{kind}: {component.name} has no option {', '.join(unknown)} (options: {allowed})")
+        found += [f"{kind}: {problem}" for problem in component_problems(kind, component)]
     if not 0 < spec.endpoint_ms <= spec.max_endpoint_ms:
         found.append("endpoint_ms: must be above 0 and at most max_endpoint_ms")
     return found

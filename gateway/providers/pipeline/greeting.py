@@ -5,6 +5,9 @@ nothing. :class:`GreetingTranscriber` is a second recogniser built from the same
 Whisper or a cloud one): it is fed the greeting, finalises each utterance after ``endpoint_ms`` of silence (by
 frame energy, below -50 dBFS: a recording's pauses are clean) and yields the final texts. Partial texts are not used: a
 greeting's first partial ("Hi, ...") would read as a person. The session closes it when AMD has decided.
+
+:class:`GreetingRecognisers` builds one from a profile's own ``amd_stt`` component instead, whatever the profile's
+provider (a realtime one included): the worker hands it to each session (gateway/session/amd_listen.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.media.amd import frame_voiced
+from gateway.providers.base import AgentProfile
+from gateway.providers.errors import ProviderConnectError, ProviderError
+from gateway.providers.pipeline import components
 from gateway.providers.pipeline._aio import Resampler
+from gateway.providers.pipeline.components import ComponentContext
 from gateway.providers.pipeline.ports import SpeechToText, SttFailed, SttFinal
 
 _SPEECH_DBFS = -50.0  # below the timing rules' -42: a greeting's soft last syllable must not end the utterance
@@ -52,3 +59,24 @@ class GreetingTranscriber:
 
     async def aclose(self) -> None:
         await self._stt.aclose()
+
+
+class GreetingRecognisers:
+    """Greeting recognisers of the STT component a profile names in ``amd_stt``, with the worker's keys and URLs."""
+
+    def __init__(self, context: ComponentContext, *, endpoint_ms: int = 500) -> None:
+        self.context = context
+        self.endpoint_ms = endpoint_ms
+
+    async def greeting_transcriber(self, profile: AgentProfile) -> GreetingTranscriber:
+        """A connected recogniser of ``profile.amd_stt``; :class:`ProviderConnectError` when it cannot be had."""
+        spec = profile.amd_stt
+        if spec is None:
+            raise ProviderConnectError(f"profile {profile.name!r} names no amd_stt", retryable=False)
+        try:
+            stt = await components.build("stt", spec, self.context)
+        except ProviderError as exc:
+            raise ProviderConnectError(f"amd_stt {spec.name}: {exc}", retryable=exc.retryable) from exc
+        except Exception as exc:  # a vendor's or a local model's own error: only the words are lost
+            raise ProviderConnectError(f"amd_stt {spec.name}: {type(exc).__name__}: {exc}", retryable=True) from exc
+        return GreetingTranscriber(stt, endpoint_ms=self.endpoint_ms)

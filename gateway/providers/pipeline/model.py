@@ -115,10 +115,11 @@ class PipelineModel:
         return session
 
     async def greeting_transcriber(self, profile: AgentProfile) -> GreetingTranscriber:
-        """A recogniser of the profile's STT for the callee's greeting (answering-machine detection's words)."""
+        """A recogniser of the profile's STT (its ``amd_stt`` when it names one) for the callee's greeting
+        (answering-machine detection's words)."""
         spec = profile.pipeline or self.default_spec
         try:
-            stt = await components.build("stt", spec.stt, self.context)
+            stt = await components.build("stt", profile.amd_stt or spec.stt, self.context)
         except ProviderError as exc:
             raise ProviderConnectError(f"pipeline greeting stt: {exc}", retryable=exc.retryable) from exc
         return GreetingTranscriber(stt, endpoint_ms=min(spec.endpoint_ms, 500))

@@ -314,3 +314,39 @@ def test_duplicate_guardrail_names_fail_the_load(tmp_path: Path) -> None:
     one = "[[profiles.p.guardrails]]\nname='g'\nkind='pii'\n"
     with pytest.raises(ConfigError, match="duplicate guardrail names: g"):
         load_config(write(tmp_path, GUARDRAILS_HEAD + one + one))
+
+
+AMD_STT = """
+[[routes]]
+name = "out"
+did = "*"
+profile = "agent"
+
+[profiles.agent]
+provider = "openai"
+amd_stt = { name = "scripted", texts = "Please leave a message" }
+"""
+
+
+def test_amd_stt_reaches_a_realtime_profile(tmp_path: Path) -> None:
+    profile = load_config(write(tmp_path, AMD_STT)).profiles["agent"].to_agent_profile()
+    assert profile.provider == "openai" and profile.pipeline is None
+    assert profile.amd_stt is not None
+    assert (profile.amd_stt.name, dict(profile.amd_stt.options)) == ("scripted", {"texts": "Please leave a message"})
+    assert load_config(write(tmp_path, FULL)).profiles["support"].to_agent_profile().amd_stt is None
+
+
+@pytest.mark.parametrize(
+    ("amd_stt", "problem"),
+    [
+        ('{ name = "whispr" }', "profiles.agent.amd_stt: unknown stt component 'whispr' (known: "),
+        ('{ name = "scripted", voice = "x" }', "profiles.agent.amd_stt: scripted has no option voice (options: "),
+        ('{ name = "synthetic" }', "profiles.agent.amd_stt: unknown stt component 'synthetic'"),  # a tts, not an stt
+    ],
+)
+def test_a_bad_amd_stt_fails_the_load_naming_it(tmp_path: Path, amd_stt: str, problem: str) -> None:
+    text = AMD_STT.replace('{ name = "scripted", texts = "Please leave a message" }', amd_stt)
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert f"{tmp_path / 'gateway.toml'}: {problem}" in message, message
