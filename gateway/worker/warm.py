@@ -8,8 +8,12 @@
 2. once the human answers, a session of its own on the human's leg (the caller's provider, briefing
    instructions, the summary as its greeting) speaks the summary to the human. The human's audio goes to the
    bridge from their answer on, never to that session, so the briefing runs as one uninterrupted turn; the caller
-   hears none of it (their leg is not joined yet);
-3. when the briefing has been played out (or after ``warm_transfer_brief_timeout_s``), the bridge is joined
+   hears none of it (their leg is not joined yet). In a conversational briefing (``briefing="conversation"``) the
+   human's audio goes to that session instead (its route takes the bridge only at the join), whose instructions
+   carry the summary and whose tools ``connect_caller`` and ``decline_transfer`` end the briefing;
+3. when the briefing has been played out (or after ``warm_transfer_brief_timeout_s``; in a conversation: on
+   ``connect_caller``, or after ``warm_transfer_conversation_timeout_s``; or on the ops API's forced join), the
+   bridge is joined
    (gateway/worker/bridge.py: each leg's frames to the other's encoder in the tick) and both sessions close:
    the agent leaves the media path and its provider connection;
 4. either side hanging up ends the other with a BYE. The caller's recording, if any, goes on across the bridge.
@@ -19,9 +23,10 @@
    reached the human directly and both of the gateway's legs end (``handoff: refer``); a refused or failed REFER
    keeps the bridge (``handoff_detail`` says why).
 
-When the human does not answer in time, is busy or declines, or hangs up during the briefing, their leg is
-cleaned up by the originate path, the caller comes off hold and the agent is told with a system note that asks
-for a response (so it says so). The transfer's steps are a table (:data:`TRANSITIONS`), driven by :meth:`step`.
+When the human does not answer in time, is busy or declines (their phone, or ``decline_transfer``), or hangs up
+during the briefing, their leg is cleaned up by the originate path, the caller comes off hold and the agent is told
+with a system note that asks for a response (so it says so). The transfer's steps are a table (:data:`TRANSITIONS`),
+driven by :meth:`step`.
 Events: ``call.transfer_started``, then ``call.transferred`` or ``call.transfer_failed``, on the caller's call.
 """
 
