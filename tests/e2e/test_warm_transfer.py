@@ -258,6 +258,11 @@ async def test_a_conversation_answers_the_human_then_connects_the_caller(
     assert len(agent) <= 9, f"the caller heard more than the greeting's 800 ms of agent: {agent}"
     assert max(hold) < min(from_human), (hold, from_human)
     assert f"warm transfer {transfer['id']}: joined by the agent" in gateway.process.output
+    # The conversation is on the human's call record: their turns, the agent's replies, its tool call.
+    other = await gateway.api("GET", f"/v1/calls/{transfer['human_leg']}")
+    roles = [line["role"] for line in other["transcript"]]
+    assert roles.count("user") >= 2 and roles.count("assistant") >= 2, other["transcript"]
+    assert [tool["name"] for tool in other["tools"]] == ["connect_caller"], other["tools"]
 
 
 async def test_a_declined_conversation_gives_the_caller_back_to_the_agent(
