@@ -379,6 +379,15 @@ async def test_a_declined_transfer_gives_the_caller_back_to_the_agent_told_why()
     assert warm.outcomes == {"failed": 1}
 
 
+async def test_a_human_hanging_up_mid_conversation_brings_the_caller_back() -> None:
+    calls, warm, caller, session = _setup()
+    transfer, human, _ = await _conversing(calls, warm, caller)
+    calls.end(human, "peer_hangup")
+    await _until(lambda: transfer.state is WarmState.FAILED)
+    assert transfer.outcome == "human_hangup" and transfer.declined_reason is None
+    assert session.held is None and "hung up before the caller was connected" in session.notes[0][0]
+
+
 async def test_a_conversation_that_never_ends_joins_them_at_its_timeout() -> None:
     calls, warm, caller, _ = _setup(warm_transfer_conversation_timeout_s=0.1, warm_transfer_brief_timeout_s=300)
     transfer, human, _ = await _conversing(calls, warm, caller)
