@@ -33,7 +33,7 @@ class NullControl:
     async def hold(self, held: bool) -> None:
         return None
 
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+    async def warm_transfer(self, target: str, summary: str, briefing: str | None = None) -> WarmTransferStart:
         return WarmTransferStart(status="refused")
 
 

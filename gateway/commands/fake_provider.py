@@ -25,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vad-threshold-dbfs", type=float, default=-45.0, help="energy VAD threshold")
     parser.add_argument("--tool-name", default="", help="answer the first turn with a call of this function")
     parser.add_argument("--tool-arguments", default="{}", help="JSON arguments of the scripted tool call")
+    parser.add_argument("--tool-turn", type=int, default=1, help="the caller turn answered with the tool call")
     parser.add_argument(
         "--reply-transcript",
         default="",
@@ -72,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
             vad_threshold_dbfs=args.vad_threshold_dbfs,
             tool_name=args.tool_name,
             tool_arguments=args.tool_arguments,
+            tool_turn=args.tool_turn,
             reply_delay_s=args.reply_delay_s,
             reply_transcript=args.reply_transcript,
             session_delay_s=args.session_delay_s,

@@ -269,6 +269,19 @@ async def warm_transfer(plane: PlaneDep, call_id: CallId, body: WarmTransferRequ
     return await plane.warm_transfer(call_id, body)
 
 
+@router.post(
+    "/calls/{call_id}/warm_transfer/join",
+    status_code=202,
+    tags=["calls"],
+    response_model=TransferLine,
+    responses=errors(404, 409, 502),
+)
+async def warm_transfer_join(plane: PlaneDep, call_id: CallId) -> TransferLine:
+    """Join a warm transfer's caller and human now (the id of either leg), without waiting for the briefing to
+    end; ``call.transferred`` follows. 409 when the call has no warm transfer in briefing."""
+    return await plane.warm_transfer_join(call_id)
+
+
 @router.post("/calls/{call_id}/hold", status_code=204, tags=["calls"], responses=errors(404, 409, 502))
 async def hold(plane: PlaneDep, call_id: CallId) -> Response:
     """Put the caller on hold: a re-INVITE with a=sendonly, the hold audio meanwhile, the agent paused

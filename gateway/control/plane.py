@@ -638,6 +638,10 @@ class ControlPlane:
         _, commands = await self._live_call_and_commands(call_id)
         return await commands.warm_transfer(call_id, request)
 
+    async def warm_transfer_join(self, call_id: str) -> TransferLine:
+        _, commands = await self._live_call_and_commands(call_id)
+        return await commands.warm_transfer_join(call_id)
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control (say, inject, update, handoff), forwarded to the call's worker. A handoff goes with
         the profile it names from this plane's config (CommandRejectedError for a profile it does not have)."""

@@ -277,6 +277,10 @@ class HttpWorkerCommands:
         data = await self._http.request("POST", f"/calls/{call_id}/warm_transfer", request.model_dump(mode="json"))
         return TransferLine.model_validate(data)
 
+    async def warm_transfer_join(self, call_id: str) -> TransferLine:
+        data = await self._http.request("POST", f"/calls/{call_id}/warm_transfer/join", {})
+        return TransferLine.model_validate(data)
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         await self._http.request("POST", f"/calls/{call_id}/agent", command.model_dump(mode="json"))
 

@@ -361,6 +361,12 @@ class TransferLine(_Model):
         default="", max_length=64, description="Why it failed (no_answer, sip_486, ...) or how the bridge ended"
     )
     briefed: bool = Field(default=False, description="The human heard the summary before the legs were joined")
+    briefing: Literal["spoken", "conversation"] = Field(
+        default="spoken", description="spoken: the summary as one turn; conversation: the human talked with the agent"
+    )
+    declined_reason: str = Field(
+        default="", max_length=200, description="Why the human declined the call (outcome `declined`)"
+    )
     handoff: Literal["bridge", "refer"] = Field(
         default="bridge",
         description="How the joined call went on: bridged by the gateway, or handed off with a REFER (Replaces) "
@@ -989,6 +995,12 @@ class WarmTransferRequest(_Model):
     )
     caller_hears: Literal["hold", "agent"] = Field(
         default="hold", description="hold: the hold audio while the human is dialled and briefed; agent: the agent"
+    )
+    briefing: Literal["spoken", "conversation"] | None = Field(
+        default=None,
+        description="spoken: the summary is said to the human as one turn, then the join; conversation: the human "
+        "talks with the briefing agent, who joins them (connect_caller) or gives the caller back (decline_transfer); "
+        "default: GATEWAY_WARM_TRANSFER_BRIEFING",
     )
     handoff: Literal["bridge", "refer"] | None = Field(
         default=None,

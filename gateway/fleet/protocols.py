@@ -49,6 +49,11 @@ class WorkerCommands(Protocol):
         phone rings (CommandRejectedError: 409 naming why it cannot)."""
         ...
 
+    async def warm_transfer_join(self, call_id: str) -> TransferLine:
+        """Join a warm transfer's caller and human now, instead of waiting for the briefing (CommandRejectedError:
+        409 when the call has no transfer in briefing)."""
+        ...
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control: the agent says, is told, or is changed (CommandRejectedError unless it is up)."""
         ...

@@ -114,6 +114,11 @@ def worker_api(commands: WorkerCommands, token: str | None) -> APIRouter:
             return result
         return JSONResponse(result.model_dump(mode="json"), status_code=202)
 
+    @router.post("/calls/{call_id}/warm_transfer/join", status_code=202, response_model=None)
+    async def warm_transfer_join(call_id: str) -> Any:
+        joined = await _run(lambda: commands.warm_transfer_join(call_id))
+        return joined if isinstance(joined, Response) else JSONResponse(joined.model_dump(mode="json"), status_code=202)
+
     @router.post("/calls/{call_id}/agent", status_code=204, response_model=None)
     async def command_agent(call_id: str, body: AgentCommand) -> Any:
         result = await _run(lambda: commands.command_agent(call_id, body))

@@ -64,6 +64,7 @@ class FakeOptions:
     vad_threshold_dbfs: float = -45.0
     tool_name: str = ""  # when set, the first turn is answered with a call of this function
     tool_arguments: str = "{}"
+    tool_turn: int = 1  # the caller turn (1: the first) answered with the tool call; earlier ones get audio
     reply_delay_s: float = 0.0
     # The first reply's transcript ("" keeps the default), streamed as output_audio_transcript deltas spread
     # evenly over its audio deltas, each sent just before the audio delta it goes with.
@@ -86,6 +87,8 @@ class FakeOptions:
             raise ValueError(f"mode must be echo, tone or speech-like, not {self.mode!r}")
         if self.record not in ("all", "meta", "none"):
             raise ValueError(f"record must be all, meta or none, not {self.record!r}")
+        if self.tool_turn < 1:
+            raise ValueError("tool_turn must be >= 1")
         if self.chunk_ms <= 0 or self.reply_ms < 0:
             raise ValueError("chunk_ms must be positive and reply_ms non-negative")
         if not self.pace > 0:
@@ -474,7 +477,9 @@ class FakeConnection:
     def _start_response(self, turn_audio: bytes, *, instructions: str = "", allow_tool: bool = True) -> None:
         self.response_id = self.next_id("resp")
         self.record.responses.append(self.response_id)
-        call_tool = allow_tool and bool(self.options.tool_name) and not self.tool_used
+        call_tool = (
+            allow_tool and bool(self.options.tool_name) and not self.tool_used and self.turns >= self.options.tool_turn
+        )
         coro = self._respond(self.response_id, turn_audio, instructions=instructions, call_tool=call_tool)
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         task.set_name(f"fake-{self.record.id}-{self.response_id}")

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +53,20 @@ class CallControl(Protocol):
         """Put the caller on hold (True) or take them off it; raises, naming why, when the call cannot be."""
         ...
 
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
-        """Dial a human at ``target``, brief them with ``summary`` and join them with the caller
+    async def warm_transfer(
+        self, target: str, summary: str, briefing: Literal["spoken", "conversation"] | None = None
+    ) -> WarmTransferStart:
+        """Dial a human at ``target``, brief them with ``summary`` (``briefing``: said as one turn, or a
+        conversation with the human; None: the worker's setting) and join them with the caller
         (gateway/worker/warm.py); returns once their phone rings, or refused."""
+        ...
+
+
+@runtime_checkable
+class BriefingControl(Protocol):
+    """What a conversational warm-transfer briefing's session (on the human's leg) may ask of its call, besides
+    CallControl: join the waiting caller now, or decline the call. A control without it has no such tools' use."""
+
+    async def end_briefing(self, *, connect: bool, reason: str = "") -> str:
+        """Connect the caller (``connect``) or decline with ``reason``; returns "" when done, else why not."""
         ...

@@ -1,6 +1,6 @@
 """Tools the agent may call: the Tool protocol, the registry that resolves a profile's tools, the built-ins
-(``hang_up``, ``transfer``, ``send_dtmf``, ``hold_caller``, ``resume_caller``, ``warm_transfer``) and HTTP
-webhook tools.
+(``hang_up``, ``transfer``, ``send_dtmf``, ``hold_caller``, ``resume_caller``, ``warm_transfer``, and the
+conversational briefing's ``connect_caller`` and ``decline_transfer``) and HTTP webhook tools.
 
 A tool returns its output as text (JSON by convention). It raises :class:`ToolError` for a failure the agent
 should be told about; the session turns that, any other exception and a timeout into ``{"error": ...}`` output
@@ -22,7 +22,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from gateway.providers.base import ToolSpec
 from gateway.session.config import SessionConfig, WebhookToolConfig
-from gateway.session.control import CallControl
+from gateway.session.control import BriefingControl, CallControl
 from gateway.session.errors import ToolResolutionError
 from gateway.tracing import client_span
 
@@ -201,13 +201,19 @@ class WarmTransferTool:
             "description": "What the person should know before they take the call: who the caller is, what they "
             "need, what was done. Said to them before the caller is connected.",
         }
+        briefing = {
+            "type": "string",
+            "enum": ["spoken", "conversation"],
+            "description": "spoken: the summary is said to them, then the caller is connected; conversation: they "
+            "can ask about the call first, and may decline it (you are then told why). Default: the gateway's.",
+        }
         self.spec = ToolSpec(
             name="warm_transfer",
             description="Bring a human colleague into the call: the caller waits on hold while you brief them, then "
             "the two are connected and you leave the call. Tell the caller first.",
             parameters={
                 "type": "object",
-                "properties": {"target": target, "summary": summary},
+                "properties": {"target": target, "summary": summary, "briefing": briefing},
                 "required": ["target", "summary"],
             },
         )
@@ -219,12 +225,54 @@ class WarmTransferTool:
             raise ToolError("warm_transfer needs a target")
         if self._allowed and target not in self._allowed:
             raise ToolError(f"warm_transfer target {target!r} is not allowed; allowed: {', '.join(self._allowed)}")
+        briefing = invocation.arguments.get("briefing")
+        if briefing not in (None, "", "spoken", "conversation"):
+            raise ToolError(f"warm_transfer briefing is spoken or conversation, not {briefing!r}")
         actions = invocation.actions
         await actions.wait_agent_quiet(self._drain_timeout_s)
-        started = await actions.control.warm_transfer(target, summary[:2000])
+        started = await actions.control.warm_transfer(
+            target, summary[:2000], "conversation" if briefing == "conversation" else "spoken" if briefing else None
+        )
         if started.status != "dialling":
             raise ToolError(f"warm transfer refused: {started.detail}")
         return _ok(status="dialling", transfer_id=started.transfer_id, target=target)
+
+
+class BriefingTool:
+    """A conversational warm-transfer briefing's end, on the human's leg (gateway/worker/warm.py):
+    ``connect_caller`` joins the waiting caller once the agent has finished speaking; ``decline_transfer(reason)``
+    gives the caller back to their agent, who is told the reason, and ends the human's call."""
+
+    background_ok = False
+
+    def __init__(self, *, connect: bool, drain_timeout_s: float) -> None:
+        self._connect = connect
+        self._drain_timeout_s = drain_timeout_s
+        if connect:
+            self.spec = ToolSpec(
+                name="connect_caller",
+                description="Connect the waiting caller to your colleague now; you leave the call. Say so first.",
+                parameters={"type": "object", "properties": {}},
+            )
+        else:
+            reason = {"type": "string", "description": "Why the colleague won't take the call, in their words."}
+            self.spec = ToolSpec(
+                name="decline_transfer",
+                description="Your colleague won't take the call: the caller goes back to their agent, who is told "
+                "the reason, and this call ends. Acknowledge it first.",
+                parameters={"type": "object", "properties": {"reason": reason}, "required": ["reason"]},
+            )
+
+    async def run(self, invocation: ToolInvocation) -> str:
+        control = invocation.actions.control
+        if not isinstance(control, BriefingControl):
+            raise ToolError(f"{self.spec.name}: this call is not a warm transfer's briefing")
+        reason = str(invocation.arguments.get("reason") or "").strip()
+        await invocation.actions.wait_agent_quiet(self._drain_timeout_s)
+        refused = await control.end_briefing(connect=self._connect, reason=reason)
+        if refused:
+            raise ToolError(refused)
+        return _ok(status="connecting" if self._connect else "declined")
 
 
 class WebhookTool:
@@ -338,9 +386,12 @@ class ToolRegistry:
             HoldTool(held=True, drain_timeout_s=config.hangup_drain_timeout_s),
             HoldTool(held=False, drain_timeout_s=config.hangup_drain_timeout_s),
             WarmTransferTool(allowed_targets=config.transfer_targets, drain_timeout_s=config.hangup_drain_timeout_s),
+            BriefingTool(connect=True, drain_timeout_s=config.hangup_drain_timeout_s),
+            BriefingTool(connect=False, drain_timeout_s=config.hangup_drain_timeout_s),
         ]
-        # An agent holds callers, or brings a human in, only where its profile says so (tools = hold_caller, ...).
-        opt_in = ("hold_caller", "resume_caller", "warm_transfer")
+        # An agent holds callers, or brings a human in, only where its profile says so (tools = hold_caller, ...);
+        # a conversational briefing's agent is given connect_caller and decline_transfer (gateway/worker/warm.py).
+        opt_in = ("hold_caller", "resume_caller", "warm_transfer", "connect_caller", "decline_transfer")
         return cls([*builtins, *extra], webhooks=config.webhook_tools, http_transport=http_transport, opt_in=opt_in)
 
     def get(self, name: str) -> Tool | None:

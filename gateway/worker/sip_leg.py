@@ -38,6 +38,7 @@ from gateway.sip.sdp import NegotiatedMedia
 from gateway.tracing import CallTrace
 from gateway.transport.rtp_socket import RtpEndpoint
 from gateway.worker.legs import LegKind, LegState
+from gateway.worker.transfer import WarmTransferError
 
 if TYPE_CHECKING:
     from gateway.media.early import EarlyMedia
@@ -181,16 +182,33 @@ class SipCallControl:
             raise LocalMediaError("the call has ended")
         leg.owner.start_hold(leg, held)
 
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+    async def warm_transfer(
+        self, target: str, summary: str, briefing: Literal["spoken", "conversation"] | None = None
+    ) -> WarmTransferStart:
         leg = self._leg_ref()
         if leg is None or not leg.live:
             return WarmTransferStart(status="refused", detail="the call has ended")
         try:
-            request = WarmTransferRequest(target=target, summary=summary)
+            request = WarmTransferRequest(target=target, summary=summary, briefing=briefing)
             line = await leg.owner.start_warm_transfer(leg, request, initiator="agent")
         except (CommandRejectedError, ValueError) as exc:
             return WarmTransferStart(status="refused", detail=str(exc))
         return WarmTransferStart(status="dialling", transfer_id=line.id)
+
+    async def end_briefing(self, *, connect: bool, reason: str = "") -> str:
+        """The conversational briefing's connect_caller / decline_transfer (BriefingControl, gateway/worker/warm.py)."""
+        leg = self._leg_ref()
+        transfer = leg.warm if leg is not None else None
+        if leg is None or transfer is None or transfer.human_id != leg.id or transfer.briefing != "conversation":
+            return "this call is not a warm transfer's briefing"
+        try:
+            if connect:
+                transfer.ask_join("agent")
+            else:
+                transfer.decline(reason)
+        except WarmTransferError as exc:
+            return str(exc)
+        return ""
 
     async def transfer(self, target: str) -> TransferOutcome:
         leg = self._leg_ref()

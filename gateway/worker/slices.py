@@ -669,6 +669,20 @@ class WarmTransferSettings(_Slice):
         description="The longest the briefing of the human may take (their session connecting and speaking the "
         "summary); past it the caller and the human are joined all the same.",
     )
+    warm_transfer_briefing: Literal["spoken", "conversation"] = Field(
+        default="spoken",
+        description="How the human is briefed unless the request says: spoken: the summary is said as one turn "
+        "(the human's audio is not heard), then the join; conversation: the human talks with the briefing agent, "
+        "which has the summary and two tools, connect_caller (join now) and decline_transfer (the caller goes back "
+        "to their agent, told why).",
+    )
+    warm_transfer_conversation_timeout_s: float = Field(
+        default=180.0,
+        gt=0,
+        le=1800,
+        description="The longest a conversational briefing may take before the caller and the human are joined "
+        "all the same (POST /v1/calls/{id}/warm_transfer/join joins them earlier).",
+    )
 
     warm_transfer_refer: Literal["off", "auto"] = Field(
         default="off",

@@ -26,8 +26,11 @@ class WarmState(StrEnum):
     ENDED = "ended"
 
 
-WarmInput = Literal["answered", "unanswered", "briefed", "human_gone", "caller_gone", "handed_off"]
+WarmInput = Literal[
+    "answered", "unanswered", "briefed", "connected", "declined", "human_gone", "caller_gone", "handed_off"
+]
 Handoff = Literal["bridge", "refer"]
+Briefing = Literal["spoken", "conversation"]
 
 #: (state, what happened) -> the next state. Anything else is a bug in this module (WarmTransferError).
 TRANSITIONS: dict[tuple[WarmState, WarmInput], WarmState] = {
@@ -35,6 +38,8 @@ TRANSITIONS: dict[tuple[WarmState, WarmInput], WarmState] = {
     (WarmState.DIALLING, "unanswered"): WarmState.FAILED,  # no answer, busy, declined, unreachable
     (WarmState.DIALLING, "caller_gone"): WarmState.ENDED,  # the human's leg is cancelled
     (WarmState.BRIEFING, "briefed"): WarmState.BRIDGED,  # played out, or the briefing timed out or failed
+    (WarmState.BRIEFING, "connected"): WarmState.BRIDGED,  # conversation: the briefing agent or the ops API joined
+    (WarmState.BRIEFING, "declined"): WarmState.FAILED,  # conversation: the human won't take the call
     (WarmState.BRIEFING, "human_gone"): WarmState.FAILED,  # the human hung up before the join
     (WarmState.BRIEFING, "caller_gone"): WarmState.ENDED,  # the human's leg is hung up
     (WarmState.BRIDGED, "human_gone"): WarmState.ENDED,  # the caller gets a BYE
@@ -79,6 +84,7 @@ class WarmTransfer:
     state: WarmState = WarmState.DIALLING
     outcome: str = ""
     briefed: bool = False
+    briefing: Briefing = "spoken"  # conversation: the human talks with the briefing agent before the join
     handoff: Handoff = "bridge"  # "refer" once the caller's REFER reached the human
     handoff_detail: str = ""  # why a REFER handoff was not tried, or failed
     refer: bool = False  # a REFER handoff is to be tried once joined
@@ -89,6 +95,9 @@ class WarmTransfer:
     caller_gone: asyncio.Event = field(default_factory=asyncio.Event)
     human_gone: asyncio.Event = field(default_factory=asyncio.Event)
     over: asyncio.Event = field(default_factory=asyncio.Event)  # the transfer's task decided how the bridge ended
+    asked: asyncio.Event = field(default_factory=asyncio.Event)  # conversation: connect or decline was asked
+    join_by: str = ""  # who asked for the join: "agent" (connect_caller) or "api" (POST .../warm_transfer/join)
+    declined_reason: str | None = None  # decline_transfer's reason
     task: asyncio.Task[None] | None = None
 
     def fire(self, happened: WarmInput) -> WarmState:
@@ -103,6 +112,25 @@ class WarmTransfer:
             self.caller_gone.set()
         elif call_id == self.human_id:
             self.human_gone.set()
+
+    def ask_join(self, by: str) -> None:
+        """Join the caller and the human now (the briefing agent's ``connect_caller``, the ops API's forced join);
+        the transfer's task does it. WarmTransferError when the transfer is not briefing or was asked already."""
+        self._ask(by)
+        self.join_by = by
+
+    def decline(self, reason: str) -> None:
+        """The human won't take the call (``decline_transfer``): the transfer's task ends their leg and gives the
+        caller back to their agent, who is told ``reason``."""
+        self._ask("agent")
+        self.declined_reason = reason.strip()[:200] or "no reason given"
+
+    def _ask(self, by: str) -> None:
+        if self.state is not WarmState.BRIEFING:
+            raise WarmTransferError(f"warm transfer {self.id} is {self.state.value}, not briefing")
+        if self.asked.is_set():
+            raise WarmTransferError(f"warm transfer {self.id}: the join or decline was asked already")
+        self.asked.set()
 
     @property
     def live(self) -> bool:
@@ -131,6 +159,8 @@ class WarmTransfer:
             initiator=self.initiator,
             outcome=self.outcome,
             briefed=self.briefed,
+            briefing=self.briefing,
+            declined_reason=self.declined_reason or "",
             handoff=self.handoff,
             handoff_detail=self.handoff_detail,
             started=self.started,

@@ -8,8 +8,12 @@
 2. once the human answers, a session of its own on the human's leg (the caller's provider, briefing
    instructions, the summary as its greeting) speaks the summary to the human. The human's audio goes to the
    bridge from their answer on, never to that session, so the briefing runs as one uninterrupted turn; the caller
-   hears none of it (their leg is not joined yet);
-3. when the briefing has been played out (or after ``warm_transfer_brief_timeout_s``), the bridge is joined
+   hears none of it (their leg is not joined yet). In a conversational briefing (``briefing="conversation"``) the
+   human's audio goes to that session instead (its route takes the bridge only at the join), whose instructions
+   carry the summary and whose tools ``connect_caller`` and ``decline_transfer`` end the briefing;
+3. when the briefing has been played out (or after ``warm_transfer_brief_timeout_s``; in a conversation: on
+   ``connect_caller``, or after ``warm_transfer_conversation_timeout_s``; or on the ops API's forced join), the
+   bridge is joined
    (gateway/worker/bridge.py: each leg's frames to the other's encoder in the tick) and both sessions close:
    the agent leaves the media path and its provider connection;
 4. either side hanging up ends the other with a BYE. The caller's recording, if any, goes on across the bridge.
@@ -19,9 +23,10 @@
    reached the human directly and both of the gateway's legs end (``handoff: refer``); a refused or failed REFER
    keeps the bridge (``handoff_detail`` says why).
 
-When the human does not answer in time, is busy or declines, or hangs up during the briefing, their leg is
-cleaned up by the originate path, the caller comes off hold and the agent is told with a system note that asks
-for a response (so it says so). The transfer's steps are a table (:data:`TRANSITIONS`), driven by :meth:`step`.
+When the human does not answer in time, is busy or declines (their phone, or ``decline_transfer``), or hangs up
+during the briefing, their leg is cleaned up by the originate path, the caller comes off hold and the agent is told
+with a system note that asks for a response (so it says so). The transfer's steps are a table (:data:`TRANSITIONS`),
+driven by :meth:`step`.
 Events: ``call.transfer_started``, then ``call.transferred`` or ``call.transfer_failed``, on the caller's call.
 """
 
@@ -40,6 +45,7 @@ from gateway.fleet.models import (
     AdmissionDecision,
     OriginateRequest,
     ProfileModel,
+    ToolModel,
     WarmTransferRequest,
     WorkerEventType,
 )
@@ -50,7 +56,7 @@ from gateway.session.transcript import TranscriptEntry
 from gateway.worker.bridge import Bridge
 from gateway.worker.legs import LegState
 from gateway.worker.reporting import user_part
-from gateway.worker.transfer import Initiator, WarmState, WarmTransfer, wants_refer
+from gateway.worker.transfer import Briefing, Initiator, WarmState, WarmTransfer, WarmTransferError, wants_refer
 
 if TYPE_CHECKING:
     from gateway.session.control import TransferOutcome
@@ -72,6 +78,14 @@ BRIEF_INSTRUCTIONS = (
     "cannot hear you. Give the colleague the briefing you are asked to give, in one short turn, then stop. "
     "Do not call any tools."
 )
+CONVERSE_INSTRUCTIONS = (
+    "You are a voice agent handing a phone call over to a human colleague, who has just answered. The caller "
+    "is waiting on hold and cannot hear you or the colleague. What you know about the call: {summary}\n"
+    "Brief the colleague and answer their questions about the call from what you know; do not invent facts. "
+    "When they are ready to take the call, say so in a few words and call connect_caller. If they will not or "
+    "cannot take it, call decline_transfer with their reason: the caller then goes back to the agent they were "
+    "talking with."
+)
 FAILED_NOTE = (
     "The transfer to {target} did not go through ({why}). The caller is back with you and can hear you again: "
     "tell them, and offer what else you can do."
@@ -83,6 +97,7 @@ _WHY = {
     "sip_603": "the call was declined",
     "sip_480": "nobody is available",
     "human_hangup": "the colleague hung up before the caller was connected",
+    "declined": "the colleague declined the call",
 }
 
 
@@ -103,14 +118,23 @@ def summary_of(transcript: Iterable[TranscriptEntry], *, lines: int = 8) -> str:
     return "Here is the call so far. " + " ".join(said[-lines:])
 
 
-def briefing_profile(profile: ProfileModel, summary: str) -> ProfileModel:
-    """The human leg's agent: the caller's provider and voice, briefing instructions, the summary as greeting."""
+def briefing_profile(profile: ProfileModel, summary: str, briefing: Briefing = "spoken") -> ProfileModel:
+    """The human leg's agent: the caller's provider and voice, briefing instructions, the summary as greeting;
+    in a conversation, instructions that carry the summary and the tools to connect the caller or decline."""
+    if briefing == "conversation":
+        instructions = CONVERSE_INSTRUCTIONS.format(summary=summary)
+        greeting = f"I have a caller for you. {summary} Shall I connect them?"
+        tools = [ToolModel(name="connect_caller"), ToolModel(name="decline_transfer")]
+    else:
+        instructions = BRIEF_INSTRUCTIONS
+        greeting = f"I have a caller for you. {summary} I am connecting you now."
+        tools = []
     return profile.model_copy(
         update={
             "name": f"{profile.name}-briefing",
-            "instructions": BRIEF_INSTRUCTIONS,
-            "greeting": f"I have a caller for you. {summary} I am connecting you now.",
-            "tools": [],
+            "instructions": instructions,
+            "greeting": greeting,
+            "tools": tools,
             "record": "off",
             "record_notice": "",
             "handoffs": [],
@@ -178,6 +202,7 @@ class WarmTransfers:
             summary=summary,
             initiator=initiator,
             caller_hears=request.caller_hears,
+            briefing=request.briefing or self._settings.warm_transfer_briefing,
             bridge=Bridge(caller.id, human_id),
         )
         setting = self._settings.warm_transfer_refer
@@ -192,24 +217,31 @@ class WarmTransfers:
             to=target, caller_id=caller_number, route=caller.route, trunk=trunk, ring_timeout_s=ring_s
         )
         admission = AdmissionDecision(
-            accepted=True, call_id=human_id, route=caller.route, profile=briefing_profile(profile, summary)
+            accepted=True,
+            call_id=human_id,
+            route=caller.route,
+            profile=briefing_profile(profile, summary, transfer.briefing),
         )
         await self._host.originate(origin, admission)  # CommandRejectedError: a number and no trunk, a bad URI
         human = self._host.sip_leg(human_id)
         if human is None:  # failed at once (it ended before we got it back)
             raise CommandRejectedError(f"call {caller.id}: the call to {target!r} could not be placed")
-        # Before anything can answer: the human's route takes the bridge when its media starts.
-        human.warm, human.bridge = transfer, transfer.bridge
+        # Before anything can answer: the human's route takes the bridge when its media starts (its audio then goes
+        # nowhere until the join); in a conversation the route gets it at the join, the human talks with the agent.
+        human.warm = transfer
+        if transfer.briefing == "spoken":
+            human.bridge = transfer.bridge
         caller.warm = transfer
         if transfer.caller_hears == "hold":
             session.set_held(True, by="gateway")
         self.started += 1
         log.info(
-            "call %s: warm transfer %s to %s (%s), the human's leg %s, summary of %d characters",
+            "call %s: warm transfer %s to %s (%s, %s briefing), the human's leg %s, summary of %d characters",
             caller.id,
             transfer.id,
             target,
             initiator,
+            transfer.briefing,
             human_id,
             len(summary),
         )
@@ -263,32 +295,67 @@ class WarmTransfers:
 
     async def _brief(self, transfer: WarmTransfer, caller: CallLeg, human: CallLeg) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.warm_transfer_brief_timeout_s
+        conversation = transfer.briefing == "conversation"
+        settings = self._settings
+        timeout_s = (
+            settings.warm_transfer_conversation_timeout_s if conversation else settings.warm_transfer_brief_timeout_s
+        )
+        deadline = loop.time() + timeout_s
         while loop.time() < deadline:
-            if transfer.caller_gone.is_set() or transfer.human_gone.is_set():
+            if transfer.caller_gone.is_set() or transfer.human_gone.is_set() or transfer.asked.is_set():
                 break
             session = human.session
             if session is not None:
                 if session.state is CallState.ENDING or session.state is CallState.ENDED:
                     break  # the briefing session failed or ended: join them unbriefed
-                if session.state is CallState.ACTIVE and session.stats().frames_out > 0 and session.agent_idle:
+                if not conversation and session.state is CallState.ACTIVE and self._spoke(human) and session.agent_idle:
                     transfer.briefed = True
                     break
-            # Woken at once by a leg ending; else the briefing is looked at again next tick.
-            await _first(transfer.caller_gone, transfer.human_gone, within_s=_POLL_S)
+            # Woken at once by a leg ending or a join asked; else the briefing is looked at again next tick.
+            await _first(transfer.caller_gone, transfer.human_gone, transfer.asked, within_s=_POLL_S)
         if transfer.caller_gone.is_set():
             self._caller_left(transfer, human)
+            return
+        if transfer.declined_reason is not None:  # before human_gone: the decline ends the human's leg itself
+            transfer.fire("declined")
+            self._host.end(human, "transfer_declined")
+            self._failed(transfer, caller, "declined")
             return
         if transfer.human_gone.is_set():
             transfer.fire("human_gone")
             self._failed(transfer, caller, "human_hangup")
             return
-        transfer.fire("briefed")
+        if conversation:
+            transfer.briefed = self._spoke(human)  # the greeting (the summary) was said at least in part
+        if transfer.asked.is_set():
+            transfer.fire("connected")
+            log.info("call %s: warm transfer %s: joined by the %s", caller.id, transfer.id, transfer.join_by)
+        else:
+            transfer.fire("briefed")
         self._join(transfer, caller, human)
+
+    @staticmethod
+    def _spoke(human: CallLeg) -> bool:
+        session = human.session
+        return session is not None and session.stats().frames_out > 0
+
+    def force_join(self, leg: CallLeg) -> WarmTransfer:
+        """POST /v1/calls/{id}/warm_transfer/join (``leg`` the caller's or the human's): join the two now instead
+        of waiting for the briefing. CommandRejectedError (409) when the leg has no transfer in briefing."""
+        transfer = leg.warm
+        if transfer is None:
+            raise CommandRejectedError(f"call {leg.id} has no warm transfer")
+        try:
+            transfer.ask_join("api")
+        except WarmTransferError as exc:
+            raise CommandRejectedError(f"call {leg.id}: {exc}") from exc
+        return transfer
 
     def _join(self, transfer: WarmTransfer, caller: CallLeg, human: CallLeg) -> None:
         bridge = transfer.bridge
-        caller.bridge = bridge  # before the sessions close: the legs' tasks then wait for the bridge to end
+        # Before the sessions close: the legs' tasks then wait for the bridge to end (the human's leg has it from
+        # its answer on in a spoken briefing; in a conversation its audio went to the briefing session until now).
+        caller.bridge = human.bridge = bridge
         for leg in (caller, human):
             route = self._host.route_of(leg.id)
             if route is not None:
@@ -376,9 +443,10 @@ class WarmTransfers:
             if session.held == "gateway":
                 session.set_held(False, by="gateway")
             with contextlib.suppress(SessionStateError):
-                session.inject(
-                    FAILED_NOTE.format(target=transfer.target, why=why(outcome)), role="system", respond=True
-                )
+                reason = why(outcome)
+                if transfer.declined_reason:
+                    reason = f"{reason}: {transfer.declined_reason}"
+                session.inject(FAILED_NOTE.format(target=transfer.target, why=reason), role="system", respond=True)
         self._report("call.transfer_failed", caller, transfer)
 
     def _count(self, outcome: str) -> None:

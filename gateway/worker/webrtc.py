@@ -228,7 +228,7 @@ class WebRtcCallControl:
     async def transfer(self, target: str) -> TransferOutcome:
         return TransferOutcome(status="refused", detail="a browser call cannot be transferred")
 
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+    async def warm_transfer(self, target: str, summary: str, briefing: str | None = None) -> WarmTransferStart:
         return WarmTransferStart(status="refused", detail="a browser call cannot be transferred")
 
     async def hold(self, held: bool) -> None:

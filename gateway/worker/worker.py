@@ -532,6 +532,13 @@ class MediaWorker:
             raise CommandRejectedError(f"call {call_id}: a browser call cannot be transferred")
         return await self.sip_calls.start_warm_transfer(leg, request, initiator="api")
 
+    async def warm_transfer_join(self, call_id: str) -> TransferLine:
+        """Join a warm transfer's caller and human now (gateway/worker/warm.py)."""
+        leg = self.legs.find(call_id)
+        if not isinstance(leg, CallLeg):
+            raise CommandRejectedError(f"call {call_id} has no warm transfer")
+        return self.sip_calls.warm.force_join(leg).line()
+
     async def command_agent(self, call_id: str, command: AgentCommand) -> None:
         """Live call control of the call's session (gateway/worker/agent_control.py)."""
         leg = self.legs.find(call_id)

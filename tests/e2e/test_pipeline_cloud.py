@@ -52,7 +52,7 @@ class _Control:
     async def hold(self, held: bool) -> None:
         return None
 
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+    async def warm_transfer(self, target: str, summary: str, briefing: str | None = None) -> WarmTransferStart:
         return WarmTransferStart(status="refused")
 
 

@@ -8,6 +8,9 @@ answers with 440 Hz, the gateway's hold audio is 660 Hz, the caller sends 1500 H
   each other's tone; the caller hears no agent audio after the human's; both provider connections are closed; the
   human hangs up and the caller gets a BYE; events and both call records tell it. Digits cross the bridge both
   ways as RFC 4733 events (a human's IVR asking the caller for a PIN).
+- Conversation (``briefing: conversation``): the human's audio goes to the briefing session, which answers them
+  and then calls ``connect_caller``; the caller, on hold meanwhile, hears none of it, then the two hear each other.
+  Or the briefing session calls ``decline_transfer``: the human's call ends and the caller hears the agent again.
 - Busy: the human's phone answers 486. The caller comes off hold and the agent, told why, speaks again: its
   audio reaches the caller after the hold audio.
 """
@@ -76,8 +79,10 @@ async def _greeted(fake: FakeProvider) -> None:
     await fake.wait_for(lambda s: bool(s) and len(s[0]["responses"]) >= 1, within=15, what="the agent's greeting")
 
 
-async def _start(procs: ProcessGroup, tmp_path: Path, *, record: str = "off") -> tuple[FakeProvider, Any]:
-    fake = await start_fake_provider(procs, "--mode", "tone", "--reply-ms", "800")
+async def _start(
+    procs: ProcessGroup, tmp_path: Path, *, record: str = "off", fake_args: tuple[str, ...] = ()
+) -> tuple[FakeProvider, Any]:
+    fake = await start_fake_provider(procs, "--mode", "tone", "--reply-ms", "800", *fake_args)
     music = write_wav(tmp_path / "hold.wav", tone(HOLD_HZ, 0.5, 16000, amplitude=0.3), 16000)
     gateway = await start_gateway_on_fake(
         procs,
@@ -183,6 +188,130 @@ async def test_the_human_is_briefed_then_hears_the_caller_and_the_agent_leaves(
     output = gateway.process.output
     assert f"warm transfer {transfer['id']}: bridged with {transfer['human_leg']} (briefed=True)" in output
     assert "frames and 3 digits (human_hangup)" in output
+
+
+def _human_turns(tmp_path: Path, *turns: tuple[float, float]) -> Path:
+    """The human's side: the 1000 Hz tone in each (start s, length s), silence between, up to 30 s."""
+    samples = silence(30.0, 8000).reshape(-1).copy()
+    for start, length in turns:
+        piece = tone(HUMAN_HZ, length, 8000, amplitude=0.4)
+        at = int(start * 8000)
+        samples[at : at + piece.size] = piece
+    return write_wav(tmp_path / "human.wav", samples, 8000)
+
+
+async def test_a_conversation_answers_the_human_then_connects_the_caller(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """The briefing session on the human's leg hears the human: it answers their first turn (a 440 Hz reply) and
+    calls connect_caller on their second; then caller and human hear each other. The caller, on hold, never hears
+    the briefing conversation."""
+    _require_peers()
+    fake, gateway = await _start(peer_procs, tmp_path, fake_args=("--tool-name", "connect_caller", "--tool-turn", "2"))
+    # Two turns to the briefing agent (at 2.0 s and 4.6 s of the human's call), then talk to the caller from 8 s.
+    says = _human_turns(tmp_path, (2.0, 0.8), (4.6, 0.8), (8.0, 4.0))
+    human = PjsuaPhone(
+        peer_procs, tmp_path, mode="callee", name="human", play=says, hangup_after=16.0, codecs=("PCMU",)
+    )
+    quiet, talk = silence(13.0, 8000).reshape(-1), tone(CALLER_HZ, 4.0, 8000, amplitude=0.4)
+    caller_says = write_wav(tmp_path / "caller.wav", np.concatenate([quiet, talk, quiet]), 8000)
+    caller = BaresipPhone(peer_procs, tmp_path, source_wav=caller_says, codecs=("pcmu",), lifetime=90)
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.dial(gateway.sip_uri)
+        await caller.wait_established(within=15)
+        call = await _live_call(gateway)
+        await _greeted(fake)
+        body = {"target": human.sip_uri, "summary": SUMMARY, "briefing": "conversation"}
+        started = await gateway.api("POST", f"/v1/calls/{call['id']}/warm_transfer", json=body)
+        assert started["state"] == "dialling" and started["briefing"] == "conversation", started
+        done = await stream.wait_for(
+            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+        )
+        assert done.type == "call.transferred", done.subject.get("transfer")
+        transfer = done.subject["transfer"]
+        assert transfer["briefing"] == "conversation" and transfer["briefed"], transfer
+        async with gateway.client() as client:  # joined: there is no transfer in briefing any more
+            late = await client.post(f"/v1/calls/{call['id']}/warm_transfer/join")
+        assert late.status_code == 409 and "not briefing" in late.text, late.text
+        assert await human.wait_done(within=30) == 0
+        await caller.wait_closed(within=15)
+
+    # The briefing connection heard the human (their turns were appended to it) and connected the caller.
+    records = await fake.wait_for(lambda s: len(s) == 2 and all(r["ended_at"] for r in s), within=15, what="ends")
+    briefing = await fake.record(records[1]["id"])
+    assert any(SUMMARY in str(e) for e in briefing["event_list"] if e.get("type") == "response.create")
+    appended = [e for e in briefing["event_list"] if e.get("type") == "input_audio_buffer.append"]
+    assert len(appended) >= 50, len(appended)  # >= 1 s of the human's audio in 20 ms appends
+    pcm = np.frombuffer(await fake.audio(records[1]["id"]), dtype="<i2").reshape(-1, 1)
+    assert len(heard_at(Wav(samples=pcm, rate=24000), HUMAN_HZ)) >= 10, "the human's turns never reached it"
+    (output,) = briefing["tool_outputs"]
+    assert '"status": "connecting"' in str(output), output
+    # The human: the briefing and the answer to their turn (two 800 ms replies), then the caller.
+    heard_by_human = read_wav(human.recording)  # type: ignore[arg-type]
+    agent, from_caller = heard_at(heard_by_human, AGENT_HZ), heard_at(heard_by_human, CALLER_HZ)
+    assert len(agent) >= 12 and len(from_caller) >= 20, (agent, from_caller)
+    assert max(agent) < min(from_caller), (agent, from_caller)
+    # The caller: their agent's greeting, the hold audio, then the human; none of the briefing conversation.
+    heard_by_caller = read_wav(caller.last_recording().decoded)
+    agent, hold, from_human = (heard_at(heard_by_caller, hz) for hz in (AGENT_HZ, HOLD_HZ, HUMAN_HZ))
+    assert hold and len(from_human) >= 20, (hold, from_human)
+    assert len(agent) <= 9, f"the caller heard more than the greeting's 800 ms of agent: {agent}"
+    assert max(hold) < min(from_human), (hold, from_human)
+    assert f"warm transfer {transfer['id']}: joined by the agent" in gateway.process.output
+    # The conversation is on the human's call record: their turns, the agent's replies, its tool call.
+    other = await gateway.api("GET", f"/v1/calls/{transfer['human_leg']}")
+    roles = [line["role"] for line in other["transcript"]]
+    assert roles.count("user") >= 2 and roles.count("assistant") >= 2, other["transcript"]
+    assert [tool["name"] for tool in other["tools"]] == ["connect_caller"], other["tools"]
+
+
+async def test_a_declined_conversation_gives_the_caller_back_to_the_agent(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """The briefing session calls decline_transfer on the human's first turn: the human's call ends, the caller
+    comes off hold, and their agent, told the reason, speaks to them again."""
+    _require_peers()
+    arguments = json.dumps({"reason": "I am off shift"})
+    fake, gateway = await _start(
+        peer_procs, tmp_path, fake_args=("--tool-name", "decline_transfer", "--tool-arguments", arguments)
+    )
+    says = _human_turns(tmp_path, (2.0, 0.8))
+    human = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="human", play=says, max_seconds=60, codecs=("PCMU",))
+    quiet = write_wav(tmp_path / "quiet.wav", silence(40.0, 8000), 8000)
+    caller = BaresipPhone(peer_procs, tmp_path, source_wav=quiet, codecs=("pcmu",), lifetime=90)
+    async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
+        await caller.dial(gateway.sip_uri)
+        await caller.wait_established(within=15)
+        call = await _live_call(gateway)
+        await _greeted(fake)
+        body = {"target": human.sip_uri, "summary": SUMMARY, "briefing": "conversation"}
+        await gateway.api("POST", f"/v1/calls/{call['id']}/warm_transfer", json=body)
+        failed = await stream.wait_for(
+            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+        )
+        transfer = failed.subject["transfer"]
+        assert failed.type == "call.transfer_failed", transfer
+        assert (transfer["outcome"], transfer["declined_reason"]) == ("declined", "I am off shift"), transfer
+        assert await human.wait_done(within=15) == 0  # the gateway ended the human's call
+
+        async def spoke_again() -> dict[str, Any] | None:
+            record: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call['id']}")
+            lines = record["transcript"]
+            notes = [i for i, t in enumerate(lines) if t["role"] == "system" and "I am off shift" in t["text"]]
+            after = [t for t in lines[notes[0] :] if t["role"] == "assistant" and t["end_s"]] if notes else []
+            return record if after else None
+
+        record = await poll(spoke_again, within=15, what="the agent's reply after the declined transfer")
+        assert record["state"] == "active" and record["transfer"]["state"] == "failed", record["transfer"]
+        await caller.hangup()
+        await caller.wait_closed(within=10)
+
+    # The caller heard the hold audio, then the agent again (greeting + the reply: two 800 ms replies).
+    heard_by_caller = read_wav(caller.last_recording().decoded)
+    agent, hold = heard_at(heard_by_caller, AGENT_HZ), heard_at(heard_by_caller, HOLD_HZ)
+    assert hold and len(agent) >= 12 and max(agent) > max(hold), (agent, hold)
+    other = await gateway.api("GET", f"/v1/calls/{transfer['human_leg']}")
+    assert other["end_reason"] == "transfer_declined", other["end_reason"]
 
 
 async def test_a_busy_human_brings_the_caller_back_to_the_agent(peer_procs: ProcessGroup, tmp_path: Path) -> None:

@@ -169,6 +169,21 @@ async def test_warm_transfer_reaches_the_worker_and_answers_its_line(env: Env) -
     assert held.status_code == 409 and "held" in held.json()["error"]["message"]
 
 
+async def test_warm_transfer_join_reaches_the_worker_and_409s_without_a_transfer(env: Env) -> None:
+    decision = await env.worker.place_call("+15550199")
+    call_id = decision.call_id
+    none = await env.client.post(f"/v1/calls/{call_id}/warm_transfer/join", headers=AUTH)
+    assert none.status_code == 409 and "no warm transfer" in none.json()["error"]["message"]
+    body = {"target": "sales", "briefing": "conversation"}
+    assert (await env.client.post(f"/v1/calls/{call_id}/warm_transfer", headers=AUTH, json=body)).status_code == 202
+    assert env.worker.warm_transfers[0][1].briefing == "conversation"
+    joined = await env.client.post(f"/v1/calls/{call_id}/warm_transfer/join", headers=AUTH)
+    assert joined.status_code == 202, joined.text
+    assert joined.json()["caller_leg"] == call_id and env.worker.warm_joins == [call_id]
+    bad = await env.client.post(f"/v1/calls/{call_id}/warm_transfer", headers=AUTH, json={**body, "briefing": "x"})
+    assert bad.status_code == 422
+
+
 async def test_say_inject_update_reach_the_worker_and_bad_ones_are_answered(env: Env) -> None:
     decision = await env.worker.place_call("+15550199")
     call_id = decision.call_id

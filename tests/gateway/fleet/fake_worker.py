@@ -46,6 +46,7 @@ class FakeWorker:
         self.hangups: list[tuple[str, str]] = []
         self.transfers: list[tuple[str, str]] = []
         self.warm_transfers: list[tuple[str, WarmTransferRequest]] = []
+        self.warm_joins: list[str] = []
         self.holds: list[tuple[str, bool]] = []
         self.dtmf: list[tuple[str, str]] = []
         self.agent_commands: list[tuple[str, AgentCommand]] = []
@@ -92,6 +93,21 @@ class FakeWorker:
             caller_leg=call_id,
             human_leg="c-human",
             state="dialling",
+            initiator="api",
+            started=time.time(),
+        )
+
+    async def warm_transfer_join(self, call_id: str) -> TransferLine:
+        self._live(call_id)
+        if not any(leg == call_id for leg, _ in self.warm_transfers):
+            raise CommandRejectedError(f"call {call_id} has no warm transfer")
+        self.warm_joins.append(call_id)
+        return TransferLine(
+            id="wt-1",
+            target="sales",
+            caller_leg=call_id,
+            human_leg="c-human",
+            state="briefing",
             initiator="api",
             started=time.time(),
         )

@@ -115,6 +115,12 @@ async def test_a_warm_transfer_crosses_the_worker_api(split: Split) -> None:
     assert response.status_code == 202, response.text
     assert response.json()["human_leg"] == "c-human" and response.json()["target"] == "sip:h@x"
     assert [(call_id, r.target) for call_id, r in split.worker.warm_transfers] == [(decision.call_id, "sip:h@x")]
+    joined = await split.api.post(f"/v1/calls/{decision.call_id}/warm_transfer/join")
+    assert joined.status_code == 202 and joined.json()["state"] == "briefing", joined.text
+    assert split.worker.warm_joins == [decision.call_id]
+    other = await split.worker.place_call("+15550199")
+    refused = await split.api.post(f"/v1/calls/{other.call_id}/warm_transfer/join")
+    assert refused.status_code == 409 and "no warm transfer" in refused.json()["error"]["message"]
 
 
 async def test_http_worker_commands_snapshot_and_not_found(split: Split) -> None:

@@ -232,6 +232,7 @@ class FakeCallControl:
         self.holds: list[bool] = []
         self.warm_transfers: list[tuple[str, str]] = []
         self.warm_start = WarmTransferStart(status="dialling", transfer_id="wt-1")
+        self.warm_briefings: list[str | None] = []
         self.transfer_outcome = transfer_outcome or TransferOutcome(status="accepted", sip_status=200)
 
     async def hang_up(self, reason: str) -> None:
@@ -241,8 +242,9 @@ class FakeCallControl:
         self.transfers.append(target)
         return self.transfer_outcome
 
-    async def warm_transfer(self, target: str, summary: str) -> WarmTransferStart:
+    async def warm_transfer(self, target: str, summary: str, briefing: str | None = None) -> WarmTransferStart:
         self.warm_transfers.append((target, summary))
+        self.warm_briefings.append(briefing)
         return self.warm_start
 
     async def send_dtmf(self, digits: str) -> None:

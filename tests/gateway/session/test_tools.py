@@ -446,4 +446,31 @@ async def test_warm_transfer_is_opt_in_and_starts_through_the_call_control() -> 
     fake.emit(ToolCallRequested(call_id="w3", name="warm_transfer", arguments='{"summary": "x"}'))
     assert "needs a target" in (await _output(fake, "w3"))["error"]
     assert session.state is CallState.ACTIVE, "the call goes on: the transfer's outcome comes as a note"
+    control.warm_start = WarmTransferStart(status="dialling", transfer_id="wt-2")
+    conversation = '{"target": "sales", "summary": "x", "briefing": "conversation"}'
+    fake.emit(ToolCallRequested(call_id="w4", name="warm_transfer", arguments=conversation))
+    assert (await _output(fake, "w4"))["status"] == "dialling" and control.warm_briefings[-2:] == [None, "conversation"]
+    fake.emit(ToolCallRequested(call_id="w5", name="warm_transfer", arguments='{"target": "s", "briefing": "sung"}'))
+    assert "spoken or conversation" in (await _output(fake, "w5"))["error"]
+    await session.aclose()
+
+
+async def test_the_briefing_tools_are_opt_in_and_need_a_briefing_call() -> None:
+    model = FakeModel()
+    session, _ = make_session(model)
+    await session.start()
+    offered = {spec.name for spec in model.last.profile.tools}
+    assert not offered & {"connect_caller", "decline_transfer"}, "only a briefing's profile names them"
+    await session.aclose()
+
+    model = FakeModel()
+    names = ("connect_caller", "decline_transfer")
+    profile = AgentProfile(name="briefing", tools=tuple(ToolSpec(name=name, description="") for name in names))
+    session, _ = make_session(model, profile=profile)  # the fake control is no BriefingControl (a caller's call)
+    await session.start()
+    fake = model.last
+    assert [spec.name for spec in fake.profile.tools] == list(names)
+    assert fake.profile.tools[1].parameters["required"] == ["reason"]
+    fake.emit(ToolCallRequested(call_id="b1", name="connect_caller", arguments="{}"))
+    assert "not a warm transfer's briefing" in (await _output(fake, "b1"))["error"]
     await session.aclose()

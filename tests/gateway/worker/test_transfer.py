@@ -40,6 +40,11 @@ TABLE: list[tuple[WarmState, WarmInput, WarmState | None]] = [
     (J, "briefed", None),
     (J, "handed_off", E),
     (B, "handed_off", None),  # only a joined call is handed off
+    (B, "connected", J),  # conversation: connect_caller, or the ops API's forced join
+    (B, "declined", F),  # conversation: decline_transfer
+    (D, "connected", None),
+    (D, "declined", None),
+    (J, "declined", None),  # too late: the caller is joined
     (F, "answered", None),
     (E, "caller_gone", None),
 ]
@@ -150,3 +155,30 @@ def test_the_briefing_agent_speaks_the_summary_and_nothing_else() -> None:
     briefing = briefing_profile(profile, "The caller wants a refund.")
     assert briefing.provider == "openai" and briefing.record == "off" and briefing.tools == []
     assert "The caller wants a refund." in briefing.greeting
+
+
+def test_the_conversational_briefing_agent_has_the_summary_and_the_two_tools() -> None:
+    profile = ProfileModel(name="support", provider="openai", greeting="Hi", tools=[ToolModel(name="hang_up")])
+    briefing = briefing_profile(profile, "The caller wants a refund.", "conversation")
+    assert "The caller wants a refund." in briefing.instructions and "connect_caller" in briefing.instructions
+    assert "The caller wants a refund." in briefing.greeting
+    assert [tool.name for tool in briefing.tools] == ["connect_caller", "decline_transfer"]
+    assert briefing.record == "off" and briefing.no_input_hangup_s == 0.0
+
+
+def test_a_join_or_a_decline_is_asked_once_and_only_while_briefing() -> None:
+    transfer = _transfer()
+    with pytest.raises(WarmTransferError, match="is dialling, not briefing"):
+        transfer.ask_join("api")
+    transfer.fire("answered")
+    transfer.decline("  ")
+    assert transfer.asked.is_set() and transfer.declined_reason == "no reason given"
+    with pytest.raises(WarmTransferError, match="asked already"):
+        transfer.ask_join("agent")
+    transfer.fire("declined")
+    line = transfer.line()
+    assert (line.state, line.declined_reason, line.briefing) == ("failed", "no reason given", "spoken")
+    transfer = _transfer()
+    transfer.fire("answered")
+    transfer.decline("x" * 500)
+    assert transfer.declined_reason == "x" * 200, "the line's field holds 200 characters"

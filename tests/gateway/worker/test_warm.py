@@ -16,8 +16,9 @@ from gateway.fleet.models import AdmissionDecision, OriginateRequest, ProfileMod
 from gateway.session.control import TransferOutcome
 from gateway.session.session import CallSession
 from gateway.session.state import CallState
+from gateway.worker import warm as warm_module
 from gateway.worker.legs import LegState, begin_end
-from gateway.worker.sip_leg import CallLeg
+from gateway.worker.sip_leg import CallLeg, SipCallControl
 from gateway.worker.slices import WarmTransferSettings
 from gateway.worker.transfer import WarmState
 from gateway.worker.warm import WarmTransfers
@@ -321,6 +322,105 @@ async def test_a_refer_accepted_ends_both_legs_as_transferred() -> None:
     assert (caller.end_reason, human.end_reason) == ("transferred", "transferred")
     assert (transfer.handoff, transfer.outcome) == ("refer", "transferred") and transfer.over.is_set()
     assert [kind for kind, _, _ in calls.reports] == ["call.transfer_started", "call.transferred"]
+
+
+CONVERSE = REQUEST.model_copy(update={"briefing": "conversation"})
+
+
+async def _conversing(
+    calls: FakeCalls, warm: WarmTransfers, caller: CallLeg, request: WarmTransferRequest = CONVERSE
+) -> tuple[Any, CallLeg, FakeSession]:
+    """A conversational briefing under way: the human answered, their session spoke and is idle."""
+    transfer = await warm.start(caller, request, initiator="agent")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    briefing = FakeSession(frames_out=40, agent_idle=True)
+    human.session = cast(CallSession, briefing)
+    await _until(lambda: transfer.state is WarmState.BRIEFING)
+    return transfer, human, briefing
+
+
+async def test_a_conversation_gives_the_human_the_agent_who_connects_the_caller() -> None:
+    calls, warm, caller, session = _setup()
+    transfer, human, briefing = await _conversing(calls, warm, caller)
+    ((_, admission),) = calls.originated
+    assert admission.profile is not None and "Wants the annual plan." in admission.profile.instructions
+    assert [tool.name for tool in admission.profile.tools] == ["connect_caller", "decline_transfer"]
+    assert human.bridge is None and calls.routes[human.id].bridge is None, "the human's audio goes to the agent"
+    await asyncio.sleep(5 * warm_module._POLL_S)  # a spoken briefing would have joined by now (idle, spoke)
+    assert transfer.state is WarmState.BRIEFING and session.held == "gateway"
+    assert await SipCallControl(caller).end_briefing(connect=True) == "this call is not a warm transfer's briefing"
+    assert await SipCallControl(human).end_briefing(connect=True) == ""
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
+    await _until(lambda: session.closed and briefing.closed)
+    assert transfer.briefed and transfer.join_by == "agent" and human.bridge is transfer.bridge
+    for leg in (caller, human):
+        assert calls.routes[leg.id].bridge is transfer.bridge and calls.routes[leg.id].session is None
+    assert "not briefing" in await SipCallControl(human).end_briefing(connect=False, reason="late")
+    line = calls.reports[-1][2]
+    assert calls.reports[-1][0] == "call.transferred" and line["briefing"] == "conversation"
+
+
+async def test_a_declined_transfer_gives_the_caller_back_to_the_agent_told_why() -> None:
+    calls, warm, caller, session = _setup()
+    transfer, human, _ = await _conversing(calls, warm, caller)
+    assert await SipCallControl(human).end_briefing(connect=False, reason="I'm off shift in a minute") == ""
+    await _until(lambda: transfer.state is WarmState.FAILED)
+    assert (transfer.outcome, human.end_reason) == ("declined", "transfer_declined")
+    assert session.held is None and not transfer.bridge.joined and caller.bridge is None
+    ((note, respond),) = session.notes
+    assert respond and "did not go through (the colleague declined the call: I'm off shift in a minute)" in note
+    kind, _, line = calls.reports[-1]
+    assert (kind, line["outcome"], line["declined_reason"]) == (
+        "call.transfer_failed",
+        "declined",
+        "I'm off shift in a minute",
+    )
+    assert warm.outcomes == {"failed": 1}
+
+
+async def test_a_human_hanging_up_mid_conversation_brings_the_caller_back() -> None:
+    calls, warm, caller, session = _setup()
+    transfer, human, _ = await _conversing(calls, warm, caller)
+    calls.end(human, "peer_hangup")
+    await _until(lambda: transfer.state is WarmState.FAILED)
+    assert transfer.outcome == "human_hangup" and transfer.declined_reason is None
+    assert session.held is None and "hung up before the caller was connected" in session.notes[0][0]
+
+
+async def test_a_conversation_that_never_ends_joins_them_at_its_timeout() -> None:
+    calls, warm, caller, _ = _setup(warm_transfer_conversation_timeout_s=0.1, warm_transfer_brief_timeout_s=300)
+    transfer, human, _ = await _conversing(calls, warm, caller)
+    await _until(lambda: transfer.state is WarmState.BRIDGED)  # after the 0.1 s of the conversation's timeout
+    assert transfer.briefed and transfer.join_by == "" and human.bridge is transfer.bridge
+
+
+async def test_the_ops_api_forces_the_join_of_a_transfer_in_briefing_only() -> None:
+    calls, warm, caller, _ = _setup()
+    with pytest.raises(CommandRejectedError, match="has no warm transfer"):
+        warm.force_join(caller)
+    transfer = await warm.start(caller, CONVERSE, initiator="api")
+    with pytest.raises(CommandRejectedError, match="is dialling, not briefing"):
+        warm.force_join(caller)
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    await _until(lambda: transfer.state is WarmState.BRIEFING)
+    assert warm.force_join(human) is transfer  # the human's leg names it as well as the caller's
+    with pytest.raises(CommandRejectedError, match="asked already"):
+        warm.force_join(caller)
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
+    assert transfer.join_by == "api" and not transfer.briefed, "joined before the agent said anything"
+    with pytest.raises(CommandRejectedError, match="is bridged, not briefing"):
+        warm.force_join(caller)
+    # A spoken briefing may be cut short the same way.
+    calls, warm, caller, _ = _setup()
+    transfer = await warm.start(caller, REQUEST, initiator="api")
+    human = calls.legs[transfer.human_id]
+    calls.answer(human)
+    human.session = cast(CallSession, FakeSession(frames_out=10))  # still speaking
+    await _until(lambda: transfer.state is WarmState.BRIEFING)
+    warm.force_join(caller)
+    await _until(lambda: transfer.state is WarmState.BRIDGED)
 
 
 # ------------------------------------------------------------------------------ a real worker, in one loop
