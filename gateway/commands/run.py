@@ -46,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
         worker_settings = worker_args.worker_settings(args)
         model_factory = worker_args.model_factory(args.provider)
         amd_recognisers = worker_args.amd_recognisers()
+        worker_args.preload_local_models()
     except (ConfigError, InsecureBindError) as exc:
         print(f"gateway run: {exc}", file=sys.stderr)
         return 2

@@ -60,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
         settings = worker_args.worker_settings(args)
         model_factory = worker_args.model_factory(args.provider)
         amd_recognisers = worker_args.amd_recognisers()
+        worker_args.preload_local_models()
         control_settings = ControlSettings()
         token = control_settings.token
     except (ValidationError, ProviderError) as exc:

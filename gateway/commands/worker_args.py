@@ -124,6 +124,14 @@ def amd_recognisers() -> GreetingTranscribing:
     return greeting_recognisers()
 
 
+def preload_local_models() -> None:
+    """Whisper loading in a thread now when GATEWAY_PIPELINE_WHISPER_PRELOAD says so (nothing without the local
+    extra's components installed: the setting is then an error the first call reports too)."""
+    from gateway.providers.pipeline.local.factories import preload_whisper
+
+    preload_whisper()
+
+
 def model_factory(default_provider: str | None = None) -> Callable[[str], RealtimeModel]:
     """Providers by name, configured from the environment; checked once up front for the default."""
     from gateway.providers.registry import ProviderSettings, create_model

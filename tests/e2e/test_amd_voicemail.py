@@ -119,6 +119,10 @@ def _local_pipeline_config(path: Path) -> Path:
     return path
 
 
+# Whisper loads when the gateway starts: on a busy machine a load on the first call outlasts the words' hold.
+PRELOAD = {"GATEWAY_PIPELINE_WHISPER_PRELOAD": "1"}
+
+
 def _short_machine_wav(directory: Path) -> Path:
     """A greeting as short as a person's: 0.5 s of silence, "Please leave a message.", then silence."""
     speech = read_wav(speech_wav("Please leave a message.", directory / "short.wav", RATE)).samples[:, 0]
@@ -141,7 +145,9 @@ async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs
     require_module("pjsua2", package="pjsua2-python")
     wav = _short_machine_wav(tmp_path)
     config = _local_pipeline_config(tmp_path / "gateway.toml")
-    gateway = await start_gateway(peer_procs, env={"GATEWAY_CONFIG": str(config), "HF_HUB_OFFLINE": "1"})
+    env = {"GATEWAY_CONFIG": str(config), "HF_HUB_OFFLINE": "1", **PRELOAD}
+    gateway = await start_gateway(peer_procs, env=env)
+    await gateway.process.wait_for_output("whisper loaded", within=60)  # not on the call's clock
     phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
     async with gateway.client() as api, phone:
         body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}
@@ -170,8 +176,13 @@ async def test_a_realtime_profiles_amd_stt_catches_a_short_machine_greeting(
     wav = _short_machine_wav(tmp_path)
     fake = await start_fake_provider(peer_procs, "--mode", "tone")
     gateway = await start_gateway_on_fake(
-        peer_procs, tmp_path, fake, profile_lines=('amd_stt = { name = "whisper" }',), env={"HF_HUB_OFFLINE": "1"}
+        peer_procs,
+        tmp_path,
+        fake,
+        profile_lines=('amd_stt = { name = "whisper" }',),
+        env={"HF_HUB_OFFLINE": "1", **PRELOAD},
     )
+    await gateway.process.wait_for_output("whisper loaded", within=60)
     phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
     async with gateway.client() as api, phone:
         body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}

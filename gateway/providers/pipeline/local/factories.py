@@ -14,6 +14,8 @@ The Whisper model and the espeak-ng helper are shared by every call of the proce
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +30,7 @@ from gateway.providers.pipeline.local.rules import RuleAgent, RuleAgentConfig
 from gateway.providers.pipeline.local.whisper import WhisperConfig
 
 Options = Mapping[str, Any]
+log = logging.getLogger(__name__)
 
 OPTIONS: Mapping[str, tuple[str, ...]] = {
     "stt": ("early_decode_ms", "preroll_ms", "vad_threshold"),
@@ -63,6 +66,13 @@ class LocalSettings(BaseSettings):
         validation_alias=_env("GATEWAY_PIPELINE_WHISPER_WORKERS"),
         description="Whisper decodes at once per worker process, capped at the cores; 0: the cores.",
     )
+    whisper_preload: bool = Field(
+        default=False,
+        validation_alias=_env("GATEWAY_PIPELINE_WHISPER_PRELOAD"),
+        description="Load Whisper in a thread when the worker starts, so that its first call (a pipeline's STT or "
+        "a profile's amd_stt) does not wait the load: about a second, more on a busy machine, where answering-"
+        "machine detection's words would miss their hold. Off: loaded on the first call that needs it.",
+    )
     whisper_threads: int = Field(
         default=2,
         ge=1,
@@ -87,6 +97,27 @@ class LocalSettings(BaseSettings):
             workers=self.whisper_workers,
             threads=self.whisper_threads,
         )
+
+
+def preload_whisper(settings: LocalSettings | None = None) -> threading.Thread | None:
+    """With ``GATEWAY_PIPELINE_WHISPER_PRELOAD``, the process's Whisper loading in a daemon thread (started);
+    a call that needs it meanwhile waits for this load instead of starting another. None when off."""
+    from gateway.providers.pipeline.local.whisper import shared_whisper_sync
+
+    settings = settings or LocalSettings()
+    if not settings.whisper_preload:
+        return None
+    config = settings.whisper()
+
+    def load() -> None:
+        try:
+            shared_whisper_sync(config)
+        except ProviderConfigError as exc:  # the first call that needs it fails the same way, and says so
+            log.error("whisper preload failed: %s", exc)
+
+    thread = threading.Thread(target=load, name="whisper-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _number(options: Options, name: str, default: float) -> float:

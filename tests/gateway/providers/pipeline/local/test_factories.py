@@ -55,3 +55,35 @@ async def test_the_stt_is_built_on_the_shared_model() -> None:
         assert stt.input_rate == 16000
     finally:
         await stt.aclose()
+
+
+def test_whisper_is_preloaded_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.providers.pipeline.local import whisper
+
+    assert factories.preload_whisper(factories.LocalSettings()) is None  # off by default: the first call loads it
+    require_local_extra()
+    monkeypatch.setenv("GATEWAY_PIPELINE_WHISPER_PRELOAD", "1")
+    monkeypatch.setattr(whisper, "_shared", {})  # as in a fresh worker process
+    settings = factories.LocalSettings()
+    thread = factories.preload_whisper(settings)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    # Loaded before any call asked: the first call takes that runtime, with no load of its own.
+    assert list(whisper._shared) == [settings.whisper()]
+
+
+def test_a_preload_that_fails_is_logged_for_the_first_call_to_report(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.providers.pipeline.local import whisper
+
+    def broken(config: WhisperConfig) -> None:
+        raise ProviderConfigError("whisper model '/nowhere' failed to load: no model.bin")
+
+    monkeypatch.setattr(whisper, "shared_whisper_sync", broken)
+    monkeypatch.setenv("GATEWAY_PIPELINE_WHISPER_PRELOAD", "true")
+    thread = factories.preload_whisper()
+    assert thread is not None
+    thread.join(timeout=10)
+    assert "whisper preload failed: whisper model '/nowhere' failed to load: no model.bin" in caplog.text
