@@ -47,7 +47,8 @@ OPUS_ENCODE_MOVES_TOTAL = Counter(
 CALLS_TOTAL = Counter("gateway_calls_total", "Calls ended, by end reason", ["worker", "end_reason"], registry=REGISTRY)
 WARM_TRANSFERS_TOTAL = Counter(
     "gateway_warm_transfers_total",
-    "Warm transfers to a human, by outcome: transferred (joined), failed (not reached), ended (caller left first)",
+    "Warm transfers to a human, by outcome: transferred (joined), failed (not reached), declined (by the human, in "
+    "a conversational briefing), ended (caller left first)",
     ["worker", "outcome"],
     registry=REGISTRY,
 )

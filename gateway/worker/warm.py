@@ -436,7 +436,7 @@ class WarmTransfers:
     def _failed(self, transfer: WarmTransfer, caller: CallLeg, outcome: str) -> None:
         """The human was not reached: the caller is back with the agent, who is told."""
         transfer.outcome = outcome
-        self._count("failed")
+        self._count("declined" if outcome == "declined" else "failed")
         log.info("call %s: warm transfer %s to %s failed: %s", caller.id, transfer.id, transfer.target, outcome)
         session = caller.session
         if caller.live and session is not None:

@@ -376,7 +376,7 @@ async def test_a_declined_transfer_gives_the_caller_back_to_the_agent_told_why()
         "declined",
         "I'm off shift in a minute",
     )
-    assert warm.outcomes == {"failed": 1}
+    assert warm.outcomes == {"declined": 1}
 
 
 async def test_a_human_hanging_up_mid_conversation_brings_the_caller_back() -> None:
