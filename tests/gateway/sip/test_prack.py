@@ -174,3 +174,41 @@ def test_the_table_refuses_what_it_does_not_list() -> None:
         assert "idle" in str(exc)
     else:
         raise AssertionError("TIMER in IDLE must not pass")
+
+
+def _cancel() -> bytes:
+    lines = [
+        "CANCEL sip:agent@127.0.0.1:5062 SIP/2.0",
+        "Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bKt1;rport",
+        "Max-Forwards: 70",
+        "From: <sip:tester@127.0.0.1:5070>;tag=t1",
+        "To: <sip:agent@127.0.0.1:5062>",
+        "Call-ID: torture-1@127.0.0.1",
+        "CSeq: 1 CANCEL",
+        "Content-Length: 0",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_cancel_while_the_2xx_waits_for_the_prack_ends_the_call_with_487() -> None:
+    ep = endpoint()
+    call, _ = _invite(ep)
+    ep.ring(call, 0.0, status=183, body=ANSWER)
+    ep.answer(call, 0.2, body=ANSWER)
+    ep.datagrams()
+    ep.events()
+    out = _send(ep, _cancel(), 0.3)
+    assert [(r.status, r.cseq.method) for r in out] == [(200, "CANCEL"), (487, "INVITE")]
+    assert [type(e).__name__ for e in ep.events()] == ["CallCancelled", "CallEnded"]
+    assert all(r.status != 200 for r in _tick(ep, 40.0))  # the held 2xx never goes out
+    assert ep.call_count == 0
+
+
+def test_a_reject_stops_the_retransmission_of_an_unacknowledged_18x() -> None:
+    ep = endpoint()
+    call, _ = _invite(ep)
+    ep.ring(call, 0.0)
+    ep.reject(call, 0.1, status=486)
+    assert [r.status for r in _responses([d.data for d in ep.datagrams()])] == [180, 486]
+    later = [r.status for step in range(1, 80) for r in _tick(ep, step * T1)]
+    assert 180 not in later and 500 not in later
