@@ -231,6 +231,7 @@ def fire(core: Core, call: Call, now: float) -> bool:
         rel.held_final = None
         if tx is not None:
             core.respond(tx, 500, now, reason="No PRACK", to_tag=call.local_tag)
+        call.bye_pending = None  # a hang_up() waiting for a held 2xx: there is no dialog left to BYE
         core.end_call(call, reason="no PRACK", by="local", status=500)
         return True
     if rel.next_send is not None and rel.next_send <= now and tx is not None:

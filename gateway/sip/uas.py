@@ -225,7 +225,9 @@ def _cancel(core: Core, request: SipRequest, source: Address, transport: str, no
 
 def _bye(core: Core, call: Call, tx: Transaction, now: float) -> None:
     core.respond(tx, 200, now)
-    for pending in (call.incoming_update_tx, call.invite_tx if call.state is CallState.OFFERED else None):
+    held = call.reliable is not None and call.reliable.held_final is not None  # our 2xx waits for a PRACK
+    unanswered = call.state is CallState.OFFERED or held
+    for pending in (call.incoming_update_tx, call.invite_tx if unanswered else None):
         if pending is not None and pending.state is TxState.PROCEEDING:
             core.respond(pending, 487, now, to_tag=call.local_tag)
     call.bye_pending = None

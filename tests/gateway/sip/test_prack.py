@@ -212,3 +212,30 @@ def test_a_reject_stops_the_retransmission_of_an_unacknowledged_18x() -> None:
     assert [r.status for r in _responses([d.data for d in ep.datagrams()])] == [180, 486]
     later = [r.status for step in range(1, 80) for r in _tick(ep, step * T1)]
     assert 180 not in later and 500 not in later
+
+
+def test_hang_up_while_the_2xx_waits_then_no_prack_ends_with_500_and_forgets_the_call() -> None:
+    ep = endpoint()
+    call, _ = _invite(ep)
+    ep.ring(call, 0.0, status=183, body=ANSWER)
+    ep.answer(call, 0.1, body=ANSWER)
+    ep.hang_up(call, 0.2)
+    statuses = [r.status for step in range(1, 70) for r in _tick(ep, step * T1)]
+    assert 500 in statuses and 200 not in statuses
+    assert ep.call_count == 0 and ep.next_deadline() is not None  # only the INVITE transaction's timers are left
+    assert [e for e in ep.events() if isinstance(e, CallEnded)] == [
+        CallEnded(call=call, reason="normal clearing", by="local", status=None)
+    ]
+
+
+def test_bye_in_the_early_dialog_while_the_2xx_waits_gets_200_and_487() -> None:
+    ep = endpoint()
+    call, _ = _invite(ep)
+    ep.ring(call, 0.0, status=183, body=ANSWER)
+    (progress,) = _responses([d.data for d in ep.datagrams()])
+    ep.answer(call, 0.1, body=ANSWER)
+    assert progress.to.tag is not None
+    bye = _prack("0 1 INVITE", progress.to.tag).replace(b"PRACK", b"BYE")
+    out = _send(ep, bye, 0.2)
+    assert [(r.status, r.cseq.method) for r in out] == [(200, "BYE"), (487, "INVITE")]
+    assert ep.call_count == 0
