@@ -29,7 +29,7 @@ from .auth import ClientCredentials
 from .dialog import Dialog
 from .events import Address, CallHandle
 from .message import SipRequest, SipResponse
-from .prack import ReliableProvisionals
+from .prack import PrackClient, ReliableProvisionals
 from .refer_sub import ReferSubscription
 from .session_timer import SessionTimer
 from .transaction import Transaction
@@ -61,6 +61,8 @@ class Call:
     early_body: bytes = b""
     # UAS: the INVITE required 100rel: our 18x are sent reliably and PRACKed (gateway/sip/prack.py).
     reliable: ReliableProvisionals | None = None
+    # UAC: the early dialogs a carrier's reliable 18x made, PRACKed (prack.py).
+    prack_client: PrackClient | None = None
     local_content_type: str = "application/sdp"
     session_timer: SessionTimer | None = None
     # UAS: our 2xx, retransmitted until the ACK arrives (§13.3.1.4).

@@ -15,6 +15,11 @@ keeps unreliable 18x (§3 lets a UAS choose; early media works without PRACK).
     AWAITING_PRACK   other final                         -> FINISHED         send it, stop retransmitting
     IDLE             final                               -> FINISHED         send it
 
+UAC (RFC 3262 §4, `PrackClient`): a reliable 18x on our INVITE (``Require: 100rel`` and an RSeq; a peer that
+sends one though we did not offer 100rel gets its PRACK too) is PRACKed once in its early dialog (one per To tag):
+the first RSeq of a tag, then only RSeq + 1 (a retransmission or a gap gets none, §4). The confirmed dialog of the
+2xx goes on from the early dialog's CSeq (the PRACK took one).
+
 Retransmission does not cap at T2 (§3: unlike a 2xx's, "starts at T1 seconds and doubles for each retransmission").
 A PRACK for the last reliable 18x still gets 200 after the final response (it crossed the 2xx on the wire).
 The RSeq space starts at a random value in [1, 2**31 - 1] (§3).
@@ -28,12 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .dialog import Dialog
 from .errors import RemoteProtocolError
 from .transaction import TxState
 
 if TYPE_CHECKING:
     from .call import Call
     from .core import Core
+    from .message import SipRequest, SipResponse
     from .transaction import Transaction
 
 OPTION_TAG = "100rel"
@@ -241,3 +248,45 @@ def fire(core: Core, call: Call, now: float) -> bool:
         rel.interval *= 2
         rel.next_send = now + rel.interval
     return False
+
+
+@dataclass(kw_only=True)
+class PrackClient:
+    """UAC: the early dialogs (by remote tag) we PRACKed in, and the last RSeq PRACKed in each."""
+
+    dialogs: dict[str, Dialog] = field(default_factory=dict)
+    last_rseq: dict[str, int] = field(default_factory=dict)
+
+    def local_seq(self, remote_tag: str) -> int | None:
+        dialog = self.dialogs.get(remote_tag)
+        return dialog.local_seq if dialog is not None else None
+
+
+def prack_reliable(core: Core, call: Call, invite: SipRequest, response: SipResponse, now: float) -> bool:
+    """UAC: PRACK ``response`` (an 18x to ``invite``) when it is reliable and next in its early dialog's RSeq
+    order. True when a PRACK went out."""
+    rseq_text = (response.headers.get("RSeq") or "").strip()
+    tag = response.to.tag
+    if OPTION_TAG not in response.headers.tokens("Require") or not rseq_text.isdigit() or not tag:
+        return False
+    rseq = int(rseq_text)
+    client = call.prack_client
+    if client is None:
+        client = call.prack_client = PrackClient()
+    last = client.last_rseq.get(tag)
+    if last is not None and rseq != last + 1:
+        return False  # §4: a retransmission (our PRACK's transaction retransmits itself) or out of order
+    dialog = client.dialogs.get(tag)
+    if dialog is None:
+        try:
+            dialog = Dialog.for_uac(invite, response, transport=call.transport)
+        except RemoteProtocolError:
+            core.stats.malformed_dropped += 1  # §12.1.2: no Contact, no early dialog to PRACK in
+            return False
+        client.dialogs[tag] = dialog
+    client.last_rseq[tag] = rseq
+    destination, transport, flow = core.next_hop(call, dialog)
+    request = dialog.build_request("PRACK", via=core.via(transport))
+    request.headers.add("RAck", f"{rseq} {invite.cseq.number} INVITE")
+    core.start_client(request, destination, transport, now, context=call, flow=flow)
+    return True

@@ -5,10 +5,11 @@ matches nothing gets 481; an INVITE that only supports 100rel keeps unreliable 1
 from __future__ import annotations
 
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.events import CallEnded, CallOffered
-from gateway.sip.message import SipResponse, parse_message
+from gateway.sip.events import CallEnded, CallEstablished, CallOffered, OutboundCallAnswered
+from gateway.sip.message import SipRequest, SipResponse, parse_message
 from gateway.sip.prack import MAX_RSEQ, RAck, RelAction, ReliableProvisionals, RelInput, RelState, parse_rack
-from tests.gateway.sip.test_calls import ANSWER, OFFER
+from tests.gateway.sip.sipnet import DropFirst
+from tests.gateway.sip.test_calls import ANSWER, OFFER, setup
 from tests.gateway.sip.test_torture import PEER, endpoint, request
 
 T1 = 0.5  # SipTimers' default
@@ -239,3 +240,54 @@ def test_bye_in_the_early_dialog_while_the_2xx_waits_gets_200_and_487() -> None:
     out = _send(ep, bye, 0.2)
     assert [(r.status, r.cseq.method) for r in out] == [(200, "BYE"), (487, "INVITE")]
     assert ep.call_count == 0
+
+
+def test_our_uac_pracks_reliable_18x_and_the_dialog_goes_on_past_the_prack_cseq() -> None:
+    net, a, b = setup()
+    call_a = a.invite(
+        "sip:agent@127.0.0.1:5062",
+        net.now,
+        from_uri="<sip:alice@127.0.0.1:5061>",
+        body=OFFER,
+        headers=(("Require", "100rel"),),
+    )
+    call_b = net.of_type(b, CallOffered)[-1].call
+    b.ring(call_b, net.now)
+    b.ring(call_b, net.now, status=183, body=ANSWER)  # goes out when the 180 is PRACKed
+    net.pump()
+    b.answer(call_b, net.now, body=ANSWER)
+    net.pump()
+    sent = [parse_message(d.data) for d in net.log if not d.dropped]
+    pracks = [m for m in sent if isinstance(m, SipRequest) and m.method == "PRACK"]
+    reliable = [m for m in sent if isinstance(m, SipResponse) and m.status in (180, 183)]
+    assert [r.headers.get("RSeq") for r in reliable] == [(p.headers.get("RAck") or "").split()[0] for p in pracks]
+    assert [p.cseq.number for p in pracks] == [2, 3]
+    assert [type(e).__name__ for e in net.of_type(a, OutboundCallAnswered)] == ["OutboundCallAnswered"]
+    assert net.of_type(b, CallEstablished) == [CallEstablished(call=call_b, body=b"")]
+    a.hang_up(call_a, net.now)
+    net.pump()
+    bye = [m for m in (parse_message(d.data) for d in net.log) if isinstance(m, SipRequest) and m.method == "BYE"]
+    assert [m.cseq.number for m in bye] == [4]  # after the PRACKs' CSeqs: b takes it (no 500)
+    assert net.of_type(b, CallEnded)[-1].by == "remote" and net.lines()[-1].startswith("SIP/2.0 200")
+    net.advance(40_000)
+    assert "SIP/2.0 500 No PRACK" not in net.lines()
+
+
+def test_a_retransmitted_reliable_18x_gets_no_second_prack_the_lost_prack_is_retransmitted() -> None:
+    net, a, b = setup()
+    net.drop = DropFirst("PRACK", 1)
+    a.invite(
+        "sip:agent@127.0.0.1:5062",
+        net.now,
+        from_uri="<sip:alice@127.0.0.1:5061>",
+        body=OFFER,
+        headers=(("Require", "100rel"),),
+    )
+    call_b = net.of_type(b, CallOffered)[-1].call
+    b.ring(call_b, net.now, status=183, body=ANSWER)
+    net.advance(2_000)
+    pracks = [parse_message(d.data) for d in net.log if d.start_line.startswith("PRACK")]
+    assert len(pracks) == 2 and len({p.cseq.number for p in pracks}) == 1  # the lost one, then its retransmission
+    assert len([line for line in net.lines() if line.startswith("SIP/2.0 183")]) >= 2  # b retransmitted meanwhile
+    b.answer(call_b, net.now, body=ANSWER)
+    assert net.of_type(b, CallEstablished) == [CallEstablished(call=call_b, body=b"")]
