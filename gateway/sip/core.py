@@ -48,8 +48,8 @@ from .uri import SipUri, format_host, parse_uri
 ALLOWED_METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "PRACK")
 KNOWN_METHODS = frozenset({*ALLOWED_METHODS, "REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE"})
 SUPPORTED_OPTIONS = ("timer", "norefersub")  # RFC 4028; RFC 4488 (refer_sub.py)
-# As a UAS we also do 100rel (RFC 3262, prack.py); our own requests leave it out: as a UAC we do not PRACK a
-# carrier's reliable 18x, so it must not send us any.
+# As a UAS we also do 100rel (RFC 3262, prack.py); our own requests leave it out, so carriers keep sending
+# unreliable 18x on our calls (a reliable one that comes anyway is PRACKed: prack.prack_reliable).
 UAS_OPTIONS = ("100rel", *SUPPORTED_OPTIONS)
 
 ResponseHandler = Callable[[Transaction, SipResponse | None, float], None]
