@@ -4,6 +4,7 @@ Rules of the call state machine (inputs in the middle, the module that implement
 
     UAS   OFFERED    --ring()-->              OFFERED      180/183 sent                         uas, endpoint
           OFFERED    --ring(body)-->          OFFERED      183 with the SDP answer (early media) endpoint
+          OFFERED    --ring(), 100rel-->      OFFERED      reliable 18x until PRACK (prack.py)  prack
           OFFERED    --answer()-->            ANSWERED     2xx sent, retransmitted at T1..T2    endpoint
           OFFERED    --reject()/CANCEL-->     ENDED        3xx-6xx / 487 sent                   endpoint, uas
           ANSWERED   --ACK-->                 CONFIRMED    CallEstablished                       uas
@@ -28,6 +29,7 @@ from .auth import ClientCredentials
 from .dialog import Dialog
 from .events import Address, CallHandle
 from .message import SipRequest, SipResponse
+from .prack import PrackClient, ReliableProvisionals
 from .refer_sub import ReferSubscription
 from .session_timer import SessionTimer
 from .transaction import Transaction
@@ -57,6 +59,10 @@ class Call:
     local_body: bytes = b""
     # UAS: the SDP answer of our 183 (early media); the 2xx must carry the same exact answer (§13.2.1).
     early_body: bytes = b""
+    # UAS: the INVITE required 100rel: our 18x are sent reliably and PRACKed (gateway/sip/prack.py).
+    reliable: ReliableProvisionals | None = None
+    # UAC: the early dialogs a carrier's reliable 18x made, PRACKed (prack.py).
+    prack_client: PrackClient | None = None
     local_content_type: str = "application/sdp"
     session_timer: SessionTimer | None = None
     # UAS: our 2xx, retransmitted until the ACK arrives (§13.3.1.4).
@@ -94,6 +100,8 @@ class Call:
             out.append(self.ok_next)
         if self.ok_give_up is not None:
             out.append(self.ok_give_up)
+        if self.reliable is not None:
+            out.extend(self.reliable.deadlines())
         if self.session_timer is not None and self.state is CallState.CONFIRMED:
             out.append(self.session_timer.deadline)
         return out

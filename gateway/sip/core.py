@@ -45,9 +45,12 @@ from .transaction import (
 from .uri import SipUri, format_host, parse_uri
 
 # Methods we implement (Allow), methods we know but refuse with 405, and our option tags (Supported).
-ALLOWED_METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
-KNOWN_METHODS = frozenset({*ALLOWED_METHODS, "REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK"})
+ALLOWED_METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "PRACK")
+KNOWN_METHODS = frozenset({*ALLOWED_METHODS, "REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE"})
 SUPPORTED_OPTIONS = ("timer", "norefersub")  # RFC 4028; RFC 4488 (refer_sub.py)
+# As a UAS we also do 100rel (RFC 3262, prack.py); our own requests leave it out, so carriers keep sending
+# unreliable 18x on our calls (a reliable one that comes anyway is PRACKed: prack.prack_reliable).
+UAS_OPTIONS = ("100rel", *SUPPORTED_OPTIONS)
 
 ResponseHandler = Callable[[Transaction, SipResponse | None, float], None]
 TransportErrorHandler = Callable[[Transaction, TransportErrorReported, float], None]
@@ -118,7 +121,8 @@ class Core:
     def common_headers(self, *, response: bool = False) -> tuple[tuple[str, str], ...]:
         """Allow, Supported and who we are: User-Agent on requests, Server on responses (RFC 3261 §20.35,
         §20.41), left out when the configured name is empty (not giving the product and version away)."""
-        headers = (("Allow", ", ".join(ALLOWED_METHODS)), ("Supported", ", ".join(SUPPORTED_OPTIONS)))
+        supported = UAS_OPTIONS if response else SUPPORTED_OPTIONS
+        headers = (("Allow", ", ".join(ALLOWED_METHODS)), ("Supported", ", ".join(supported)))
         if self.config.user_agent:
             return (*headers, ("Server" if response else "User-Agent", self.config.user_agent))
         return headers

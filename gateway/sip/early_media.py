@@ -1,8 +1,8 @@
 """Early media: SDP in provisional responses to an initial INVITE, both ways (RFC 3261 §13.2.1, RFC 3960).
 
-No reliable provisional responses (RFC 3262, 100rel) are used: an INVITE that *requires* 100rel is answered 420 with
-``Unsupported: 100rel`` by the core's Require check (gateway/sip/uas.py), which is what RFC 3262 §3 asks of a UAS
-that does not support it; ``Supported: 100rel`` alone is fine (our 18x are then simply unreliable).
+Reliable provisional responses (RFC 3262, 100rel): when the INVITE *requires* 100rel, every 18x (the 183 too) is
+sent reliably and PRACKed (gateway/sip/prack.py); with ``Supported: 100rel`` alone our 18x stay unreliable. The
+rules below hold either way (the 183's answer is the session's answer; the 2xx repeats it).
 
 UAS (a 183 Session Progress we send, ``SipEndpoint.ring(body=...)``):
 

@@ -39,6 +39,8 @@ from .events import (
 from .headers import parse_via
 from .message import SipRequest, SipResponse, can_answer, parse_message, validate_request
 from .policy import InboundPolicy, Verdict
+from .prack import fire as fire_prack
+from .prack import hold_final, send_provisional
 from .refer_sub import ReferAction, ReferSubscription
 from .registrations import Registrations
 from .replaces import refer_to_replacing
@@ -168,6 +170,9 @@ class SipEndpoint:
         contact = self._core.contact(c.transport, secure=c.secure)
         headers = (("Contact", contact), *_body_headers(body, "application/sdp"))
         assert c.invite_tx is not None
+        if c.reliable is not None:
+            send_provisional(self._core, c, status, headers, body, now)
+            return
         self._core.respond(c.invite_tx, status, now, to_tag=c.local_tag, headers=headers, body=body)
 
     def answer(
@@ -187,8 +192,13 @@ class SipEndpoint:
         if not 200 <= status <= 299:
             raise LocalProtocolError("answer() needs a 2xx status")
         check_final(c.early_body, body)
-        assert c.invite_tx is not None
-        self._send_ok(c, c.invite_tx.request, c.invite_tx, status, body, content_type, headers, now)
+        tx = c.invite_tx
+        assert tx is not None
+
+        def send(at: float) -> None:
+            self._send_ok(c, tx.request, tx, status, body, content_type, headers, at)
+
+        hold_final(c, True, send, now)  # waits for the PRACK of a reliable 183 with SDP (RFC 3262 §3)
         c.state = CallState.ANSWERED
 
     def reject(
@@ -493,6 +503,8 @@ class SipEndpoint:
 
     def _call_timers(self, call: Call, now: float) -> None:
         core = self._core
+        if fire_prack(core, call, now):
+            return
         if call.ok_give_up is not None and call.ok_give_up <= now:
             # §13.3.1.4: no ACK for our 2xx within 64*T1: confirm and end the session with BYE.
             call.ok_response = None

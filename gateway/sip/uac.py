@@ -5,7 +5,7 @@ Owns: building the initial INVITE and in-dialog requests, the ACK for a 2xx (sen
 transaction, §13.2.2.4; re-sent for each 2xx retransmission), CANCEL (§9.1: only once a provisional came),
 and `on_response`, where client transactions hand their responses (or timeouts, as None):
 
-    INVITE   1xx  -> OutboundCallProgressed (>100); a wanted CANCEL goes out now
+    INVITE   1xx  -> OutboundCallProgressed (>100), a PRACK when reliable (prack.py); a wanted CANCEL goes out now
              2xx  -> Dialog, ACK, OutboundCallAnswered, session timer from Session-Expires; after a CANCEL
                      or from a second fork: ACK then BYE
              401/407 with credentials (once) or 422 with Min-SE (once) -> the INVITE again, CSeq + 1
@@ -39,6 +39,7 @@ from .events import (
     TransferProgressed,
 )
 from .message import SipRequest, SipResponse, make_response
+from .prack import prack_reliable
 from .session_timer import min_se_of_422, negotiate_as_uac, offer_headers
 from .transaction import Transaction, TransportErrorReported
 
@@ -178,6 +179,7 @@ def _initial_invite_response(core: Core, call: Call, tx: Transaction, response: 
         if call.cancel_wanted and not call.cancel_sent:
             send_cancel(core, call, now)
         elif status > 100 and call.state is CallState.CALLING:
+            prack_reliable(core, call, tx.request, response, now)
             core.emit(
                 OutboundCallProgressed(
                     call=call.handle,
@@ -232,6 +234,9 @@ def _invite_answered(core: Core, call: Call, tx: Transaction, response: SipRespo
     except RemoteProtocolError:
         core.stats.malformed_dropped += 1
         return
+    early_seq = call.prack_client.local_seq(dialog.remote_tag) if call.prack_client is not None else None
+    if early_seq is not None:
+        dialog.local_seq = max(dialog.local_seq, early_seq)  # our PRACKs used CSeq numbers of this dialog
     if call.dialog is not None and call.dialog.id == dialog.id:
         if call.ack is not None:  # retransmitted 2xx: our ACK was lost
             _resend_ack(core, call, call.ack)

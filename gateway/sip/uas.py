@@ -6,7 +6,7 @@ answered by their transaction) -> method (501 unknown, 405 known but not allowed
 -> Require (420 + Unsupported) -> dialog match (481, CSeq order 500) -> the method's own handling:
 
     INVITE (initial)   100 Trying, Dialog, CallOffered; 422 when Session-Expires < Min-SE; 503 when full;
-                       Require: 100rel -> 420 (our 183s of early media are unreliable: gateway/sip/early_media.py)
+                       Require: 100rel -> our 18x go reliably, PRACKed (gateway/sip/prack.py)
     INVITE (re-)       491 on glare with ours, 500 + Retry-After while one of theirs is pending;
                        else ReinviteReceived (the application answers)
     UPDATE             same glare rules; with a body -> ReinviteReceived, without -> 200 (a refresh)
@@ -22,6 +22,7 @@ answered by their transaction) -> method (501 unknown, 405 known but not allowed
                        else ReferReceived (the application accepts: 202 + NOTIFYs, or declines: 603;
                        gateway/sip/refer_sub.py has the subscription's table)
     NOTIFY             Event: refer with a message/sipfrag body -> TransferProgressed / TransferFailed
+    PRACK              200 when its RAck names our reliable 18x, else 481 (gateway/sip/prack.py)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import re
 
 from .call import Call, CallState
-from .core import ALLOWED_METHODS, KNOWN_METHODS, SUPPORTED_OPTIONS, Core, merge_key
+from .core import ALLOWED_METHODS, KNOWN_METHODS, UAS_OPTIONS, Core, merge_key
 from .dialog import Dialog
 from .errors import RemoteProtocolError
 from .events import (
@@ -48,6 +49,7 @@ from .events import (
     TransferProgressed,
 )
 from .message import SipRequest, is_rfc3261
+from .prack import for_invite, on_prack
 from .refer_sub import SIPFRAG_CONTENT_TYPE, ReferAction, ReferSubscription, parse_refer_to
 from .session_timer import negotiate_as_uas
 from .transaction import Transaction, TxInput, TxState, server_key
@@ -84,7 +86,7 @@ def handle_request(core: Core, request: SipRequest, source: Address, transport: 
     if to_tag is None and merge_key(request) in core.merge_index:
         core.reply_stateless(request, 482, source, transport)  # §8.2.2.2 merged request
         return
-    unsupported = sorted(request.headers.tokens("Require") - set(SUPPORTED_OPTIONS))
+    unsupported = sorted(request.headers.tokens("Require") - set(UAS_OPTIONS))
     if unsupported:
         core.reply_stateless(request, 420, source, transport, headers=(("Unsupported", ", ".join(unsupported)),))
         return
@@ -145,6 +147,7 @@ def _new_call(core: Core, request: SipRequest, source: Address, transport: str, 
         session_timer=timer,
         answer_headers=timer_headers,
         peer_allow=request.headers.tokens("Allow"),
+        reliable=for_invite(core, request.headers.tokens("Require")),
     )
     tx.context = call
     core.add_call(call)
@@ -212,14 +215,19 @@ def _cancel(core: Core, request: SipRequest, source: Address, transport: str, no
     if invite_tx.state is not TxState.PROCEEDING or call is None:
         return  # a final response was already sent: the CANCEL has no effect (§9.2)
     core.respond(invite_tx, 487, now, to_tag=call.local_tag)
-    if call.state is CallState.OFFERED:
+    held = call.reliable is not None and call.reliable.held_final is not None  # our 2xx waits for a PRACK
+    if call.state is CallState.OFFERED or held:
+        if held and call.reliable is not None:
+            call.reliable.held_final = None
         core.emit(CallCancelled(call=call.handle))
         core.end_call(call, reason="cancelled", by="remote", status=487)
 
 
 def _bye(core: Core, call: Call, tx: Transaction, now: float) -> None:
     core.respond(tx, 200, now)
-    for pending in (call.incoming_update_tx, call.invite_tx if call.state is CallState.OFFERED else None):
+    held = call.reliable is not None and call.reliable.held_final is not None  # our 2xx waits for a PRACK
+    unanswered = call.state is CallState.OFFERED or held
+    for pending in (call.incoming_update_tx, call.invite_tx if unanswered else None):
         if pending is not None and pending.state is TxState.PROCEEDING:
             core.respond(pending, 487, now, to_tag=call.local_tag)
     call.bye_pending = None
@@ -405,4 +413,5 @@ _IN_DIALOG = {
     "OPTIONS": _options_in_dialog,
     "REFER": _refer,
     "NOTIFY": _notify,
+    "PRACK": on_prack,
 }

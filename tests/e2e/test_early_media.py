@@ -5,6 +5,7 @@
    agent's greeting after the 200).
 2. A route with ``early_media = "greeting"``: the agent's greeting (the fake provider's tone) plays in early media
    and the call is answered when it has played out, not at the route's cap.
+1b. The same with a caller that requires 100rel (RFC 3262): the 180/183 come reliably, the phone PRACKs them.
 3. An outbound call to a phone that answers 183 and plays a known tone pattern before its 200: the gateway receives
    it (the call's early frame count, and the caller channel of the call's recording before the answer) while the
    agent's greeting comes only after the 200.
@@ -64,6 +65,7 @@ async def _ring_and_answer(
     greeting: str,
     route_lines: tuple[str, ...],
     hangup_after: float,
+    prack: str = "off",
 ) -> tuple[Any, PjsuaPhone]:
     """A pjsua2 caller (quiet, PCMU) on a route with early media, through to its hang-up: the gateway and phone."""
     require_module("pjsua2", package="pjsua2 (the test extra)")
@@ -73,7 +75,14 @@ async def _ring_and_answer(
     )
     quiet = write_wav(tmp_path / "quiet.wav", silence(8.0, 8000), 8000)
     phone = PjsuaPhone(
-        procs, tmp_path, mode="caller", uri=gateway.sip_uri, play=quiet, hangup_after=hangup_after, codecs=("PCMU",)
+        procs,
+        tmp_path,
+        mode="caller",
+        uri=gateway.sip_uri,
+        play=quiet,
+        hangup_after=hangup_after,
+        codecs=("PCMU",),
+        prack=prack,
     )
     async with phone:
         await phone.wait_state("CONFIRMED", within=15)
@@ -104,6 +113,31 @@ async def test_a_tone_route_rings_in_early_media_then_answers(peer_procs: Proces
     assert re.search(r"early media tone for 2\.\d+ s: \d+ frames sent", gateway.process.output)
     pjsip_log = phone.pjsip_log.read_text(errors="replace")
     assert "SIP/2.0 183 Session Progress" in pjsip_log
+
+
+async def test_a_caller_requiring_100rel_gets_a_reliable_183_prack_and_ringback(
+    peer_procs: ProcessGroup, tmp_path: Path
+) -> None:
+    route = ('early_media = "tone"', "early_media_s = 2.0")
+    gateway, phone = await _ring_and_answer(
+        peer_procs, tmp_path, reply_ms="400", greeting="Hello.", route_lines=route, hangup_after=1.0, prack="mandatory"
+    )
+    pjsip_log = phone.pjsip_log.read_text(errors="replace")
+    assert re.search(r"^Require:\s*100rel", pjsip_log, re.M | re.I), "the phone's INVITE requires 100rel"
+    assert "SIP/2.0 420" not in pjsip_log
+    # Our 18x came reliably (RSeq), the phone PRACKed and got 200 for its PRACK.
+    assert re.search(r"^RSeq:\s*\d+", pjsip_log, re.M), "no RSeq in our 18x"
+    assert re.search(r"^PRACK sip:", pjsip_log, re.M) and re.search(r"^CSeq:\s*\d+ PRACK", pjsip_log, re.M)
+    assert re.search(r"SIP/2\.0 200 OK.*?CSeq:\s*\d+ PRACK", pjsip_log, re.S), "no 200 for the PRACK"
+    early, confirmed = _state(phone, 183), _confirmed(phone)
+    assert 1.8 <= confirmed.t - early.t <= 2.8, (early, confirmed)
+    heard = read_wav(phone.recording)  # type: ignore[arg-type]
+    media_at = next(e.t for e in phone.events if e.name == "media_active")
+    rings = [b for b in bursts(heard) if abs(b.frequency_hz - RINGBACK_HZ) < 10]
+    assert len(rings) == 1 and 900 <= rings[0].duration_ms <= 1100, bursts(heard)
+    assert rings[0].end_s < confirmed.t - media_at, (rings, confirmed.t - media_at)
+    record = await _ended(gateway)
+    assert record["end_reason"] == "caller_hangup", record
 
 
 async def test_a_greeting_route_plays_the_greeting_in_early_media(peer_procs: ProcessGroup, tmp_path: Path) -> None:

@@ -81,6 +81,7 @@ class PjsuaPhone:
         early_media_s: float = 0.0,
         answer_code: int = 200,
         follow_transfer: bool = False,
+        prack: str = "off",
     ) -> None:
         """``srtp``: SDES SRTP of the media, ``disabled``, ``optional`` (RTP/AVP with a=crypto) or ``mandatory``
         (RTP/SAVP); separate from the SIP transport, so the two combine. ``srtp_secure_signaling=1``: keys only over
@@ -94,7 +95,8 @@ class PjsuaPhone:
         ``host``: the loopback address it binds (another source than 127.0.0.1); ``auth``: (user, password)
         answering a digest challenge. ``follow_transfer``: go on with the new call of a REFER it takes, or of an
         INVITE with Replaces of its call. ``early_media_s``: a callee answers 183 with SDP (early media, its player
-        running) and sends the 200 that much later."""
+        running) and sends the 200 that much later. ``prack``: RFC 3262 100rel, ``off``, ``optional`` (Supported)
+        or ``mandatory`` (a caller's INVITE says Require: 100rel; it PRACKs reliable 18x)."""
         if mode not in ("caller", "callee"):
             raise ValueError(f"mode must be caller or callee, not {mode!r}")
         if mode == "caller" and not uri:
@@ -129,6 +131,7 @@ class PjsuaPhone:
             f"--srtp-secure-signaling={srtp_secure_signaling}",
             f"--host={host}",
             f"--answer-code={answer_code}",
+            f"--prack={prack}",
         ]
         if auth is not None:
             self._argv += [f"--auth-user={auth[0]}", f"--auth-password={auth[1]}"]

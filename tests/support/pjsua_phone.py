@@ -267,6 +267,12 @@ def run(args: argparse.Namespace) -> int:
             "mandatory": pj.PJMEDIA_SRTP_MANDATORY,
         }[args.srtp]
         account_cfg.mediaConfig.srtpSecureSignaling = args.srtp_secure_signaling
+    if args.prack != "off":
+        # RFC 3262: "mandatory" puts Require: 100rel in its INVITE (the callee must send 18x reliably; it PRACKs).
+        account_cfg.callConfig.prackUse = {
+            "optional": pj.PJSUA_100REL_OPTIONAL,
+            "mandatory": pj.PJSUA_100REL_MANDATORY,
+        }[args.prack]
     account = PhoneAccount(phone)
     account.create(account_cfg)
     phone.account = account
@@ -389,6 +395,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock-rate", type=int, default=8000)
     parser.add_argument("--log", help="PJSIP log file")
     parser.add_argument("--srtp", choices=["disabled", "optional", "mandatory"], default="disabled")
+    parser.add_argument(
+        "--prack", choices=["off", "optional", "mandatory"], default="off", help="100rel: Supported / Require"
+    )
     parser.add_argument(
         "--srtp-secure-signaling", type=int, choices=[0, 1, 2], default=0, help="1: SDES only over TLS signalling"
     )
