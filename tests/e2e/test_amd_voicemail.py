@@ -133,6 +133,23 @@ def _short_machine_wav(directory: Path) -> Path:
     )
 
 
+async def _words_hang_up_on(procs: ProcessGroup, tmp_path: Path, gateway: Any, wav: Path) -> None:
+    """Once Whisper has loaded (not on the call's clock), an AMD call to a phone playing ``wav``: hung up
+    ``machine_detected`` on the greeting's words."""
+    await gateway.process.wait_for_output("whisper loaded", within=60)
+    phone = PjsuaPhone(procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
+    async with gateway.client() as api, phone:
+        body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}
+        response = await api.post("/v1/calls", json=body)
+        assert response.status_code == 201, response.text
+        call_id: str = response.json()["id"]
+        await phone.wait_state("CONFIRMED", within=20)
+        await phone.wait_state("DISCONNECTED", within=20)
+        ended = await poll(lambda: _ended(api, call_id), within=10, what="the short machine call ended")
+    assert ended["end_reason"] == "machine_detected", ended
+    assert (ended["amd"]["result"], ended["amd"]["reason"]) == ("machine", "words_machine"), ended
+
+
 async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs: ProcessGroup, tmp_path: Path) -> None:
     """A greeting as short as a person's ("Please leave a message.", then silence): the timing rules alone say human;
     the local pipeline's side recogniser hears the phrase and the gateway hangs up ``machine_detected``."""
@@ -147,18 +164,7 @@ async def test_the_local_whisper_words_catch_a_short_machine_greeting(peer_procs
     config = _local_pipeline_config(tmp_path / "gateway.toml")
     env = {"GATEWAY_CONFIG": str(config), "HF_HUB_OFFLINE": "1", **PRELOAD}
     gateway = await start_gateway(peer_procs, env=env)
-    await gateway.process.wait_for_output("whisper loaded", within=60)  # not on the call's clock
-    phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
-    async with gateway.client() as api, phone:
-        body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}
-        response = await api.post("/v1/calls", json=body)
-        assert response.status_code == 201, response.text
-        call_id: str = response.json()["id"]
-        await phone.wait_state("CONFIRMED", within=20)
-        await phone.wait_state("DISCONNECTED", within=20)
-        ended = await poll(lambda: _ended(api, call_id), within=10, what="the short machine call ended")
-    assert ended["end_reason"] == "machine_detected", ended
-    assert (ended["amd"]["result"], ended["amd"]["reason"]) == ("machine", "words_machine"), ended
+    await _words_hang_up_on(peer_procs, tmp_path, gateway, wav)
 
 
 async def test_a_realtime_profiles_amd_stt_catches_a_short_machine_greeting(
@@ -182,18 +188,7 @@ async def test_a_realtime_profiles_amd_stt_catches_a_short_machine_greeting(
         profile_lines=('amd_stt = { name = "whisper" }',),
         env={"HF_HUB_OFFLINE": "1", **PRELOAD},
     )
-    await gateway.process.wait_for_output("whisper loaded", within=60)
-    phone = PjsuaPhone(peer_procs, tmp_path, mode="callee", name="short", user="short", play=wav, max_seconds=40)
-    async with gateway.client() as api, phone:
-        body = {"to": phone.sip_uri, "caller_id": "+15550199", "amd": "detect"}
-        response = await api.post("/v1/calls", json=body)
-        assert response.status_code == 201, response.text
-        call_id: str = response.json()["id"]
-        await phone.wait_state("CONFIRMED", within=20)
-        await phone.wait_state("DISCONNECTED", within=20)
-        ended = await poll(lambda: _ended(api, call_id), within=10, what="the short machine call ended")
-    assert ended["end_reason"] == "machine_detected", ended
-    assert (ended["amd"]["result"], ended["amd"]["reason"]) == ("machine", "words_machine"), ended
+    await _words_hang_up_on(peer_procs, tmp_path, gateway, wav)
     words = r"AMD machine \(words_machine\) at [0-9.]+ s; words heard: '[^']*message"
     assert await gateway.process.wait_for_output(re.compile(words, re.IGNORECASE), within=5)
 

@@ -79,6 +79,21 @@ async def _greeted(fake: FakeProvider) -> None:
     await fake.wait_for(lambda s: bool(s) and len(s[0]["responses"]) >= 1, within=15, what="the agent's greeting")
 
 
+async def _agent_spoke_after_the_note(gateway: Any, call_id: str, why: str) -> None:
+    """The failed transfer's system note (naming ``why``) is on the call, and the agent's reply after it was
+    played out; the call goes on with the transfer line failed."""
+
+    async def spoke_again() -> dict[str, Any] | None:
+        record: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call_id}")
+        lines = record["transcript"]
+        notes = [i for i, t in enumerate(lines) if t["role"] == "system" and why in t["text"]]
+        after = [t for t in lines[notes[0] :] if t["role"] == "assistant" and t["end_s"]] if notes else []
+        return record if after else None
+
+    record = await poll(spoke_again, within=15, what=f"the agent's reply after the note naming {why!r}")
+    assert record["state"] == "active" and record["transfer"]["state"] == "failed", record["transfer"]
+
+
 async def _start(
     procs: ProcessGroup, tmp_path: Path, *, record: str = "off", fake_args: tuple[str, ...] = ()
 ) -> tuple[FakeProvider, Any]:
@@ -293,16 +308,7 @@ async def test_a_declined_conversation_gives_the_caller_back_to_the_agent(
         assert failed.type == "call.transfer_failed", transfer
         assert (transfer["outcome"], transfer["declined_reason"]) == ("declined", "I am off shift"), transfer
         assert await human.wait_done(within=15) == 0  # the gateway ended the human's call
-
-        async def spoke_again() -> dict[str, Any] | None:
-            record: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call['id']}")
-            lines = record["transcript"]
-            notes = [i for i, t in enumerate(lines) if t["role"] == "system" and "I am off shift" in t["text"]]
-            after = [t for t in lines[notes[0] :] if t["role"] == "assistant" and t["end_s"]] if notes else []
-            return record if after else None
-
-        record = await poll(spoke_again, within=15, what="the agent's reply after the declined transfer")
-        assert record["state"] == "active" and record["transfer"]["state"] == "failed", record["transfer"]
+        await _agent_spoke_after_the_note(gateway, call["id"], "I am off shift")
         await caller.hangup()
         await caller.wait_closed(within=10)
 
@@ -334,17 +340,7 @@ async def test_a_busy_human_brings_the_caller_back_to_the_agent(peer_procs: Proc
             lambda e: e.type == "call.transfer_failed" and e.call_id == call["id"], within=15
         )
         assert failed.subject["transfer"]["outcome"] == "sip_486", failed.subject
-
-        # The agent is told why and answers: its reply is played out to the caller.
-        async def spoke_again() -> dict[str, Any] | None:
-            record: dict[str, Any] = await gateway.api("GET", f"/v1/calls/{call['id']}")
-            lines = record["transcript"]
-            notes = [i for i, t in enumerate(lines) if t["role"] == "system" and "line was busy" in t["text"]]
-            after = [t for t in lines[notes[0] :] if t["role"] == "assistant" and t["end_s"]] if notes else []
-            return record if after else None
-
-        record = await poll(spoke_again, within=15, what="the agent's reply after the failed transfer")
-        assert record["state"] == "active" and record["transfer"]["state"] == "failed", record["transfer"]
+        await _agent_spoke_after_the_note(gateway, call["id"], "line was busy")  # told why, it answers
         await caller.hangup()
         await caller.wait_closed(within=10)
 

@@ -25,6 +25,17 @@ def _columns(connection: sa.Connection) -> dict[str, set[str]]:
     return {table: {c["name"] for c in inspector.get_columns(table)} for table in inspector.get_table_names()}
 
 
+def _old_call(call_id: str) -> sa.TextClause:
+    """An INSERT of an ended call, in the columns of the old revisions these tests start from."""
+    return sa.text(
+        "INSERT INTO calls (id, direction, kind, from_number, to_number, route, profile, provider, worker,"
+        " started_at, ended_at, duration_s, end_reason, codec, transport, srtp, cost, jitter_ms, loss_pct,"
+        " concealed, barge_ins, resumes, tool_call_count, stats, dtmf, written_at) VALUES (:id,"
+        " 'inbound', 'sip', '+15550100', '+15550199', 'support', 'support', 'echo', 'w', 1.0, 2.0, 1.0,"
+        " 'caller_hangup', 'PCMU', 'udp', '', 1.0, 0.0, 0.0, 0, 0, 0, 0, '{}', '', 2.0)"
+    ).bindparams(id=call_id)
+
+
 async def test_an_empty_database_is_migrated_to_the_schema_the_code_uses(database_url: str) -> None:
     database = await open_database(database_url)
     try:
@@ -49,15 +60,7 @@ async def test_a_database_at_the_previous_revision_is_migrated_keeping_its_rows(
         assert await old.revision() == "0001_calls"
         async with old.engine.begin() as connection:
             assert "transcript_items" not in await connection.run_sync(_columns)
-            await connection.execute(
-                sa.text(
-                    "INSERT INTO calls (id, direction, kind, from_number, to_number, route, profile, provider, worker,"
-                    " started_at, ended_at, duration_s, end_reason, codec, transport, srtp, cost, jitter_ms, loss_pct,"
-                    " concealed, barge_ins, resumes, tool_call_count, stats, dtmf, written_at) VALUES ('c-old',"
-                    " 'inbound', 'sip', '+15550100', '+15550199', 'support', 'support', 'echo', 'w', 1.0, 2.0, 1.0,"
-                    " 'caller_hangup', 'PCMU', 'udp', '', 1.0, 0.0, 0.0, 0, 0, 0, 0, '{}', '', 2.0)"
-                )
-            )
+            await connection.execute(_old_call("c-old"))
     finally:
         await old.aclose()
     database = await open_database(database_url)
@@ -83,15 +86,7 @@ async def test_a_database_before_trunks_gains_the_nullable_indexed_column_its_ca
     try:
         async with old.engine.begin() as connection:
             assert "trunk" not in (await connection.run_sync(_columns))["calls"]
-            await connection.execute(
-                sa.text(
-                    "INSERT INTO calls (id, direction, kind, from_number, to_number, route, profile, provider, worker,"
-                    " started_at, ended_at, duration_s, end_reason, codec, transport, srtp, cost, jitter_ms, loss_pct,"
-                    " concealed, barge_ins, resumes, tool_call_count, stats, dtmf, written_at) VALUES ('c-before',"
-                    " 'inbound', 'sip', '+15550100', '+15550199', 'support', 'support', 'echo', 'w', 1.0, 2.0, 1.0,"
-                    " 'caller_hangup', 'PCMU', 'udp', '', 1.0, 0.0, 0.0, 0, 0, 0, 0, '{}', '', 2.0)"
-                )
-            )
+            await connection.execute(_old_call("c-before"))
     finally:
         await old.aclose()
     database = await open_database(database_url)

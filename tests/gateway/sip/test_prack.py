@@ -5,7 +5,7 @@ matches nothing gets 481; an INVITE that only supports 100rel keeps unreliable 1
 from __future__ import annotations
 
 from gateway.sip.endpoint import SipEndpoint
-from gateway.sip.events import CallEnded, CallEstablished, CallOffered, OutboundCallAnswered
+from gateway.sip.events import CallEnded, CallEstablished, CallHandle, CallOffered, OutboundCallAnswered
 from gateway.sip.message import SipRequest, SipResponse, parse_message
 from gateway.sip.prack import MAX_RSEQ, RAck, RelAction, ReliableProvisionals, RelInput, RelState, parse_rack
 from tests.gateway.sip.sipnet import DropFirst
@@ -242,15 +242,20 @@ def test_bye_in_the_early_dialog_while_the_2xx_waits_gets_200_and_487() -> None:
     assert ep.call_count == 0
 
 
-def test_our_uac_pracks_reliable_18x_and_the_dialog_goes_on_past_the_prack_cseq() -> None:
-    net, a, b = setup()
-    call_a = a.invite(
+def _invite_requiring_100rel(a: SipEndpoint, now: float) -> CallHandle:
+    """``a`` (our UAC) INVITEs ``b`` with an offer, as a peer that requires reliable 18x would."""
+    return a.invite(
         "sip:agent@127.0.0.1:5062",
-        net.now,
+        now,
         from_uri="<sip:alice@127.0.0.1:5061>",
         body=OFFER,
         headers=(("Require", "100rel"),),
     )
+
+
+def test_our_uac_pracks_reliable_18x_and_the_dialog_goes_on_past_the_prack_cseq() -> None:
+    net, a, b = setup()
+    call_a = _invite_requiring_100rel(a, net.now)
     call_b = net.of_type(b, CallOffered)[-1].call
     b.ring(call_b, net.now)
     b.ring(call_b, net.now, status=183, body=ANSWER)  # goes out when the 180 is PRACKed
@@ -276,13 +281,7 @@ def test_our_uac_pracks_reliable_18x_and_the_dialog_goes_on_past_the_prack_cseq(
 def test_a_retransmitted_reliable_18x_gets_no_second_prack_the_lost_prack_is_retransmitted() -> None:
     net, a, b = setup()
     net.drop = DropFirst("PRACK", 1)
-    a.invite(
-        "sip:agent@127.0.0.1:5062",
-        net.now,
-        from_uri="<sip:alice@127.0.0.1:5061>",
-        body=OFFER,
-        headers=(("Require", "100rel"),),
-    )
+    _invite_requiring_100rel(a, net.now)
     call_b = net.of_type(b, CallOffered)[-1].call
     b.ring(call_b, net.now, status=183, body=ANSWER)
     net.advance(2_000)
