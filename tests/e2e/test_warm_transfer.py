@@ -79,6 +79,24 @@ async def _greeted(fake: FakeProvider) -> None:
     await fake.wait_for(lambda s: bool(s) and len(s[0]["responses"]) >= 1, within=15, what="the agent's greeting")
 
 
+async def _conversation_transfer(
+    gateway: Any, fake: FakeProvider, stream: EventStream, caller: BaresipPhone, human: PjsuaPhone
+) -> tuple[dict[str, Any], Any]:
+    """The caller dials in and is greeted; a conversational warm transfer to the human starts: the caller's call
+    and the event that ended the briefing (``call.transferred`` or ``call.transfer_failed``)."""
+    await caller.dial(gateway.sip_uri)
+    await caller.wait_established(within=15)
+    call = await _live_call(gateway)
+    await _greeted(fake)
+    body = {"target": human.sip_uri, "summary": SUMMARY, "briefing": "conversation"}
+    started = await gateway.api("POST", f"/v1/calls/{call['id']}/warm_transfer", json=body)
+    assert started["state"] == "dialling" and started["briefing"] == "conversation", started
+    done = await stream.wait_for(
+        lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
+    )
+    return call, done
+
+
 async def _agent_spoke_after_the_note(gateway: Any, call_id: str, why: str) -> None:
     """The failed transfer's system note (naming ``why``) is on the call, and the agent's reply after it was
     played out; the call goes on with the transfer line failed."""
@@ -232,16 +250,7 @@ async def test_a_conversation_answers_the_human_then_connects_the_caller(
     caller_says = write_wav(tmp_path / "caller.wav", np.concatenate([quiet, talk, quiet]), 8000)
     caller = BaresipPhone(peer_procs, tmp_path, source_wav=caller_says, codecs=("pcmu",), lifetime=90)
     async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
-        await caller.dial(gateway.sip_uri)
-        await caller.wait_established(within=15)
-        call = await _live_call(gateway)
-        await _greeted(fake)
-        body = {"target": human.sip_uri, "summary": SUMMARY, "briefing": "conversation"}
-        started = await gateway.api("POST", f"/v1/calls/{call['id']}/warm_transfer", json=body)
-        assert started["state"] == "dialling" and started["briefing"] == "conversation", started
-        done = await stream.wait_for(
-            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
-        )
+        call, done = await _conversation_transfer(gateway, fake, stream, caller, human)
         assert done.type == "call.transferred", done.subject.get("transfer")
         transfer = done.subject["transfer"]
         assert transfer["briefing"] == "conversation" and transfer["briefed"], transfer
@@ -295,15 +304,7 @@ async def test_a_declined_conversation_gives_the_caller_back_to_the_agent(
     quiet = write_wav(tmp_path / "quiet.wav", silence(40.0, 8000), 8000)
     caller = BaresipPhone(peer_procs, tmp_path, source_wav=quiet, codecs=("pcmu",), lifetime=90)
     async with EventStream(gateway.http, gateway.token, last_event_id=0, name="sse") as stream, human, caller:
-        await caller.dial(gateway.sip_uri)
-        await caller.wait_established(within=15)
-        call = await _live_call(gateway)
-        await _greeted(fake)
-        body = {"target": human.sip_uri, "summary": SUMMARY, "briefing": "conversation"}
-        await gateway.api("POST", f"/v1/calls/{call['id']}/warm_transfer", json=body)
-        failed = await stream.wait_for(
-            lambda e: e.type in ("call.transferred", "call.transfer_failed") and e.call_id == call["id"], within=30
-        )
+        call, failed = await _conversation_transfer(gateway, fake, stream, caller, human)
         transfer = failed.subject["transfer"]
         assert failed.type == "call.transfer_failed", transfer
         assert (transfer["outcome"], transfer["declined_reason"]) == ("declined", "I am off shift"), transfer
