@@ -67,10 +67,10 @@ class ReferralOwner(Protocol):
     """What the SIP legs' owner (``SipCalls``) lends a transfer: its legs by dialog, their media, reports."""
 
     by_handle: dict[CallHandle, CallLeg]
-    rtp_in_done: int
-    rtp_out_done: int
 
     def start_media(self, leg: CallLeg) -> None: ...
+
+    def detach_media(self, leg: CallLeg) -> None: ...
 
     def new_offer_answer(self) -> OfferAnswer: ...
 
@@ -265,19 +265,9 @@ class Referrals:
 
     def _move(self, attempt: _Attempt) -> None:
         """The call's media moves to the new leg; the session (and its agent) goes on there."""
-        leg, plant, owner = attempt.leg, self._plant, self._owner
+        leg, owner = attempt.leg, self._owner
         assert attempt.sip is not None and attempt.rtp is not None and attempt.sdp is not None
-        if leg.media_added:
-            bye = plant.engine.remove_call(leg.id)
-            plant.routes.pop(leg.id, None)
-            leg.media_added = False
-            if leg.rtp is not None:
-                for _, destination, data in bye:
-                    leg.rtp.send_rtcp(data, destination)
-        if leg.rtp is not None:
-            owner.rtp_in_done += leg.rtp.stats.received
-            owner.rtp_out_done += leg.rtp.stats.sent
-            plant.ports.release(leg.rtp)
+        owner.detach_media(leg)
         old = attempt.old
         owner.by_handle.pop(old, None)
         leg.sip, leg.rtp, leg.sdp = attempt.sip, attempt.rtp, attempt.sdp

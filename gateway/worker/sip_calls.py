@@ -661,6 +661,13 @@ class SipCalls:
             media = leg.last_media = self._plant.engine.stats(leg.id, self._plant.now())
             gaps = leg.session.agent_audio_gaps if leg.session is not None else 0
             figures = call_figures(leg.id, media, agent_audio_gaps=gaps)
+        self.detach_media(leg)
+        self._host.counters.call_ended(leg.id, figures)
+
+    def detach_media(self, leg: CallLeg) -> None:
+        """The leg's media leaves the tick (an RTCP BYE to its peer) and its RTP ports go back, their packets
+        counted: at the call's end, and when a REFER moves the call to a new leg (gateway/worker/referred.py)."""
+        if leg.media_added:
             leg.media_added = False
             self._plant.routes.pop(leg.id, None)
             bye = self._plant.engine.remove_call(leg.id)
@@ -672,7 +679,6 @@ class SipCalls:
             self.rtp_out_done += leg.rtp.stats.sent
             self._plant.ports.release(leg.rtp)
             leg.rtp = None
-        self._host.counters.call_ended(leg.id, figures)
 
     def send_dtmf_leg(self, leg: CallLeg, digits: str) -> None:
         if not leg.media_added:
