@@ -385,39 +385,29 @@ class MediaWorker:
         for call_id, takes_g711 in engine.takes_g711:
             route = routes.get(call_id)
             session = route.session if route is not None else None
+            recorder = recorders.get(call_id) if recorders else None
             if route is not None and (early := route.early) is not None:  # before the 200 OK (early_media.py)
-                sent: OutboundFrame = None
                 if early.plays:
-                    sent = early.next_frame(self._tick_no)
+                    frame = early.next_frame(self._tick_no)
                 else:
-                    sent = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
-                    early.sending(sent)
-                if recorders and (recorder := recorders.get(call_id)) is not None:
-                    recorder.agent = sent
-                outbound[call_id] = sent
-                continue
-            if route is not None and (bridge := route.bridge) is not None and bridge.joined:
-                # Bridged (warm transfer): the other leg's audio, the agent out of the path (gateway/worker/bridge.py).
-                frame = bridge.frame_for(call_id)
-                if (inband := route.inband) is not None and inband.sending:
-                    frame = inband.next_frame()  # a digit from the other leg, as tones: this leg has no RFC 4733
-                if recorders and (recorder := recorders.get(call_id)) is not None:
-                    recorder.agent = frame
-                outbound[call_id] = frame
-                continue
-            if recorders and (recorder := recorders.get(call_id)) is not None:
-                # The recording notice first (the session's audio waits for it), and what is sent is recorded.
-                frame = recorder.notice_frame(self._tick_no)
-                if frame is None and session is not None:
-                    frame = session.pull_outbound(takes_g711=takes_g711)
+                    frame = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
+                    early.sending(frame)
+            else:
+                if route is not None and (bridge := route.bridge) is not None and bridge.joined:
+                    # Bridged (warm transfer): the other leg's audio, the agent out of the path (bridge.py).
+                    frame = bridge.frame_for(call_id)
+                else:
+                    # The recording notice first (the session's audio waits for it). A G.711 caller may be handed
+                    # the provider's G.711 codes without PCM (sent as they are or via tables).
+                    frame = recorder.notice_frame(self._tick_no) if recorder is not None else None
+                    if frame is None and session is not None:
+                        frame = session.pull_outbound(takes_g711=takes_g711)
                 if route is not None and (inband := route.inband) is not None and inband.sending:
+                    # In-band DTMF (the agent's, or the other bridged leg's digit on a leg without RFC 4733)
+                    # replaces the audio, as RFC 4733 packets do.
                     frame = inband.next_frame()
-                outbound[call_id] = recorder.agent = frame
-                continue
-            # A G.711 caller may be handed the provider's G.711 codes without PCM (sent as they are or via tables).
-            frame = session.pull_outbound(takes_g711=takes_g711) if session is not None else None
-            if route is not None and (inband := route.inband) is not None and inband.sending:
-                frame = inband.next_frame()  # in-band DTMF replaces the agent's audio, as RFC 4733 packets do
+            if recorder is not None:
+                recorder.agent = frame  # what is sent is recorded
             outbound[call_id] = frame
         opus = engine.has_opus
         started = perf_counter() if opus else 0.0
